@@ -1,0 +1,28 @@
+"""episodic: fast, exact, resumable PyTorch loading of LeRobot-format robot datasets."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "LeRobotDataset": "episodic.datasets",
+    "EpisodicDataset": "episodic.datasets",
+    "DatasetWriter": "episodic.writer",
+    "EpisodeAwareSampler": "episodic.order",
+    "load_metadata": "episodic.format",
+    "DatasetFormatError": "episodic.format",
+    "EpisodicError": "episodic.format",
+    "FrameTimestampError": "episodic.format",
+    "VideoDecodeError": "episodic.format",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'episodic' has no attribute {name!r}")
+
+
+__all__ = sorted(_LAZY)

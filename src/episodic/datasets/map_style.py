@@ -1,0 +1,166 @@
+"""Map-style datasets: `EpisodicDataset` (native, batched) and `LeRobotDataset` (drop-in for LeRobot's)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..format.metadata import DatasetMetadata, load_metadata
+from ..storage.cache import FileCache
+from ..storage.hub import download, hub_root
+from ..storage.source import Source, is_url, open_source
+from ..video import DecoderCache
+from .engine import FrameEngine, to_torch, unbatch
+
+
+def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
+                   episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
+                   storage_options: dict | None = None, cache_dir: str | None = None) -> Source:
+    """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
+    when given, else into the cache)."""
+    cache = FileCache(Path(cache_dir) / "files") if cache_dir else None
+    if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
+        return open_source(root, storage_options=storage_options, cache=cache)
+    if repo_id is None:
+        return open_source(root, storage_options=storage_options, cache=cache)  # raises: not found
+    local = Path(root) if root is not None else hub_root(repo_id, revision)
+    if not (local / "meta" / "info.json").exists() or episodes is not None or video_keys is not None:
+        download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys)
+    return open_source(local, cache=cache)
+
+
+class EpisodicDataset(torch.utils.data.Dataset):
+    """Random access to the frames of a LeRobot-format dataset, one batch at a time.
+
+    `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
+    vectorised gathers and one decode pass per video file; `dataset[i]` returns one item; `dataset.loader()`
+    builds a DataLoader that fetches whole batches in its workers.
+
+    Args:
+        source: a local directory, an fsspec URL, or a Hub repo id (fetched into the cache).
+        episodes: episodes to use (any order; rows come in ascending episode order).
+        delta_timestamps: {key: [seconds, ...]} windows; each item gets `<key>_is_pad` masks.
+        video_keys: cameras to decode (default all); others are never opened.
+        return_uint8: cameras as uint8 instead of float32 in [0, 1].
+    """
+
+    def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 video_keys: Sequence[str] | None = None, return_uint8: bool = False,
+                 image_transforms: Callable | None = None, revision: str | None = None,
+                 storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
+                 _repo_id: str | None = None, _source: Source | None = None):
+        src = os.fspath(source)
+        if _source is not None:
+            self.source = _source
+        elif _repo_id is not None or is_url(src) or Path(src).exists():
+            self.source = resolve_source(_repo_id, None if _repo_id is not None and src == _repo_id else src, revision,
+                                         episodes, video_keys, storage_options, cache_dir)
+        else:
+            self.source = resolve_source(src, None, revision, episodes, video_keys, storage_options, cache_dir)
+        self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
+        self.engine = FrameEngine(self.meta, self.source, episodes, delta_timestamps, tolerance_s, video_keys,
+                                  decoder_cache=DecoderCache(max_open=decoder_cache_size),
+                                  mmap_dir=os.path.join(cache_dir, "tabular") if cache_dir else None)
+        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
+        self.tolerance_s = tolerance_s
+        self.return_uint8 = return_uint8
+        self.image_transforms = image_transforms
+        self.camera_keys = self.engine.video_keys + self.engine.image_keys
+
+    # ------------------------------------------------------------------ sizes
+    def __len__(self) -> int:
+        return len(self.engine)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.engine)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.engine.episodes)
+
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict:
+        return self.meta.features
+
+    # ------------------------------------------------------------------ access
+    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
+        """One dict of batched tensors for these positions ('task' is a list of strings)."""
+        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8)
+        if self.image_transforms is not None:
+            for k in self.camera_keys:
+                batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
+        return batch
+
+    def __getitem__(self, idx: int) -> dict:
+        if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
+            raise TypeError(f"index must be an int, got {type(idx).__name__}")
+        return self.__getitems__([int(idx)])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        """Items for a DataLoader batch, fetched together (one decode pass per file)."""
+        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8)
+        return unbatch(batch, len(indices), self.image_transforms, self.camera_keys)
+
+    def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
+               drop_last: bool = False, **kwargs) -> torch.utils.data.DataLoader:
+        """A DataLoader whose workers build whole batches with `get_batch` (no per-item collation)."""
+        from ..order import EpisodeAwareSampler
+
+        starts = self.engine.columns.starts  # positions of this dataset, episode by episode
+        sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
+        batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+        return torch.utils.data.DataLoader(_Batched(self), batch_size=None, sampler=batches, num_workers=num_workers,
+                                           persistent_workers=num_workers > 0, **kwargs)
+
+    def video_decoder_cache_stats(self) -> dict:
+        return self.engine.decoders.stats()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(root={self.source.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
+                f"fps={self.fps}, cameras={self.camera_keys})")
+
+
+class _Batched(torch.utils.data.Dataset):
+    def __init__(self, ds: EpisodicDataset):
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, indices):
+        return self.ds.get_batch(indices)
+
+
+class LeRobotDataset(EpisodicDataset):
+    """Drop-in for `lerobot.datasets.lerobot_dataset.LeRobotDataset` (0.4.4): same arguments, attributes and
+    items (keys, dtypes, shapes, values, windows with `<key>_is_pad`, frames by timestamp, `task`)."""
+
+    def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
+                 image_transforms: Callable | None = None, delta_timestamps: dict[str, list[float]] | None = None,
+                 tolerance_s: float = 1e-4, revision: str | None = None, force_cache_sync: bool = False,
+                 download_videos: bool = True, video_backend: str | None = None, batch_encoding_size: int = 1,
+                 return_uint8: bool = False, video_keys: Sequence[str] | None = None,
+                 storage_options: dict | None = None, cache_dir: str | None = None):
+        self.repo_id = repo_id
+        self.root = root
+        self.revision = revision
+        self.video_backend = video_backend or "pyav"
+        source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, cache_dir)
+        super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
+                         video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
+                         revision=revision, cache_dir=cache_dir, _source=source)
+        self.episodes = episodes  # LeRobot echoes the list as given
+        if delta_timestamps is not None:
+            self.delta_indices = {k: v.tolist() for k, v in self.engine.offsets.items()}
+        else:
+            self.delta_indices = None

@@ -1,0 +1,11 @@
+"""Format layer: LeRobot dataset metadata, paths, schemas and stats. Depends on numpy, pyarrow; never on torch."""
+
+from .errors import DatasetFormatError, EpisodeIndexError, EpisodicError, FrameTimestampError, VideoDecodeError
+from .features import Feature
+from .info import DatasetInfo
+from .metadata import DatasetMetadata, EpisodeTable, load_metadata
+
+__all__ = [
+    "DatasetFormatError", "DatasetInfo", "DatasetMetadata", "EpisodeIndexError", "EpisodeTable", "EpisodicError",
+    "Feature", "FrameTimestampError", "VideoDecodeError", "load_metadata",
+]

@@ -1,0 +1,170 @@
+"""Tabular columns of a set of episodes as contiguous numpy arrays (memory-mapped when large)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import posixpath
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..format.errors import DatasetFormatError
+from ..format.metadata import DatasetMetadata
+
+MMAP_THRESHOLD_BYTES = 1 << 30
+
+
+@dataclass
+class Columns:
+    """Rows of the selected episodes, in ascending episode order. Row r of every array is the same frame."""
+
+    episodes: np.ndarray  # (E,) selected episode indices, ascending
+    starts: np.ndarray  # (E + 1,) first row of each selected episode, then the total
+    arrays: dict[str, np.ndarray]  # name -> (N,) or (N, *shape)
+    images: dict[str, list] = field(default_factory=dict)  # name -> per-row encoded image bytes
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def episode_of_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Position of each row's episode in `episodes` (O(log E) per row)."""
+        return np.searchsorted(self.starts, rows, side="right") - 1
+
+
+def _arrow_to_numpy(col: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    if col.null_count:
+        raise DatasetFormatError(f"{where}: {col.null_count} missing values")
+    try:
+        typ = col.type
+        while pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
+            col = col.flatten()
+            typ = col.type
+        if dtype == "string":
+            return np.asarray(col.to_pylist(), dtype=object)
+        values = col.to_numpy(zero_copy_only=False)
+        if shape != (1,):
+            values = values.reshape((n, *shape))
+        return values.astype(np.dtype(dtype), copy=False)
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise DatasetFormatError(f"{where}: cannot read as {dtype}{list(shape)} ({e})") from None
+
+
+def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> list[int] | None:
+    """Row groups holding exactly the wanted episodes, when the file has one row group per episode."""
+    md = pf.metadata
+    if md.num_row_groups != len(lengths):
+        return None
+    if any(md.row_group(i).num_rows != int(n) for i, n in enumerate(lengths)):
+        return None
+    return [int(i) for i in np.flatnonzero(wanted)]
+
+
+def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
+                 progress: bool = False) -> Columns:
+    """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
+    one row group per episode, only the row groups) that hold them."""
+    info, table = meta.info, meta.episodes
+    episodes = np.asarray(episodes, dtype=np.int64)
+    lengths = table.length[episodes]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    total = int(starts[-1])
+    feats = info.features
+    numeric = [n for n in names if not feats[n].is_image]
+    image_names = [n for n in names if feats[n].is_image]
+
+    def shape_of(n: str) -> tuple[int, ...]:
+        return () if feats[n].shape == (1,) else feats[n].shape
+
+    nbytes = sum(total * int(np.prod(shape_of(n) or (1,))) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
+                 for n in numeric)
+    use_mmap = mmap_dir is not None and nbytes >= MMAP_THRESHOLD_BYTES or (mmap_dir is not None and os.environ.get("EPISODIC_FORCE_MMAP"))
+    arrays: dict[str, np.ndarray] = {}
+    mmap_paths: dict[str, Path] = {}
+    if use_mmap:
+        key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
+        base = Path(mmap_dir) / key
+        base.mkdir(parents=True, exist_ok=True)
+    for n in numeric:
+        dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
+        if use_mmap and dt is not object:
+            mmap_paths[n] = base / f"{n}.npy"
+            arrays[n] = np.lib.format.open_memmap(base / f".{n}.npy.tmp", mode="w+", dtype=dt, shape=(total, *shape_of(n)))
+        else:
+            arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+    images: dict[str, list] = {n: [None] * total for n in image_names}
+
+    file_ids = table.data_file_id[episodes]
+    order = np.unique(file_ids)
+    it = order
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(order, desc="reading data files", unit="file", disable=None)
+    for fid in it:
+        rel = table.data_files[fid]
+        path = posixpath.join(meta.root, rel)
+        sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
+        file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
+        try:
+            with meta.fs.open(path, "rb") as f:
+                pf = pq.ParquetFile(io.BytesIO(f.read()))
+        except FileNotFoundError:
+            raise DatasetFormatError(f"{path}: data file not found (holds episodes {episodes[sel].tolist()[:10]})") from None
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
+        missing = [n for n in names if n not in pf.schema_arrow.names]
+        if "episode_index" not in pf.schema_arrow.names:
+            missing.append("episode_index")
+        if missing:
+            raise DatasetFormatError(f"{path}: missing column(s) {missing}")
+        cols = list(dict.fromkeys(names + ["episode_index"]))
+        wanted = np.isin(file_eps, episodes[sel])
+        groups = _row_groups_for(pf, table.length[file_eps], wanted)
+        try:
+            t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
+        except (pa.ArrowException, OSError) as e:
+            raise DatasetFormatError(f"{path}: cannot read rows ({e})") from None
+        ep_col = t.column("episode_index").to_numpy()
+        if groups is None:
+            mask = np.isin(ep_col, episodes[sel])
+            if not mask.all():
+                t = t.filter(pa.array(mask))
+                ep_col = ep_col[mask]
+        # every selected episode of this file must be present with exactly its length, in order
+        expect = np.repeat(episodes[sel], lengths[sel])
+        if len(ep_col) != len(expect) or not np.array_equal(ep_col, expect):
+            got = np.bincount(ep_col.astype(np.int64), minlength=int(episodes[sel].max()) + 1) if len(ep_col) else np.zeros(1)
+            for e, n in zip(episodes[sel], lengths[sel]):
+                have = int(got[e]) if e < len(got) else 0
+                if have != n:
+                    raise DatasetFormatError(f"{path}: episode {int(e)} has {have} rows, metadata says length {int(n)}")
+            raise DatasetFormatError(f"{path}: rows of episodes {episodes[sel].tolist()[:10]} are not in episode order")
+        # destination rows: selected episodes of one file are contiguous in `episodes` (files are in order)
+        dst = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in sel]) if len(sel) > 1 else np.arange(starts[sel[0]], starts[sel[0] + 1])
+        lo, hi = int(dst[0]), int(dst[-1]) + 1
+        contiguous = hi - lo == len(dst)
+        for n in numeric:
+            values = _arrow_to_numpy(t.column(n), feats[n].dtype, feats[n].shape, f"{path}: column {n!r}")
+            if contiguous:
+                arrays[n][lo:hi] = values
+            else:
+                arrays[n][dst] = values
+        for n in image_names:
+            col = t.column(n).combine_chunks()
+            data = col.field("bytes").to_pylist() if pa.types.is_struct(col.type) else col.to_pylist()
+            for r, b in zip(dst, data):
+                images[n][int(r)] = b
+    for n, final in mmap_paths.items():
+        arrays[n].flush()
+        tmp = arrays[n].filename
+        del arrays[n]
+        os.replace(tmp, final)
+        arrays[n] = np.load(final, mmap_mode="r")
+    return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)

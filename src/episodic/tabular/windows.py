@@ -1,0 +1,39 @@
+"""Window arithmetic shared by every dataset mode: delta_timestamps -> frame offsets -> clamped rows + pad masks."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: int, tolerance_s: float,
+                  known_keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Seconds -> integer frame offsets (round(s * fps)), after checking every value is a multiple of 1/fps
+    within `tolerance_s` (LeRobot's rule). Raises ValueError naming the key and the bad values."""
+    if not delta_timestamps:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for key, seconds in delta_timestamps.items():
+        if known_keys is not None and key not in known_keys:
+            raise ValueError(f"delta_timestamps: {key!r} is not a feature of this dataset (features: {list(known_keys)})")
+        s = np.asarray(list(seconds), dtype=np.float64)
+        if s.ndim != 1 or len(s) == 0:
+            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {seconds!r}")
+        off = np.round(s * fps)
+        bad = np.abs(s - off / fps) > tolerance_s
+        if bad.any():
+            raise ValueError(
+                f"delta_timestamps[{key!r}]: {s[bad].tolist()} are not multiples of 1/fps (fps={fps}) within "
+                f"tolerance_s={tolerance_s}"
+            )
+        out[key] = off.astype(np.int64)
+    return out
+
+
+def window_rows(rows: np.ndarray, start: np.ndarray, end: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows (B,) of episodes spanning [start, end) (B,), the rows of each offset (B, T), clamped into the
+    episode (the edge frame repeats), and the (B, T) mask of offsets that fell outside it."""
+    q = rows[:, None] + offsets[None, :]
+    pad = (q < start[:, None]) | (q >= end[:, None])
+    return np.clip(q, start[:, None], end[:, None] - 1), pad

@@ -1,0 +1,198 @@
+"""Frame-accurate video decoding with PyAV: a per-file frame index, then one forward pass per request.
+
+A `VideoReader` demuxes its file once (packets only, no decode) to learn every frame's time and the key
+frames; a request for frames at some times maps each time to the nearest frame, checks the tolerance,
+clamps at the file end, and decodes forward from the nearest key frame, seeking only when that is shorter
+than decoding on from where the decoder already is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import numpy as np
+from av.video.reformatter import VideoReformatter
+
+from ..format.errors import FrameTimestampError, VideoDecodeError
+
+
+@dataclass(frozen=True)
+class FrameIndex:
+    """Times (seconds, ascending) and key-frame flags of every frame of a video stream."""
+
+    pts: np.ndarray  # int64, stream time base
+    times: np.ndarray  # float64 seconds
+    keyframe_of: np.ndarray  # int64: index of the key frame at or before each frame
+    time_base: Fraction
+    fps: float
+
+    def __len__(self) -> int:
+        return len(self.pts)
+
+    def nearest(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Index of the frame nearest to each time, and its distance in seconds."""
+        t = self.times
+        i = np.clip(np.searchsorted(t, times), 1, max(len(t) - 1, 1))
+        lo = np.clip(i - 1, 0, len(t) - 1)
+        hi = np.clip(i, 0, len(t) - 1)
+        pick = np.where(np.abs(t[hi] - times) < np.abs(times - t[lo]), hi, lo)
+        return pick, np.abs(t[pick] - times)
+
+
+def build_index(container: av.container.InputContainer, stream: av.video.stream.VideoStream, path: str) -> FrameIndex:
+    pts, key = [], []
+    try:
+        for packet in container.demux(stream):
+            if packet.pts is None or packet.size == 0:
+                continue
+            pts.append(packet.pts)
+            key.append(packet.is_keyframe)
+    except av.FFmpegError as e:
+        raise VideoDecodeError(f"{path}: cannot read video packets ({e})") from None
+    if not pts:
+        raise VideoDecodeError(f"{path}: the video stream has no frames")
+    p = np.asarray(pts, dtype=np.int64)
+    order = np.argsort(p, kind="stable")
+    p, k = p[order], np.asarray(key, dtype=bool)[order]
+    k[0] = True  # decoding always starts at the first packet
+    keyframe_of = np.maximum.accumulate(np.where(k, np.arange(len(p)), 0))
+    tb = stream.time_base
+    rate = float(stream.average_rate) if stream.average_rate else (len(p) / max(float((p[-1] - p[0]) * tb), 1e-9))
+    return FrameIndex(pts=p, times=p.astype(np.float64) * float(tb), keyframe_of=keyframe_of, time_base=tb, fps=rate)
+
+
+class VideoReader:
+    """An open video file with its frame index. Not shared across processes (see DecoderCache)."""
+
+    def __init__(self, path: str, thread_count: int = 1):
+        self.path = path
+        try:
+            self._container = av.open(path, mode="r")
+        except FileNotFoundError:
+            raise VideoDecodeError(f"{path}: video file not found") from None
+        except (av.FFmpegError, OSError) as e:
+            raise VideoDecodeError(f"{path}: cannot open video ({e})") from None
+        if not self._container.streams.video:
+            raise VideoDecodeError(f"{path}: no video stream")
+        self._stream = self._container.streams.video[0]
+        self.index = build_index(self._container, self._stream, path)
+        self._stream.codec_context.thread_count = thread_count
+        self._reformatter = VideoReformatter()
+        self._frames = None  # live decode generator
+        self._next = 0  # index of the frame the live generator yields next (-1: unknown)
+        self.frames_decoded = 0
+        self.seeks = 0
+
+    def close(self) -> None:
+        self._frames = None
+        self._container.close()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._stream.codec_context.height, self._stream.codec_context.width
+
+    def locate(self, times: np.ndarray, tolerance_s: float, clamp_s: float | None = None) -> np.ndarray:
+        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default one frame)
+        are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
+        times = np.asarray(times, dtype=np.float64)
+        idx, dist = self.index.nearest(times)
+        last = self.index.times[-1]
+        clamp_s = 1.0 / self.index.fps + tolerance_s if clamp_s is None else clamp_s
+        clamped = (times > last) & (times <= last + clamp_s)
+        bad = (dist >= tolerance_s) & ~clamped
+        if bad.any():
+            raise FrameTimestampError(
+                f"{self.path}: no frame within tolerance_s={tolerance_s} of timestamps "
+                f"{np.round(times[bad][:8], 6).tolist()} (nearest frames at {np.round(self.index.times[idx[bad][:8]], 6).tolist()}; "
+                f"the file holds {len(self.index)} frames from {self.index.times[0]:.4f}s to {last:.4f}s)",
+            )
+        return idx
+
+    def decode(self, frame_indices: np.ndarray) -> np.ndarray:
+        """RGB frames (len, H, W, 3) uint8 for frame indices, in the given order; one forward pass."""
+        frame_indices = np.asarray(frame_indices, dtype=np.int64)
+        wanted = np.unique(frame_indices)
+        out: dict[int, np.ndarray] = {}
+        for f in wanted:
+            f = int(f)
+            k = int(self.index.keyframe_of[f])
+            # decode on from where the decoder is when no key frame lies between; else seek to f's key frame
+            if self._frames is None or self._next > f or self._next < k:
+                self._seek(k)
+            out[f] = self._decode_until(f)
+        return np.stack([out[int(f)] for f in frame_indices])
+
+    def _seek(self, k: int) -> None:
+        try:
+            self._container.seek(int(self.index.pts[k]), stream=self._stream, backward=True, any_frame=False)
+        except av.FFmpegError as e:
+            raise VideoDecodeError(f"{self.path}: seek to {self.index.times[k]:.4f}s failed ({e})") from None
+        self._frames = self._container.decode(self._stream)
+        self._next = k
+        self.seeks += 1
+
+    def _decode_until(self, f: int) -> np.ndarray:
+        target = int(self.index.pts[f])
+        try:
+            for frame in self._frames:
+                self.frames_decoded += 1
+                if frame.pts is None:
+                    continue
+                if frame.pts >= target:
+                    self._next = f + 1
+                    if frame.pts != target:
+                        raise VideoDecodeError(f"{self.path}: decoder skipped the frame at {self.index.times[f]:.4f}s")
+                    return self._reformatter.reformat(frame, format="rgb24").to_ndarray()
+        except av.FFmpegError as e:
+            self._frames = None
+            raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
+        self._frames = None
+        raise VideoDecodeError(
+            f"{self.path}: the file ended before the frame at {self.index.times[f]:.4f}s (truncated video?)"
+        )
+
+    def frames_at(self, times: np.ndarray, tolerance_s: float = 1e-4) -> np.ndarray:
+        return self.decode(self.locate(times, tolerance_s))
+
+
+class DecoderCache:
+    """A bounded LRU of open VideoReaders for this process. After a fork, a child starts empty: it never
+    touches a container its parent opened."""
+
+    def __init__(self, max_open: int = 32, thread_count: int = 1):
+        self.max_open = max_open
+        self.thread_count = thread_count
+        self._pid = os.getpid()
+        self._readers: dict[str, VideoReader] = {}
+        self.hits = self.misses = self.evictions = 0
+
+    def get(self, path: str) -> VideoReader:
+        if os.getpid() != self._pid:  # forked: forget the parent's readers without touching them
+            self._pid = os.getpid()
+            self._readers = {}
+            self.hits = self.misses = self.evictions = 0
+        reader = self._readers.pop(path, None)
+        if reader is not None:
+            self.hits += 1
+        else:
+            self.misses += 1
+            reader = VideoReader(path, thread_count=self.thread_count)
+            while len(self._readers) >= self.max_open:
+                old = self._readers.pop(next(iter(self._readers)))
+                old.close()
+                self.evictions += 1
+        self._readers[path] = reader  # most recent last
+        return reader
+
+    def stats(self) -> dict:
+        total = self.hits + self.misses
+        return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
+                "hit_rate": (self.hits / total) if total else 0.0, "open": len(self._readers)}
+
+    def clear(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
