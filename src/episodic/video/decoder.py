@@ -145,7 +145,7 @@ class VideoReader:
                     self._next = f + 1
                     if frame.pts != target:
                         raise VideoDecodeError(f"{self.path}: decoder skipped the frame at {self.index.times[f]:.4f}s")
-                    return self._reformatter.reformat(frame, format="rgb24").to_ndarray()
+                    return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
         except av.FFmpegError as e:
             self._frames = None
             raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
@@ -158,9 +158,14 @@ class VideoReader:
         return self.decode(self.locate(times, tolerance_s))
 
 
+# Readers a parent process had open when it forked. A child must neither use nor free them: freeing
+# FFmpeg objects whose threads live only in the parent hangs (pthread_cond_destroy in swscale/dav1d).
+_INHERITED: list = []
+
+
 class DecoderCache:
     """A bounded LRU of open VideoReaders for this process. After a fork, a child starts empty: it never
-    touches a container its parent opened."""
+    touches a container its parent opened (not even to close it)."""
 
     def __init__(self, max_open: int = 32, thread_count: int = 1):
         self.max_open = max_open
@@ -170,8 +175,9 @@ class DecoderCache:
         self.hits = self.misses = self.evictions = 0
 
     def get(self, path: str) -> VideoReader:
-        if os.getpid() != self._pid:  # forked: forget the parent's readers without touching them
+        if os.getpid() != self._pid:  # forked: set the parent's readers aside without touching them
             self._pid = os.getpid()
+            _INHERITED.append(self._readers)
             self._readers = {}
             self.hits = self.misses = self.evictions = 0
         reader = self._readers.pop(path, None)

@@ -32,6 +32,7 @@ class VideoFileWriter:
         self.tmp_path = os.path.join(os.path.dirname(final_path), f".{os.path.basename(final_path)}.{os.getpid()}.tmp")
         self.fps = fps
         self.frames = 0
+        self.bytes = 0  # encoded bytes so far (the file on disk lags behind the muxer's buffer)
         name = encoder_name(vcodec)
         options = {"g": str(gop)}
         if crf is not None:
@@ -59,15 +60,13 @@ class VideoFileWriter:
             frame.pts = self.frames
             frame.time_base = Fraction(1, self.fps)
             for packet in self._stream.encode(frame):
+                self.bytes += packet.size
                 self._container.mux(packet)
             self.frames += 1
         return start
 
     def size(self) -> int:
-        try:
-            return os.path.getsize(self.tmp_path)
-        except OSError:
-            return 0
+        return self.bytes
 
     def close(self) -> None:
         for packet in self._stream.encode(None):
