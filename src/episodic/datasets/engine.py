@@ -17,6 +17,7 @@ from ..storage.source import Source
 from ..tabular import Columns, delta_offsets, load_columns, window_rows
 from ..video import DecoderCache
 from ..video.image import decode_image
+from .collate import items_of
 
 
 def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
@@ -114,22 +115,37 @@ class FrameEngine:
         return np.stack(flat).reshape(*q.shape, *flat[0].shape)
 
 
-def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False) -> dict:
-    """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8)."""
+# uint8 -> float32 in [0, 1] by table: the same values as `x.float() / 255` (LeRobot's), without a float pass
+_UNIT_FLOAT = np.arange(256, dtype=np.float32) / np.float32(255)
+
+
+def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False) -> dict:
+    """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8). With `shared`, every
+    tensor is written straight into shared memory (what a DataLoader worker sends to the main process)."""
     out: dict = {}
     for key, value in batch.items():
         if key == "task":
             out[key] = value
-        elif key in camera_keys:
-            t = torch.from_numpy(np.ascontiguousarray(np.moveaxis(value, -1, -3)))
-            out[key] = t if return_uint8 else t.to(torch.float32).div_(255)
+            continue
+        src = np.moveaxis(value, -1, -3) if key in camera_keys else value
+        dtype = np.uint8 if (return_uint8 or key not in camera_keys) else np.float32
+        dtype = value.dtype if key not in camera_keys else dtype
+        if shared:
+            t = torch.empty(src.shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).share_memory_()
+            dst = t.numpy()
         else:
-            out[key] = torch.from_numpy(np.ascontiguousarray(value))
+            dst = np.empty(src.shape, dtype)
+            t = torch.from_numpy(dst)
+        if key in camera_keys and not return_uint8:
+            np.take(_UNIT_FLOAT, src, out=dst)
+        else:
+            dst[...] = src
+        out[key] = t
     return out
 
 
 def unbatch(batch: dict, size: int, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> list[dict]:
-    items = [{k: v[b] for k, v in batch.items()} for b in range(size)]
+    items = items_of(batch, size)
     if transforms is not None:
         for item in items:
             for k in camera_keys:

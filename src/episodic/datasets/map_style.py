@@ -14,6 +14,7 @@ from ..storage.cache import FileCache
 from ..storage.hub import download, hub_root
 from ..storage.source import Source, is_url, open_source
 from ..video import DecoderCache
+from .collate import in_worker
 from .engine import FrameEngine, to_torch, unbatch
 
 
@@ -95,7 +96,7 @@ class EpisodicDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------ access
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
         """One dict of batched tensors for these positions ('task' is a list of strings)."""
-        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8)
+        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
         if self.image_transforms is not None:
             for k in self.camera_keys:
                 batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
@@ -108,7 +109,7 @@ class EpisodicDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         """Items for a DataLoader batch, fetched together (one decode pass per file)."""
-        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8)
+        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
         return unbatch(batch, len(indices), self.image_transforms, self.camera_keys)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
