@@ -1,0 +1,1 @@
+"""Tools layer: inspection, validation, benchmarking and the command line."""
