@@ -1,0 +1,159 @@
+"""Map-style items on datasets written by episodic's writer, checked against the source arrays and an
+independent per-item reference (LeRobot's loop-based window rules)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from episodic import EpisodicDataset, LeRobotDataset
+from episodic.demo import synthetic_episode
+from episodic.format import EpisodeIndexError
+
+FPS = 30
+DELTAS = {"action": [i / FPS for i in range(5)], "observation.state": [-2 / FPS, -1 / FPS, 0.0],
+          "observation.images.top": [-1 / FPS, 0.0]}
+
+
+def source_episodes(ds, seed: int = 0) -> list[dict]:
+    lengths = ds.meta.episodes.length
+    h, w, _ = ds.meta.info.features["observation.images.top"].shape
+    return [synthetic_episode(e, int(lengths[e]), height=h, width=w, seed=seed) for e in range(len(lengths))]
+
+
+def reference_window(ds, src, idx: int, key: str, seconds: list[float]):
+    """LeRobot's rule written as a plain loop over global indices."""
+    eps = ds.meta.episodes
+    item_index = int(ds[idx]["index"])
+    ep = int(np.searchsorted(eps.dataset_to_index, item_index, side="right"))
+    lo, hi = int(eps.dataset_from_index[ep]), int(eps.dataset_to_index[ep])
+    rows, pad = [], []
+    for s in seconds:
+        d = round(s * FPS)
+        rows.append(max(lo, min(hi - 1, item_index + d)) - lo)
+        pad.append(item_index + d < lo or item_index + d >= hi)
+    return ep, rows, pad
+
+
+def test_tabular_values_equal_source_everywhere(small_root):
+    ds = LeRobotDataset("x", root=small_root)
+    src = source_episodes(ds)
+    state = np.concatenate([s["observation.state"] for s in src])
+    action = np.concatenate([s["action"] for s in src])
+    batch = ds.get_batch(np.arange(len(ds)))
+    assert np.array_equal(batch["observation.state"].numpy(), state)
+    assert np.array_equal(batch["action"].numpy(), action)
+    assert batch["index"].tolist() == list(range(len(ds)))
+    assert batch["timestamp"].dtype == torch.float32 and batch["index"].dtype == torch.int64
+
+
+def test_item_layout_matches_lerobot_conventions(small_root):
+    ds = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS)
+    item = ds[0]
+    assert list(item)[:2] == ["observation.images.top", "observation.images.wrist"]
+    assert list(item)[-1] == "task" and isinstance(item["task"], str)
+    assert item["observation.images.top"].shape == (2, 3, 48, 64) and item["observation.images.top"].dtype == torch.float32
+    assert item["observation.images.wrist"].shape == (3, 48, 64)
+    assert item["action"].shape == (5, 14) and item["observation.state"].shape == (3, 14)
+    assert item["index"].shape == () and item["timestamp"].shape == ()
+    for key in DELTAS:
+        assert item[f"{key}_is_pad"].dtype == torch.bool
+    assert ds.meta.camera_keys == ["observation.images.top", "observation.images.wrist"]
+    assert ds.num_frames == len(ds) and ds.num_episodes == 6
+    assert ds.meta.episodes["dataset_from_index"][0] == 0
+
+
+@pytest.mark.parametrize("episodes", [None, [4, 1, 3], [5], [0, 2]])
+def test_windows_and_pads_match_reference_at_every_index(small_root, episodes):
+    ds = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, episodes=episodes)
+    src = source_episodes(ds)
+    for idx in range(len(ds)):
+        item = ds[idx]
+        for key in ("action", "observation.state"):
+            ep, rows, pad = reference_window(ds, src, idx, key, DELTAS[key])
+            assert np.array_equal(item[key].numpy(), src[ep][key][rows]), (idx, key)
+            assert item[f"{key}_is_pad"].tolist() == pad, (idx, key)
+        ep, rows, pad = reference_window(ds, src, idx, "observation.images.top", DELTAS["observation.images.top"])
+        assert item["observation.images.top_is_pad"].tolist() == pad
+        frames = (item["observation.images.top"].numpy() * 255).round().transpose(0, 2, 3, 1)
+        err = np.abs(frames - src[ep]["observation.images.top"][rows].astype(np.float64)).mean()
+        assert err < 6, (idx, err)  # lossy AV1, but the right frame (neighbouring frames differ far more)
+
+
+def test_subset_rows_come_in_ascending_episode_order(small_root):
+    ds = LeRobotDataset("x", root=small_root, episodes=[4, 1, 3])
+    eps = [int(ds[i]["episode_index"]) for i in range(len(ds))]
+    lengths = ds.meta.episodes.length
+    assert eps == [1] * lengths[1] + [3] * lengths[3] + [4] * lengths[4]
+    assert ds.episodes == [4, 1, 3] and ds.num_episodes == 3
+
+
+def test_frames_are_the_right_ones(small_root):
+    """Each decoded frame is closer to its source frame than to the neighbouring source frames."""
+    ds = LeRobotDataset("x", root=small_root, return_uint8=True)
+    src = source_episodes(ds)
+    for idx in [0, 1, 7, len(ds) // 2, len(ds) - 1]:
+        item = ds[idx]
+        ep, f = int(item["episode_index"]), int(item["frame_index"])
+        got = item["observation.images.wrist"].numpy().transpose(1, 2, 0).astype(np.float64)
+        assert item["observation.images.wrist"].dtype == torch.uint8
+        errs = {g: np.abs(got - src[ep]["observation.images.wrist"][g]).mean() for g in range(len(src[ep]["action"]))}
+        assert min(errs, key=errs.get) == f
+
+
+def test_unselected_cameras_are_never_decoded(small_root):
+    ds = LeRobotDataset("x", root=small_root, video_keys=["observation.images.wrist"])
+    item = ds[3]
+    assert "observation.images.top" not in item and "observation.images.wrist" in item
+    opened = list(ds.engine.decoders._readers)
+    assert opened and all("observation.images.wrist" in p for p in opened)
+    tab = LeRobotDataset("x", root=small_root, video_keys=[])
+    tab.get_batch(np.arange(len(tab)))
+    assert tab.engine.decoders.stats()["misses"] == 0
+
+
+def test_multifile_multichunk_dataset(multifile_root):
+    ds = LeRobotDataset("x", root=multifile_root, delta_timestamps=DELTAS)
+    assert len(ds.meta.episodes.data_files) > 3
+    assert len({f.split("/")[-2] for f in ds.meta.episodes.data_files}) >= 2  # several chunk dirs
+    assert len(ds.meta.episodes.cameras["observation.images.top"].files) > 2
+    src = source_episodes(ds, seed=1)
+    for idx in range(0, len(ds), 7):
+        item = ds[idx]
+        ep, f = int(item["episode_index"]), int(item["frame_index"])
+        assert np.array_equal(item["observation.state"][-1].numpy(), src[ep]["observation.state"][f])
+        frame = (item["observation.images.top"][-1].numpy() * 255).transpose(1, 2, 0)
+        assert np.abs(frame - src[ep]["observation.images.top"][f]).mean() < 6
+
+
+def test_dataloader_with_forked_workers_equals_serial(small_root):
+    ds = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS)
+    ds[0]  # the parent opens decoders before forking: children must not reuse them
+    assert ds.engine.decoders.stats()["open"] > 0
+    serial = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=0)
+    forked = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=2,
+                                         multiprocessing_context="fork")
+    for a, b in zip(serial, forked, strict=True):
+        for k in a:
+            if k != "task":
+                assert torch.equal(a[k], b[k]), k
+        assert a["task"] == b["task"]
+
+
+def test_native_batches_and_loader(small_root):
+    ds = EpisodicDataset(small_root, delta_timestamps=DELTAS, return_uint8=True)
+    batch = ds.get_batch([0, 5, 9])
+    assert batch["observation.images.top"].shape == (3, 2, 3, 48, 64) and batch["observation.images.top"].dtype == torch.uint8
+    seen = []
+    for b in ds.loader(batch_size=16, shuffle=True, num_workers=0, seed=3):
+        seen.extend(b["index"].tolist())
+    assert sorted(seen) == list(range(len(ds)))
+
+
+def test_index_out_of_range(small_root):
+    ds = LeRobotDataset("x", root=small_root)
+    with pytest.raises(IndexError, match="out of range"):
+        ds[len(ds)]
+    with pytest.raises(EpisodeIndexError, match=r"episode\(s\) \[99\].*6 episodes"):
+        LeRobotDataset("x", root=small_root, episodes=[1, 99])
