@@ -1,0 +1,46 @@
+"""The command line: info, validate (all problems at once, exit status), demo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from episodic.cli import main
+
+
+def test_info(small_root, capsys):
+    assert main(["info", str(small_root)]) == 0
+    out = capsys.readouterr().out
+    assert "episodes     6" in out and "observation.images.top" in out and "av1" in out and "fold the towel" in out
+
+
+def test_validate_ok(multifile_root, capsys):
+    assert main(["validate", str(multifile_root), "-q"]) == 0
+    assert capsys.readouterr().out.startswith("OK:")
+
+
+def test_validate_reports_every_problem(multifile_root, copy_of, capsys):
+    root = copy_of(multifile_root)
+    data = sorted(root.glob("data/*/*.parquet"))
+    data[0].unlink()
+    data[1].write_bytes(data[1].read_bytes()[:100])
+    video = sorted(root.glob("videos/observation.images.wrist/*/*.mp4"))[-1]
+    video.write_bytes(b"not a video")
+    assert main(["validate", str(root), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "3 problem(s)" in out
+    assert data[0].name in out and "not found" in out
+    assert "not a readable parquet" in out and video.name in out
+
+
+def test_info_on_missing_dataset_is_a_clean_error(tmp_path, capsys):
+    assert main(["info", str(tmp_path / "nothing")]) == 2
+    assert "dataset directory not found" in capsys.readouterr().err
+
+
+def test_demo_runs(tmp_path):
+    env = {"EPISODIC_CACHE": str(tmp_path), "PATH": ""}
+    out = subprocess.run([sys.executable, "-m", "episodic.cli", "demo", "--episodes", "3", "--workers", "0", "-q"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "frames/s" in out.stdout and (tmp_path / "demo/demo-3ep/meta/info.json").exists()
