@@ -157,3 +157,16 @@ def test_index_out_of_range(small_root):
         ds[len(ds)]
     with pytest.raises(EpisodeIndexError, match=r"episode\(s\) \[99\].*6 episodes"):
         LeRobotDataset("x", root=small_root, episodes=[1, 99])
+
+
+def test_memory_mapped_columns_give_the_same_items(small_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODIC_FORCE_MMAP", "1")
+    mm = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[], cache_dir=str(tmp_path))
+    assert isinstance(mm.engine.columns.arrays["action"], np.memmap)
+    assert list(tmp_path.rglob("action.npy")) and not list(tmp_path.rglob("*.tmp"))
+    monkeypatch.delenv("EPISODIC_FORCE_MMAP")
+    ram = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[])
+    assert not isinstance(ram.engine.columns.arrays["action"], np.memmap)
+    a, b = mm.get_batch(np.arange(len(mm))), ram.get_batch(np.arange(len(ram)))
+    for k in a:
+        assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k

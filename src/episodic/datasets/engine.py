@@ -50,8 +50,9 @@ class FrameEngine:
             self.video_keys = [k for k in info.video_keys if k in video_keys]
         self.image_keys = info.image_keys
         self.data_keys = [k for k in info.tabular_keys]  # info order, like LeRobot's hf_dataset columns
-        self.offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s,
-                                     known_keys=self.data_keys + self.video_keys)
+        offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
+        # windows of cameras left out by `video_keys` are dropped with the cameras
+        self.offsets = {k: v for k, v in offsets.items() if k in self.data_keys or k in self.video_keys}
         self.episodes = select_episodes(meta, episodes)
         self.columns: Columns = load_columns(meta, self.episodes, self.data_keys, mmap_dir=mmap_dir, progress=progress)
         self.decoders = decoder_cache or DecoderCache()
@@ -115,10 +116,6 @@ class FrameEngine:
         return np.stack(flat).reshape(*q.shape, *flat[0].shape)
 
 
-# uint8 -> float32 in [0, 1] by table: the same values as `x.float() / 255` (LeRobot's), without a float pass
-_UNIT_FLOAT = np.arange(256, dtype=np.float32) / np.float32(255)
-
-
 def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False) -> dict:
     """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8). With `shared`, every
     tensor is written straight into shared memory (what a DataLoader worker sends to the main process)."""
@@ -127,7 +124,7 @@ def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False
         if key == "task":
             out[key] = value
             continue
-        src = np.moveaxis(value, -1, -3) if key in camera_keys else value
+        src = np.ascontiguousarray(np.moveaxis(value, -1, -3)) if key in camera_keys else value
         dtype = np.uint8 if (return_uint8 or key not in camera_keys) else np.float32
         dtype = value.dtype if key not in camera_keys else dtype
         if shared:
@@ -137,7 +134,7 @@ def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False
             dst = np.empty(src.shape, dtype)
             t = torch.from_numpy(dst)
         if key in camera_keys and not return_uint8:
-            np.take(_UNIT_FLOAT, src, out=dst)
+            np.divide(src, np.float32(255), out=dst, dtype=np.float32)  # == torch's x.float() / 255, bit for bit
         else:
             dst[...] = src
         out[key] = t
