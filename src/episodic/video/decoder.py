@@ -42,7 +42,21 @@ class FrameIndex:
         return pick, np.abs(t[pick] - times)
 
 
+def _container_index(stream) -> tuple[list, list] | None:
+    """Frame times and key flags from the container's own index (mp4 sample tables), without reading
+    packets. Only for AV1, whose samples carry no composition offset in mp4 (index time == pts); codecs
+    with B-frames (H.264, HEVC) may reorder, so their index is built from the packets."""
+    entries = getattr(stream, "index_entries", None)
+    if stream.codec_context.name not in ("av1", "libdav1d", "libaom-av1") or not entries or len(entries) != stream.frames:
+        return None
+    pts = [e.timestamp for e in entries]
+    return pts, [e.is_keyframe for e in entries]
+
+
 def build_index(container: av.container.InputContainer, stream: av.video.stream.VideoStream, path: str) -> FrameIndex:
+    from_container = _container_index(stream)
+    if from_container is not None:
+        return _frame_index(*from_container, stream)
     pts, key = [], []
     try:
         for packet in container.demux(stream):
@@ -54,6 +68,11 @@ def build_index(container: av.container.InputContainer, stream: av.video.stream.
         raise VideoDecodeError(f"{path}: cannot read video packets ({e})") from None
     if not pts:
         raise VideoDecodeError(f"{path}: the video stream has no frames")
+    container.seek(0, stream=stream)  # rewind for decoding
+    return _frame_index(pts, key, stream)
+
+
+def _frame_index(pts: list, key: list, stream) -> FrameIndex:
     p = np.asarray(pts, dtype=np.int64)
     order = np.argsort(p, kind="stable")
     p, k = p[order], np.asarray(key, dtype=bool)[order]

@@ -1,0 +1,68 @@
+"""The video layer: frame index, frame-accurate decoding in any order, clamping, decoder cache."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from episodic.format import FrameTimestampError
+from episodic.video import DecoderCache, VideoReader
+from episodic.video.decoder import _container_index, build_index
+
+from test_parity_lerobot import LEROBOT_FIXTURE
+
+VIDEO = LEROBOT_FIXTURE / "dataset/videos/observation.images.top/chunk-000/file-000.mp4"
+
+
+def _all_frames(path):
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def test_container_index_equals_packet_index():
+    with av.open(str(VIDEO)) as c:
+        s = c.streams.video[0]
+        assert _container_index(s) is not None
+        fast = build_index(c, s, str(VIDEO))
+    with av.open(str(VIDEO)) as c:
+        s = c.streams.video[0]
+        pts, key = zip(*[(p.pts, p.is_keyframe) for p in c.demux(s) if p.size])
+    assert np.array_equal(fast.pts, np.sort(pts))
+    assert np.array_equal(fast.keyframe_of, np.maximum.accumulate(np.where(np.asarray(key), np.arange(len(key)), 0)))
+
+
+def test_random_and_repeated_access_is_frame_exact():
+    ref = _all_frames(VIDEO)
+    r = VideoReader(str(VIDEO))
+    idx = np.random.default_rng(0).integers(0, len(ref), 60)
+    idx = np.concatenate([idx, idx[::-1], [0, len(ref) - 1, 5, 5, 4]])
+    got = r.decode(idx)
+    assert np.array_equal(got, ref[idx])
+    assert r.seeks <= len(np.unique(idx))
+
+
+def test_sequential_access_decodes_without_seeking():
+    r = VideoReader(str(VIDEO))
+    for i in range(40):
+        r.frames_at(np.array([i / 30]))
+    assert r.seeks == 1 and r.frames_decoded == 40
+
+
+def test_clamp_at_file_end_and_tolerance():
+    r = VideoReader(str(VIDEO))
+    last = r.index.times[-1]
+    assert np.array_equal(r.frames_at(np.array([last + 1 / 30])), r.frames_at(np.array([last])))
+    with pytest.raises(FrameTimestampError, match="file-000.mp4.*tolerance_s"):
+        r.frames_at(np.array([last + 3 / 30]))
+    with pytest.raises(FrameTimestampError, match=r"0\.05"):
+        r.frames_at(np.array([0.05]), tolerance_s=1e-4)
+
+
+def test_decoder_cache_is_bounded_and_counts():
+    cache = DecoderCache(max_open=1)
+    a = cache.get(str(VIDEO))
+    assert cache.get(str(VIDEO)) is a
+    other = str(VIDEO).replace("observation.images.top", "observation.images.wrist")
+    cache.get(other)
+    assert cache.stats() == {"hits": 1, "misses": 2, "evictions": 1, "hit_rate": 1 / 3, "open": 1}
