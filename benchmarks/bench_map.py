@@ -23,16 +23,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_episodic(root: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int) -> dict:
-    t_start = time.perf_counter()
     import torch
 
     from episodic import LeRobotDataset
+    from episodic.format import load_metadata
+    from episodic.storage import open_source
     from episodic.tools.rss import PeakRSS
 
     with PeakRSS() as rss:
-        from episodic.format import load_metadata
-        from episodic.storage import open_source
-
+        t_start = time.perf_counter()  # like LeRobot's side: after imports, from metadata to first batch
         src = open_source(root)
         fps = load_metadata(src.fs, src.root).fps
         dt = {"action": [i / fps for i in range(16)], "observation.state": [-1 / fps, 0.0]}
@@ -44,8 +43,9 @@ def run_episodic(root: str, workers: int, video: bool, batches: int, warmup: int
         ttfb = time.perf_counter() - t_start
         n, t0 = 0, None
         for i, batch in enumerate(it):
-            if i == warmup:
+            if i == warmup:  # the clock starts when this batch arrives: count the ones after it
                 t0, n = time.perf_counter(), 0
+                continue
             n += len(batch["index"])
             if i >= warmup + batches:
                 break
