@@ -7,6 +7,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "LeRobotDataset": "episodic.datasets",
     "EpisodicDataset": "episodic.datasets",
+    "StreamingLeRobotDataset": "episodic.datasets",
     "DatasetWriter": "episodic.writer",
     "EpisodeAwareSampler": "episodic.order",
     "load_metadata": "episodic.format",

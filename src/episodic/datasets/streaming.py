@@ -1,0 +1,749 @@
+"""Streaming: an IterableDataset that reads a LeRobot-format dataset episode by episode (issue #4).
+
+Items are built by the same `FrameEngine.batch` / `to_torch` / `unbatch` as the map-style datasets, on an
+engine whose columns hold one episode's rows, so an item equals `LeRobotDataset(...)[i]` for the same
+frame (keys, windows, pad masks, frames, task).
+
+Order (pure functions of (seed, epoch, topology), see docs/streaming.md):
+- `plan_episodes` splits the EPISODES over consumers = world_size x num_workers (longest-first greedy on
+  frame counts, in a keyed random order), so no consumer idles when files < consumers.
+- `consumer_order`: each consumer keeps up to `episode_pool_size` whole episodes in RAM and emits frames
+  uniformly at random across the pool's remaining frames; an exhausted episode is replaced by the next.
+- Resume: the state counts the batches the trainer consumed; a DataLoader hands batches out round-robin
+  over its workers, skipping exhausted ones (`worker_batches_consumed`), so each worker re-derives how
+  many items it already produced and skips them in its order arrays (no read, no decode). A resume on
+  another topology closes the old "segment" (kept in `history`) and re-splits what is left.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import heapq
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..format.metadata import DatasetMetadata, load_metadata
+from ..order.permutation import permute
+from ..order.shard import resolve_topology
+from ..storage.cache import atomic_write_bytes, default_cache_dir
+from ..storage.prefetch import FetchStats, Prefetcher
+from ..storage.source import Source
+from ..tabular import Columns, load_columns
+from ..video import DecoderCache
+from .engine import FrameEngine, select_episodes, to_torch, unbatch
+from .map_style import resolve_source
+
+try:  # items that remember their batch: default_collate hands that batch back instead of re-stacking
+    from .collate import items_of as _items_of
+except ImportError:  # pragma: no cover
+    _items_of = None
+
+__all__ = ["StreamingLeRobotDataset", "StreamingLoader", "plan_episodes", "consumer_order",
+           "worker_batches_consumed", "remaining_after"]
+
+_MASK64 = (1 << 64) - 1
+
+
+# ---------------------------------------------------------------------------------------------- pure order
+def _segment_seed(seed: int, segment: int) -> int:
+    return int(seed) if segment == 0 else (int(seed) * 0x9E3779B97F4A7C15 + segment * 0xBF58476D1CE4E5B9) & _MASK64
+
+
+def plan_episodes(counts: np.ndarray, num_consumers: int, seed: int, epoch: int, segment: int = 0,
+                  shuffle: bool = True) -> list[np.ndarray]:
+    """Positions into `counts` (frames to emit per candidate episode) for each consumer.
+
+    Episodes are taken in a keyed random order (`permute(seed, epoch)`; ascending when not shuffling) and
+    each goes to the consumer with the fewest frames so far (ties: lowest consumer), so consumers differ
+    by at most one episode's length. Each consumer's list keeps the order of assignment."""
+    counts = np.asarray(counts, dtype=np.int64)
+    n = len(counts)
+    order = permute(np.arange(n), n, _segment_seed(seed, segment), epoch) if (shuffle and n > 1) else np.arange(n)
+    heap = [(0, c) for c in range(num_consumers)]
+    lists: list[list[int]] = [[] for _ in range(num_consumers)]
+    for i in order.tolist():
+        frames, c = heapq.heappop(heap)
+        lists[c].append(i)
+        heapq.heappush(heap, (frames + int(counts[i]), c))
+    return [np.asarray(x, dtype=np.int64) for x in lists]
+
+
+def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generator | None,
+                   shuffle: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The emission order of one consumer over its episode list.
+
+    Returns (k, j, admit): item p is the j[p]-th frame (of the episode's frames to emit) of list episode
+    k[p]; admit[k] is the item position at which episode k entered the pool. With shuffle, the pool holds
+    up to `pool_size` episodes and each item is a uniformly random remaining frame of the pool (the next
+    frame of a per-episode random permutation, in a slot drawn with probability proportional to its
+    remaining frames); without, episodes are emitted whole, in list order, frames ascending."""
+    counts = [int(c) for c in counts]
+    total = sum(counts)
+    E = len(counts)
+    if not shuffle:
+        k = np.repeat(np.arange(E, dtype=np.int64), counts)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return k, np.arange(total, dtype=np.int64) - starts[k], starts[:-1].copy()
+    out_k = np.empty(total, dtype=np.int64)
+    out_j = np.empty(total, dtype=np.int64)
+    admit = np.zeros(E, dtype=np.int64)
+    pool_k: list[int] = []
+    pool_perm: list[list[int]] = []
+    pool_rem: list[int] = []
+    nxt = 0
+    remaining = 0
+
+    def fill(pos: int) -> None:
+        nonlocal nxt, remaining
+        while len(pool_k) < pool_size and nxt < E:
+            if counts[nxt] > 0:
+                pool_k.append(nxt)
+                pool_perm.append(rng.permutation(counts[nxt]).tolist())
+                pool_rem.append(counts[nxt])
+                remaining += counts[nxt]
+            admit[nxt] = pos
+            nxt += 1
+
+    fill(0)
+    u = rng.random(total).tolist()
+    for p in range(total):
+        x = int(u[p] * remaining)
+        i = 0
+        while x >= pool_rem[i]:
+            x -= pool_rem[i]
+            i += 1
+        r = pool_rem[i] - 1
+        out_k[p] = pool_k[i]
+        out_j[p] = pool_perm[i][len(pool_perm[i]) - 1 - r]
+        remaining -= 1
+        if r == 0:
+            del pool_k[i], pool_perm[i], pool_rem[i]
+            fill(p + 1)
+        else:
+            pool_rem[i] = r
+    return out_k, out_j, admit
+
+
+def worker_batches_consumed(batches_consumed: int, batches_per_worker: Sequence[int]) -> list[int]:
+    """How many of its batches each DataLoader worker had handed out after `batches_consumed` batches: the
+    loader takes batches round-robin over workers, skipping the exhausted ones."""
+    return _round_robin(batches_consumed, batches_per_worker)[0]
+
+
+def _round_robin(batches_consumed: int, batches_per_worker: Sequence[int]) -> tuple[list[int], int]:
+    """(batches handed out per worker, the worker that hands out the next batch (0 when none is left))."""
+    n = [int(b) for b in batches_per_worker]
+    got = [0] * len(n)
+    left = int(batches_consumed)
+    full = min(n) if n else 0  # whole rounds in which every worker has a batch
+    rounds = min(full, left // max(len(n), 1))
+    got = [rounds] * len(n)
+    left -= rounds * len(n)
+    r = rounds
+    while any(r < b for b in n):
+        for w, b in enumerate(n):
+            if r < b:
+                if left == 0:
+                    return got, w
+                got[w] += 1
+                left -= 1
+        r += 1
+    return got, 0
+
+
+def _consumer_rng(seed: int, epoch: int, segment: int, consumer: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed) & _MASK64, int(epoch), int(segment), int(consumer), 0x5EED])
+
+
+def _segment_plan(remaining: dict[int, np.ndarray], world_size: int, num_workers: int, seed: int, epoch: int,
+                  segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Candidate episodes (ascending) and the positions of each consumer's episodes among them."""
+    cand = np.asarray(sorted(e for e, f in remaining.items() if len(f)), dtype=np.int64)
+    counts = np.asarray([len(remaining[int(e)]) for e in cand], dtype=np.int64)
+    return cand, plan_episodes(counts, world_size * num_workers, seed, epoch, segment, shuffle)
+
+
+def _consumed_items(counts_per_worker: Sequence[int], batch_size: int, batches_consumed: int) -> tuple[list[int], int]:
+    """Items each worker had handed out, and the worker that serves the next batch."""
+    nb = [-(-c // batch_size) for c in counts_per_worker]
+    got, nxt = _round_robin(batches_consumed, nb)
+    return [min(g * batch_size, c) for g, c in zip(got, counts_per_worker)], nxt
+
+
+def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int,
+                    pool_size: int, shuffle: bool) -> dict[int, np.ndarray]:
+    """Frames (offsets in their episode) not yet consumed after the closed segments `history`, each
+    [world_size, num_workers, batch_size, batches_consumed] (batches consumed per rank)."""
+    remaining = {int(e): np.arange(int(n), dtype=np.int64) for e, n in lengths.items()}
+    for s, (ws, nw, bs, k) in enumerate(history):
+        nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
+        cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
+        consumed: dict[int, list[np.ndarray]] = {}
+        for r in range(ws):
+            orders = []
+            for w in range(nw):
+                c = r * nw + w
+                eps = cand[plans[c]]
+                counts = [len(remaining[int(e)]) for e in eps]
+                orders.append((eps, consumer_order(counts, pool_size, _consumer_rng(seed, epoch, s, c), shuffle)))
+            took = _consumed_items([len(o[1][0]) for o in orders], bs, k)[0]
+            for (eps, (kk, jj, _)), m in zip(orders, took):
+                for e, j in zip(eps[kk[:m]].tolist(), jj[:m].tolist()):
+                    consumed.setdefault(e, []).append(j)
+        for e, js in consumed.items():
+            keep = np.ones(len(remaining[e]), dtype=bool)
+            keep[np.asarray(js, dtype=np.int64)] = False
+            remaining[e] = remaining[e][keep]
+    return remaining
+
+
+# ---------------------------------------------------------------------------------------------- stats
+class _ProcessStats:
+    """Counters of this process; published as JSON files in a directory shared with DataLoader workers."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.pid = os.getpid()
+        self.token = f"{self.pid}-{os.urandom(4).hex()}"
+        self.fetch = FetchStats()
+        self.decode_seconds = 0.0
+        self.tabular_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.fast_forward_seconds = 0.0
+        self.frames_emitted = 0
+        self.episodes_admitted = 0
+        self.first_item_seconds: float | None = None
+        self.last_publish = 0.0
+
+    def check_fork(self) -> None:
+        if os.getpid() != self.pid:
+            self.reset()
+
+    def as_dict(self, decoders: DecoderCache | None) -> dict:
+        d = {"decode_seconds": self.decode_seconds, "tabular_seconds": self.tabular_seconds,
+             "wait_seconds": self.wait_seconds, "fast_forward_seconds": self.fast_forward_seconds,
+             "frames_emitted": self.frames_emitted, "episodes_admitted": self.episodes_admitted,
+             **self.fetch.as_dict()}
+        d["decoder"] = decoders.stats() if decoders is not None and decoders._pid == os.getpid() else {}
+        d["first_item_seconds"] = self.first_item_seconds
+        return d
+
+
+def _remove_dir_if_owner(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # a forked worker's copy of the dataset must not remove the parent's directory
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_SUM_KEYS = ("decode_seconds", "tabular_seconds", "wait_seconds", "fast_forward_seconds", "frames_emitted",
+             "episodes_admitted", "bytes_fetched", "fetch_seconds", "files_fetched", "retries", "cache_evictions")
+
+
+# ---------------------------------------------------------------------------------------------- dataset
+class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
+    """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
+
+    Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Each consumer
+    (rank x DataLoader worker) gets whole episodes, keeps up to `episode_pool_size` of them in RAM and
+    emits their frames in a random order that is a pure function of (seed, epoch, topology); every frame
+    of the selected episodes is emitted exactly once per epoch across all consumers.
+
+    Use `dataset.loader(batch_size, num_workers)` (a counting DataLoader wrapper) to get `state_dict()`,
+    `load_state_dict()` and automatic epoch advance; `set_epoch(e)` starts epoch `e` from its beginning.
+    Remote sources (any fsspec URL) are read by whole files into a private per-consumer mirror under
+    `cache_dir` (default ~/.cache/episodic/streaming), at most `cache_max_bytes` of unreferenced files per
+    consumer; video files are prefetched in background threads when their episode is about to enter the
+    pool.
+    """
+
+    def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
+                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
+                 episode_pool_size: int = 64, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
+                 video_keys: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None,
+                 cache_max_bytes: int = 4 << 30, video_decoder_cache_size: int | None = None,
+                 rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
+                 revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
+                 prefetch_episodes: int = 8, prefetch_threads: int = 4, tabular_block: int = 16,
+                 fetch_retries: int = 8, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0):
+        if episode_pool_size < 1:
+            raise ValueError(f"episode_pool_size must be >= 1, got {episode_pool_size}")
+        self.repo_id = repo_id
+        self.root = root
+        self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None)
+        self._location = self.source.url("") if not self.source.is_local else self.source.root
+        self._storage_options = dict(storage_options or {})
+        self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
+        self.episodes = episodes
+        self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
+        self.tolerance_s = tolerance_s
+        self.episode_pool_size = int(episode_pool_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.return_uint8 = return_uint8
+        self.image_transforms = image_transforms
+        self.rank, self.world_size = rank, world_size
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(default_cache_dir() / "streaming")
+        self.cache_max_bytes = int(cache_max_bytes)
+        self.chunk_size = max(1, int(chunk_size))
+        self.prefetch_episodes = max(0, int(prefetch_episodes))
+        self.prefetch_threads = max(1, int(prefetch_threads))
+        self.tabular_block = max(1, int(tabular_block))
+        self.fetch_retries, self.fetch_backoff_s, self.fetch_max_backoff_s = fetch_retries, fetch_backoff_s, fetch_max_backoff_s
+        # the item builder: a FrameEngine with no rows (validates keys and windows like map-style does);
+        # per episode, a shallow copy of it gets that episode's columns
+        self._template = FrameEngine(self.meta, self.source, [], delta_timestamps, tolerance_s, video_keys)
+        self.selected = select_episodes(self.meta, episodes)
+        self.camera_keys = self._template.video_keys + self._template.image_keys
+        n_cams = len(self._template.video_keys)
+        self.video_decoder_cache_size = (video_decoder_cache_size if video_decoder_cache_size is not None
+                                         else min(256, max(16, n_cams * (self.episode_pool_size + self.prefetch_episodes))))
+        self._decoders = DecoderCache(max_open=self.video_decoder_cache_size)
+        self._template.decoders = self._decoders
+        if delta_timestamps is not None:
+            self.delta_indices = {k: v.tolist() for k, v in self._template.offsets.items()}
+        else:
+            self.delta_indices = None
+        # trainer-side state
+        self.epoch = 0
+        self._consumed = 0
+        self._history: list[list[int]] = []
+        self._segment: tuple[int, int, int] | None = None  # (world_size, num_workers, batch_size) of the open segment
+        self._iter_state: dict | None = None
+        # observability
+        self._stats = _ProcessStats()
+        self._stats_dir = tempfile.mkdtemp(prefix="episodic-stream-stats-")
+        weakref.finalize(self, _remove_dir_if_owner, self._stats_dir, os.getpid())
+
+    def __getstate__(self) -> dict:  # for spawn/forkserver workers: no locks, no open decoders
+        d = self.__dict__.copy()
+        d["_stats"] = None
+        d["_decoders"] = None
+        d["_template"] = copy.copy(self._template)
+        d["_template"].decoders = None
+        return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._stats = _ProcessStats()
+        self._decoders = DecoderCache(max_open=self.video_decoder_cache_size)
+        self._template.decoders = self._decoders
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_frames(self) -> int:
+        return int(self.meta.episodes.length[self.selected].sum())
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.selected)
+
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict:
+        return self.meta.features
+
+    # ------------------------------------------------------------------ state
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` from its beginning (the next iteration)."""
+        self.epoch = int(epoch)
+        self._consumed = 0
+        self._history = []
+
+    def state_dict(self) -> dict:
+        """{"epoch", "batches_consumed", "batch_size", "seed", ...}: batches this rank's loader handed out
+        in the current epoch, plus the topology they were produced under (and earlier topologies of the
+        same epoch in "history"). JSON-serialisable; identical on every rank of a synchronous job."""
+        ws, nw, bs = self._segment if self._segment is not None else (resolve_topology(self.rank, self.world_size)[1], 0, 0)
+        return {"seed": self.seed, "epoch": self.epoch, "batches_consumed": self._consumed, "batch_size": bs,
+                "world_size": ws, "num_workers": nw, "history": [list(h) for h in self._history],
+                "episode_pool_size": self.episode_pool_size, "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        for key in ("episode_pool_size", "shuffle"):
+            if key in state and state[key] != getattr(self, key):
+                raise ValueError(f"stream state was saved with {key}={state[key]!r}, this dataset has "
+                                 f"{getattr(self, key)!r}: the order would differ")
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self._consumed = int(state.get("batches_consumed", 0))
+        self._history = [list(map(int, h)) for h in state.get("history", [])]
+        if self._consumed:
+            self._segment = (int(state.get("world_size", 1)), int(state.get("num_workers", 0)), int(state["batch_size"]))
+        else:
+            self._segment = None
+
+    def _begin(self, batch_size: int, num_workers: int) -> dict:
+        """Open (or continue) the segment for this loader's topology; the snapshot workers iterate from."""
+        _, ws = resolve_topology(self.rank, self.world_size)
+        topo = (ws, int(num_workers), int(batch_size))
+        if self._segment is not None and self._consumed > 0 and self._segment != topo:
+            self._history.append([*self._segment, self._consumed])
+            self._consumed = 0
+        self._segment = topo
+        state = {"seed": self.seed, "epoch": self.epoch, "history": [list(h) for h in self._history],
+                 "segment": topo, "batches_consumed": self._consumed}
+        self._iter_state = state
+        return state
+
+    def _end_epoch(self) -> None:
+        self.set_epoch(self.epoch + 1)
+
+    def loader(self, batch_size: int = 32, num_workers: int = 0, **kwargs) -> "StreamingLoader":
+        """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
+        to the next epoch when one is exhausted."""
+        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, **kwargs)
+
+    # ------------------------------------------------------------------ observability
+    def _publish(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._stats.last_publish < 0.5:
+            return
+        self._stats.last_publish = now
+        try:
+            atomic_write_bytes(os.path.join(self._stats_dir, f"stats-{self._stats.token}.json"),
+                               json.dumps(self._stats.as_dict(self._decoders)).encode())
+        except OSError:
+            pass
+
+    def _collect(self) -> list[dict]:
+        self._stats.check_fork()
+        if self._stats.frames_emitted or self._stats.fetch.files_fetched:
+            self._publish(force=True)
+        out = []
+        for path in glob.glob(os.path.join(self._stats_dir, "stats-*.json")):
+            try:
+                with open(path) as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def timing_stats(self) -> dict:
+        """Totals over this process and every DataLoader worker process it started (workers publish their
+        counters to a temporary directory at most every 0.5 s and when they finish): fetch seconds,
+        decode seconds, bytes fetched, frames emitted, retries, ... plus 'processes'."""
+        per = self._collect()
+        out = {k: sum(p.get(k, 0) for p in per) for k in _SUM_KEYS}
+        firsts = [p["first_item_seconds"] for p in per if p.get("first_item_seconds") is not None]
+        out["first_item_seconds"] = min(firsts) if firsts else None
+        out["processes"] = len(per)
+        return out
+
+    def video_decoder_cache_stats(self) -> dict:
+        """DecoderCache hits/misses/evictions summed over this process and its workers ('open' summed too)."""
+        per = [p.get("decoder") or {} for p in self._collect()]
+        out = {k: sum(d.get(k, 0) for d in per) for k in ("hits", "misses", "evictions", "open")}
+        total = out["hits"] + out["misses"]
+        out["hit_rate"] = out["hits"] / total if total else 0.0
+        return out
+
+    # ------------------------------------------------------------------ iteration
+    def _consumer(self) -> tuple[int, int, int, int]:
+        rank, ws = resolve_topology(self.rank, self.world_size)
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
+        return rank, ws, wid, nw
+
+    def _fresh_source(self) -> Source:
+        """The source for this process: a forked worker must not use its parent's async HTTP session."""
+        if self.source.is_local:
+            return self.source
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(self._location, **self._storage_options)
+        return Source(fs=fs, root=root.rstrip("/"))
+
+    def _my_plan(self) -> tuple[np.ndarray, list[np.ndarray], int, int, int, int, int]:
+        """This consumer's episodes, their frames to emit, seed, epoch, the segment index and the items to skip."""
+        rank, ws, wid, nw = self._consumer()
+        state = self._iter_state
+        self._iter_state = None
+        loader_workers = None
+        if state is None:  # iterated directly (not through `loader()`): continue or close the open segment
+            nwk = 0 if torch.utils.data.get_worker_info() is None else nw
+            seg = self._segment
+            history = [list(h) for h in self._history]
+            consumed = self._consumed
+            if seg is not None and consumed > 0 and (seg[0], seg[1]) != (ws, nwk):
+                history.append([*seg, consumed])
+                consumed = 0
+            state = {"seed": self.seed, "epoch": self.epoch, "history": history,
+                     "segment": seg if consumed else (ws, nwk, 1), "batches_consumed": consumed}
+        seed, epoch, history = state["seed"], state["epoch"], state["history"]
+        seg_ws, seg_nw, seg_bs = state["segment"]
+        loader_workers = max(seg_nw, 1)
+        if (seg_ws, loader_workers) != (ws, nw):
+            raise RuntimeError(f"stream segment topology {(seg_ws, loader_workers)} != this process's {(ws, nw)}")
+        lengths = {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
+        remaining = remaining_after(lengths, history, seed, epoch, self.episode_pool_size, self.shuffle)
+        segment = len(history)
+        cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, segment, self.shuffle)
+        per_worker = []
+        for w in range(nw):
+            c = rank * nw + w
+            per_worker.append(sum(len(remaining[int(e)]) for e in cand[plans[c]]))
+        took, nxt = _consumed_items(per_worker, max(seg_bs, 1), state["batches_consumed"])
+        # a new DataLoader iterator starts its round-robin at worker 0: worker w plays the part of the
+        # worker that was w places after the one due to hand out the next batch
+        logical = (nxt + wid) % nw
+        if wid == 0 and rank == 0:
+            _warn_uneven(cand, plans, remaining, ws, nw)
+        eps = cand[plans[rank * nw + logical]]
+        return eps, [remaining[int(e)] for e in eps], seed, epoch, segment, took[logical], rank * nw + logical
+
+    def __iter__(self) -> Iterator[dict]:
+        self._stats.check_fork()
+        t_start = time.perf_counter()
+        rank, ws, wid, nw = self._consumer()
+        eps, frames, seed, epoch, segment, skip, consumer = self._my_plan()
+        rng = _consumer_rng(seed, epoch, segment, consumer)
+        kk, jj, admit = consumer_order([len(f) for f in frames], self.episode_pool_size, rng, self.shuffle)
+        last = np.full(len(eps), -1, dtype=np.int64)
+        if len(kk):
+            last[kk] = np.arange(len(kk))  # last position of each list episode
+        self._stats.fast_forward_seconds += time.perf_counter() - t_start
+        run = _Run(self, eps, frames, admit, last, rank, wid)
+        run.released[last < skip] = True  # consumed before the resume point (or empty): never loaded
+        try:
+            p = skip
+            n = len(kk)
+            while p < n:
+                q = min(p + self.chunk_size, n)
+                items = run.items(kk[p:q], jj[p:q], q)
+                run.release_before(q)
+                if self._stats.first_item_seconds is None and items:
+                    self._stats.first_item_seconds = time.perf_counter() - t_start
+                self._stats.frames_emitted += len(items)
+                self._publish()
+                yield from items
+                p = q
+        finally:
+            run.close()
+            self._publish(force=True)
+
+
+def _warn_uneven(cand, plans, remaining, ws: int, nw: int) -> None:
+    if len(cand) < ws * nw:
+        warnings.warn(f"streaming: {len(cand)} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
+                      f"{ws * nw - len(cand)} consumers get no episode", stacklevel=3)
+    frames = [sum(sum(len(remaining[int(e)]) for e in cand[plans[r * nw + w]]) for w in range(nw)) for r in range(ws)]
+    if ws > 1 and len(set(frames)) > 1:
+        warnings.warn(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(frames)}..{max(frames)} "
+                      f"frames, so some ranks run out of batches first (stop every rank at the shortest, or expect a "
+                      f"hang in collective ops)", stacklevel=3)
+
+
+class _Run:
+    """One consumer's iteration: loads tabular blocks and prefetches videos ahead, builds items."""
+
+    def __init__(self, ds: StreamingLeRobotDataset, eps: np.ndarray, frames: list[np.ndarray], admit: np.ndarray,
+                 last: np.ndarray, rank: int, wid: int):
+        self.ds, self.eps, self.frames, self.admit, self.last = ds, eps, frames, admit, last
+        source = ds._fresh_source()
+        self.local = source.is_local
+        self.mirror = None
+        if not self.local:
+            base = os.path.join(ds.cache_dir, f"r{rank}w{wid}")
+            os.makedirs(base, exist_ok=True)
+            self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=base)
+        self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, ds.cache_max_bytes, self.local,
+                                     threads=ds.prefetch_threads, retries=ds.fetch_retries, backoff_s=ds.fetch_backoff_s,
+                                     max_backoff_s=ds.fetch_max_backoff_s, stats=ds._stats.fetch)
+        if self.local:
+            self.meta = ds.meta
+            engine_source = source
+        else:
+            from fsspec.implementations.local import LocalFileSystem
+
+            self.meta = replace(ds.meta, fs=LocalFileSystem(), root=self.mirror)
+            engine_source = Source(fs=LocalFileSystem(), root=self.mirror)
+        self.template = copy.copy(ds._template)
+        self.template.source = engine_source
+        self.template.meta = self.meta
+        self.template.decoders = ds._decoders
+        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
+        self.blocks: dict[int, Future] = {}
+        self.engines: dict[int, FrameEngine] = {}
+        self.videos: dict[int, list[str]] = {}  # list position -> acquired video files
+        self.video_futs: dict[int, list[Future]] = {}
+        self.prefetched = 0  # list positions [0, prefetched) have been submitted
+        self.released = np.zeros(len(eps), dtype=bool)
+        self.data_keys = ds._template.data_keys
+        self.video_keys = ds._template.video_keys
+
+    # ---------------------------------------------------------------- loading
+    def _submit_until(self, upto: int) -> None:
+        upto = min(upto, len(self.eps))
+        G = self.ds.tabular_block
+        while self.prefetched < upto:
+            k = self.prefetched
+            self.prefetched += 1
+            if self.released[k]:
+                continue
+            b = k // G
+            if b not in self.blocks:
+                lo, hi = b * G, min((b + 1) * G, len(self.eps))
+                wanted = self.eps[lo:hi][~self.released[lo:hi]]
+                self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
+            if not self.local:
+                ep = int(self.eps[k])
+                rels = [self.meta.video_file_of(ep, key) for key in self.video_keys]
+                self.videos[k] = rels
+                self.video_futs[k] = [self.prefetcher.acquire(r) for r in rels]
+
+    def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
+        t0 = time.perf_counter()
+        block_eps = np.unique(wanted)
+        rels = sorted({self.meta.data_file_of(int(e)) for e in block_eps})
+        futs = [self.prefetcher.acquire(r) for r in rels]
+        try:
+            for f in futs:
+                f.result()
+            cols = load_columns(self.meta, block_eps, self.data_keys)
+        finally:
+            for r in rels:
+                self.prefetcher.release(r)
+        out = {}
+        for i, e in enumerate(block_eps.tolist()):
+            s, t = int(cols.starts[i]), int(cols.starts[i + 1])
+            out[e] = Columns(episodes=np.asarray([e], dtype=np.int64), starts=np.asarray([0, t - s], dtype=np.int64),
+                             arrays={n: a[s:t] for n, a in cols.arrays.items()},
+                             images={n: v[s:t] for n, v in cols.images.items()})
+        self.ds._stats.tabular_seconds += time.perf_counter() - t0
+        return out
+
+    def _engine(self, k: int) -> FrameEngine:
+        eng = self.engines.get(k)
+        if eng is not None:
+            return eng
+        t0 = time.perf_counter()
+        G = self.ds.tabular_block
+        ep = int(self.eps[k])
+        cols = self.blocks[k // G].result()[ep]
+        for f in self.video_futs.get(k, ()):
+            f.result()
+        self.ds._stats.wait_seconds += time.perf_counter() - t0
+        eng = copy.copy(self.template)
+        eng.columns = cols
+        eng.episodes = np.asarray([ep], dtype=np.int64)
+        self.engines[k] = eng
+        self.ds._stats.episodes_admitted += 1
+        return eng
+
+    # ---------------------------------------------------------------- items
+    def items(self, ks: np.ndarray, js: np.ndarray, q: int) -> list[dict]:
+        admitted = int(np.searchsorted(self.admit, q, side="right"))  # list episodes in the pool by item q
+        self._submit_until(admitted + self.ds.prefetch_episodes)
+        out: list = [None] * len(ks)
+        cam = self.meta.episodes.cameras[self.video_keys[0]] if self.video_keys else None
+        groups = np.unique(ks)
+        if cam is not None:  # file by file, forward in time: the decoder mostly decodes on without seeking
+            e = self.eps[groups]
+            groups = groups[np.lexsort((cam.from_ts[e], cam.file_id[e]))]
+        ds = self.ds
+        parts, order = [], []
+        for k in groups.tolist():
+            sel = np.flatnonzero(ks == k)
+            rows = self.frames[k][js[sel]]
+            eng = self._engine(k)
+            t0 = time.perf_counter()
+            parts.append(eng.batch(rows))
+            ds._stats.decode_seconds += time.perf_counter() - t0
+            order.append(sel)
+        # one batch for the chunk, in emission order: one allocation per key, and items that are views of it
+        pos = np.argsort(np.concatenate(order), kind="stable")
+        if len(parts) == 1:
+            merged = parts[0]
+        else:
+            merged = {}
+            for key in parts[0]:
+                if key == "task":
+                    flat = [t for p in parts for t in p[key]]
+                    merged[key] = [flat[i] for i in pos.tolist()]
+                else:
+                    merged[key] = np.concatenate([p[key] for p in parts])[pos]
+        if len(parts) == 1 and not np.array_equal(pos, np.arange(len(pos))):
+            merged = {key: ([v[i] for i in pos.tolist()] if key == "task" else v[pos]) for key, v in merged.items()}
+        batch = to_torch(merged, ds.camera_keys, ds.return_uint8)
+        if _items_of is not None and ds.image_transforms is None:
+            return _items_of(batch, len(ks))  # default_collate returns `batch` itself for a whole chunk
+        return unbatch(batch, len(ks), ds.image_transforms, ds.camera_keys)
+
+    def release_before(self, q: int) -> None:
+        """Release the episodes whose last frame was emitted before item q."""
+        done = np.flatnonzero((self.last < q) & ~self.released)
+        for k in done.tolist():
+            if k >= self.prefetched:
+                continue
+            self.released[k] = True
+            self.engines.pop(k, None)
+            for r in self.videos.pop(k, ()):
+                self.prefetcher.release(r)
+            self.video_futs.pop(k, None)
+            G = self.ds.tabular_block
+            b = k // G
+            lo, hi = b * G, min((b + 1) * G, len(self.eps))
+            if self.released[lo:hi].all():
+                self.blocks.pop(b, None)
+
+    def close(self) -> None:
+        self.tab_pool.shutdown(wait=True, cancel_futures=True)
+        self.prefetcher.close()
+        self.engines.clear()
+        self.blocks.clear()
+        if self.mirror is not None:
+            shutil.rmtree(self.mirror, ignore_errors=True)
+
+
+class StreamingLoader:
+    """A DataLoader over a StreamingLeRobotDataset that counts the batches it hands out.
+
+    Iterate it like a DataLoader; `state_dict()` / `load_state_dict()` are the dataset's. Workers are not
+    persistent: each iteration snapshots the dataset's state (epoch, resume position) into fresh workers.
+    When an iteration runs to its end, the dataset moves to the next epoch."""
+
+    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 32, num_workers: int = 0, **kwargs):
+        if kwargs.get("persistent_workers"):
+            raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.kwargs = kwargs
+
+    def __iter__(self):
+        ds = self.dataset
+        ds._begin(self.batch_size, self.num_workers)
+        ds.chunk_size = self.batch_size  # chunks then coincide with the loader's batches (zero-copy collation)
+        dl = torch.utils.data.DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers, **self.kwargs)
+        it = iter(dl)
+        if self.num_workers > 0:
+            ds._iter_state = None  # the forked workers hold their snapshot now (num_workers=0 takes it in __iter__)
+        for batch in it:
+            ds._consumed += 1
+            yield batch
+        ds._end_epoch()
+
+    def state_dict(self) -> dict:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.dataset.load_state_dict(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)

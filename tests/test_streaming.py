@@ -1,0 +1,298 @@
+"""StreamingLeRobotDataset: items equal map-style items, exactly-once epochs over workers and ranks, exact
+resume at every batch, and a flaky real HTTP server (retries counted, nothing lost or duplicated)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import random
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from episodic import LeRobotDataset
+from episodic.datasets.streaming import (StreamingLeRobotDataset, consumer_order, plan_episodes,
+                                         worker_batches_consumed)
+from episodic.demo import write_demo_dataset
+
+FPS = 30
+DELTAS = {"action": [i / FPS for i in range(4)], "observation.state": [-1 / FPS, 0.0],
+          "observation.images.top": [-1 / FPS, 0.0]}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return write_demo_dataset(tmp_path_factory.mktemp("stream") / "ds", num_episodes=8, min_length=15, max_length=30,
+                              height=48, width=64, progress=False, data_files_size_in_mb=0.004,
+                              video_files_size_in_mb=0.006, chunks_size=3)
+
+
+def indices(batches) -> list[int]:
+    return [int(i) for b in batches for i in b["index"]]
+
+
+# ------------------------------------------------------------------------------------------ pure order
+def test_plan_splits_episodes_evenly_and_deterministically():
+    counts = np.array([30, 10, 25, 17, 22, 15, 29, 11])
+    a = plan_episodes(counts, 3, seed=1, epoch=2)
+    b = plan_episodes(counts, 3, seed=1, epoch=2)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert sorted(np.concatenate(a).tolist()) == list(range(8))
+    frames = [int(counts[x].sum()) for x in a]
+    assert max(frames) - min(frames) <= counts.max()
+    c = plan_episodes(counts, 3, seed=1, epoch=3)
+    assert any(not np.array_equal(x, y) for x, y in zip(a, c))
+    assert all(len(x) > 0 for x in plan_episodes(counts, 8, seed=0, epoch=0))  # no idle consumer
+
+
+def test_consumer_order_is_a_permutation_within_the_pool():
+    counts = [5, 3, 7, 4]
+    k, j, admit = consumer_order(counts, 2, np.random.default_rng(0))
+    pairs = sorted(zip(k.tolist(), j.tolist()))
+    assert pairs == [(e, f) for e, n in enumerate(counts) for f in range(n)]
+    for p in range(len(k)):  # at most 2 episodes admitted and unfinished at any time
+        live = {int(e) for e in range(4) if admit[e] <= p and (k[p:] == e).any()}
+        assert len(live) <= 2
+    k0, j0, _ = consumer_order(counts, 2, None, shuffle=False)
+    assert k0.tolist() == sorted(k0.tolist()) and j0[:5].tolist() == list(range(5))
+
+
+def test_worker_batches_round_robin_skips_exhausted_workers():
+    assert worker_batches_consumed(5, [3, 3]) == [3, 2]
+    assert worker_batches_consumed(5, [1, 4]) == [1, 4]
+    assert worker_batches_consumed(4, [1, 4, 0]) == [1, 3, 0]
+
+
+# ------------------------------------------------------------------------------------------ items
+def test_items_equal_map_style_items(root):
+    ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
+    ds = StreamingLeRobotDataset("x", root=root, delta_timestamps=DELTAS, episode_pool_size=3, chunk_size=7)
+    seen = []
+    for item in ds:
+        i = int(item["index"])
+        seen.append(i)
+        want = ref[i]
+        assert set(want) == set(item)
+        for key, value in want.items():
+            if key == "task":
+                assert value == item[key]
+            else:
+                assert value.dtype == item[key].dtype and torch.equal(value, item[key]), key
+    assert sorted(seen) == list(range(len(ref)))
+    assert seen != sorted(seen)
+    stats = ds.timing_stats()
+    assert stats["frames_emitted"] == len(ref) and stats["decode_seconds"] > 0
+    assert ds.video_decoder_cache_stats()["misses"] > 0
+
+
+def test_episode_subset_and_uint8(root):
+    ref = LeRobotDataset("x", root=root, episodes=[5, 1, 6], return_uint8=True)
+    ds = StreamingLeRobotDataset("x", root=root, episodes=[5, 1, 6], return_uint8=True, episode_pool_size=2)
+    by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
+    got = list(ds)
+    assert sorted(int(x["index"]) for x in got) == sorted(by_index)
+    for item in got[:10]:
+        want = by_index[int(item["index"])]
+        assert all(torch.equal(want[k], item[k]) for k in want if k != "task")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_one_epoch_covers_every_frame_once(root, workers):
+    ds = StreamingLeRobotDataset("x", root=root, video_keys=["observation.images.top"], episode_pool_size=4)
+    loader = ds.loader(batch_size=16, num_workers=workers)
+    got = indices(loader)
+    assert sorted(got) == list(range(ds.num_frames))
+    assert ds.epoch == 1  # an exhausted iteration moves on to the next epoch
+    got2 = indices(loader)
+    assert sorted(got2) == list(range(ds.num_frames)) and got2 != got
+    stats = ds.timing_stats()
+    assert stats["frames_emitted"] == 2 * ds.num_frames  # aggregated over the worker processes
+    assert stats["processes"] >= max(workers, 1)
+
+
+# ------------------------------------------------------------------------------------------ resume
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_at_every_batch_is_exact(root, workers):
+    kw = dict(video_keys=[], episode_pool_size=3, seed=7)
+    ds = StreamingLeRobotDataset("x", root=root, **kw)
+    ds.set_epoch(1)
+    full = [b["index"].tolist() for b in ds.loader(batch_size=24, num_workers=workers)]
+    assert sorted(i for b in full for i in b) == list(range(ds.num_frames))
+    for k in range(len(full) + 1):
+        a = StreamingLeRobotDataset("x", root=root, **kw)
+        a.set_epoch(1)
+        before = []
+        if k:
+            for b in a.loader(batch_size=24, num_workers=workers):
+                before.append(b["index"].tolist())
+                if len(before) == k:
+                    break
+        state = a.state_dict()
+        assert state["batches_consumed"] == k and state["epoch"] == 1
+        b = StreamingLeRobotDataset("x", root=root, **kw)
+        b.load_state_dict(state)
+        after = [x["index"].tolist() for x in b.loader(batch_size=24, num_workers=workers)] if k < len(full) else []
+        assert before + after == full, k
+
+
+def test_elastic_two_ranks_to_one(root):
+    kw = dict(video_keys=[], episode_pool_size=3, seed=3)
+    consumed, states = [], []
+    for rank in range(2):
+        ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=2, **kw)
+        for n, b in enumerate(ds.loader(batch_size=8), 1):
+            consumed += b["index"].tolist()
+            if n == 3:
+                break
+        states.append(ds.state_dict())
+    assert states[0] == states[1]
+    one = StreamingLeRobotDataset("x", root=root, rank=0, world_size=1, **kw)
+    one.load_state_dict(states[0])
+    rest = indices(one.loader(batch_size=5))
+    assert sorted(consumed + rest) == list(range(one.num_frames))
+    # and once more, 1 -> 2 ranks after a few batches of the one-rank segment
+    one = StreamingLeRobotDataset("x", root=root, rank=0, world_size=1, **kw)
+    one.load_state_dict(states[0])
+    part = []
+    for n, b in enumerate(one.loader(batch_size=5), 1):
+        part += b["index"].tolist()
+        if n == 2:
+            break
+    state = one.state_dict()
+    assert len(state["history"]) == 1
+    tail = []
+    for rank in range(2):
+        ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=2, **kw)
+        ds.load_state_dict(state)
+        tail += indices(ds.loader(batch_size=4))
+    assert sorted(consumed + part + tail) == list(range(one.num_frames))
+
+
+# ------------------------------------------------------------------------------------------ http
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Static files with Range support; fails a fraction of requests (500, reset, truncated body)."""
+
+    fail_rate = 0.0
+    rng = random.Random(0)
+    lock = threading.Lock()
+    failures = 0
+
+    def log_message(self, *args):
+        pass
+
+    def _fault(self) -> str | None:
+        with self.lock:
+            if self.rng.random() >= type(self).fail_rate:
+                return None
+            type(self).failures += 1
+            return self.rng.choice(["500", "reset", "truncate"])
+
+    def do_HEAD(self):
+        self._serve(head=True)
+
+    def do_GET(self):
+        self._serve(head=False)
+
+    def _serve(self, head: bool):
+        path = self.translate_path(self.path)
+        if not os.path.isfile(path):
+            self.send_error(404)
+            return
+        fault = None if head else self._fault()  # HEAD failures are absorbed by fsspec (it falls back to GET)
+        if fault == "500":
+            self.send_error(500, "injected")
+            return
+        if fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+            self.connection.close()
+            return
+        data = Path(path).read_bytes()
+        size = len(data)
+        lo, hi = 0, size - 1
+        rng = self.headers.get("Range")
+        status = 200
+        if rng and rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            if a:
+                lo, hi = int(a), min(int(b) if b else size - 1, size - 1)
+            else:
+                lo, hi = max(size - int(b), 0), size - 1
+            if lo >= size:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.end_headers()
+                return
+            status = 206
+        body = data[lo:hi + 1]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {lo}-{hi}/{size}")
+        self.end_headers()
+        if head:
+            return
+        if fault == "truncate" and len(body) > 1:
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body)
+
+
+@pytest.fixture()
+def http_root(root):
+    handler = type("H", (_Handler,), {"fail_rate": 0.0, "rng": random.Random(1), "lock": threading.Lock(), "failures": 0})
+
+    def factory(*args, **kwargs):
+        return handler(*args, directory=str(root.parent), **kwargs)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), factory)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{root.name}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_flaky_http_epoch_exactly_once_with_retries(root, http_root, tmp_path, workers):
+    url, handler = http_root
+    ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
+    ds = StreamingLeRobotDataset(None, root=url, delta_timestamps=DELTAS, episode_pool_size=3, cache_dir=tmp_path,
+                                 cache_max_bytes=20_000, fetch_backoff_s=0.005, fetch_max_backoff_s=0.05, seed=workers)
+    handler.fail_rate = 0.1  # after the metadata: data and video files are fetched through the prefetcher
+    seen = []
+    for batch in ds.loader(batch_size=16, num_workers=workers):
+        for b, i in enumerate(batch["index"].tolist()):
+            seen.append(i)
+            if len(seen) % 13 == 0:
+                want = ref[i]
+                assert torch.equal(want["observation.images.top"], batch["observation.images.top"][b])
+                assert torch.equal(want["action"], batch["action"][b])
+    handler.fail_rate = 0.0
+    assert sorted(seen) == list(range(len(ref)))
+    stats = ds.timing_stats()
+    assert handler.failures > 0 and stats["retries"] > 0, (handler.failures, stats)
+    assert stats["bytes_fetched"] > 0 and stats["frames_emitted"] == len(ref)
+    assert stats["cache_evictions"] > 0  # a 20 kB budget: released files are evicted
+    assert not any(p.is_file() for p in Path(tmp_path).rglob("*"))  # the private mirrors are removed
+
+
+def test_permanent_http_failure_names_the_url(root, http_root, tmp_path):
+    url, handler = http_root
+    ds = StreamingLeRobotDataset(None, root=url, video_keys=[], cache_dir=tmp_path, fetch_retries=2,
+                                 fetch_backoff_s=0.001)
+    handler.fail_rate = 1.0
+    with pytest.raises(Exception, match=r"127\.0\.0\.1.*data/chunk-.*parquet"):
+        list(ds)
+    handler.fail_rate = 0.0
