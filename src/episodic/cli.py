@@ -59,6 +59,56 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .tools import bench as B
+
+    progress = not args.quiet
+    cfg = B.BenchConfig(dataset=args.dataset, mode=args.mode, workers=args.workers, batch_size=args.batch_size,
+                        action_window=args.action_window, state_window=args.state_window,
+                        cameras=B.parse_cameras(args.cameras), batches=args.batches, warmup=args.warmup, seed=args.seed,
+                        torch_threads=args.torch_threads, progress=progress)
+    try:
+        record = B.run_bench(cfg)
+    except Exception as e:  # noqa: BLE001  a failed run reports its error and no figure
+        print(f"episodic bench: error: {B.concise_error(e)}", file=sys.stderr)
+        return 2
+    if args.compare_lerobot:
+        if not args.quiet:
+            print("running LeRobot's loader on the same data ...", file=sys.stderr)
+        lr, msg = B.run_lerobot(cfg, record["dataset"]["root"], args.lerobot_python)
+        print(msg, file=sys.stderr)
+        if lr is not None:
+            record["lerobot"], record["ratios"] = lr, B.ratios(record, lr)
+    print(B.format_table(record))
+    if args.json:
+        B.write_json(record, args.json)
+    if args.csv:
+        B.write_csv(record, args.csv)
+    return 0
+
+
+def _bench_summarize(args: argparse.Namespace) -> int:
+    from .tools.bench import load_results, summary_table
+    from .tools.plots import bench_summary_chart
+
+    rows = load_results(args.results)
+    print(summary_table(rows))
+    out = bench_summary_chart(rows, args.output, title=args.title)
+    print(f"chart: {out}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .tools.bench import demo_root, parse_cameras
+    from .tools.show import show_episode
+
+    root = args.dataset if args.dataset is not None else str(demo_root(not args.quiet))
+    out = show_episode(root, args.episode, args.output, num_frames=args.frames, cameras=parse_cameras(args.cameras),
+                       progress=not args.quiet)
+    print(f"episode {args.episode} of {root}: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="episodic", description="Fast, exact loading of LeRobot-format robot datasets.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -77,6 +127,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-decode", action="store_true", help="skip decoding the first/last frame of each episode")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_validate)
+    p = sub.add_parser("bench", help="measure loading: frames/s, time to first batch, latency, decode time, peak RSS",
+                       description="Measure one loader configuration on DATASET (default: the built-in demo dataset, "
+                                   "written on first use). Prints a table; --json/--csv write the result. Exits "
+                                   "non-zero with the error when nothing could be measured (e.g. undecodable videos).")
+    p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (default: the demo dataset)")
+    p.add_argument("--mode", choices=["map", "stream"], default="map")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers (default 0)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--action-window", type=int, default=16, help="action frames: current + future (0: none)")
+    p.add_argument("--state-window", type=int, default=2, help="observation.state frames: past + current (0: none)")
+    p.add_argument("--cameras", default=None, help="comma list of cameras (full or short names), 'none' for "
+                                                   "tabular only (default: all)")
+    p.add_argument("--batches", type=int, default=100, help="measured batches (default 100)")
+    p.add_argument("--warmup", type=int, default=5, help="batches before measuring (default 5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads in the main process")
+    p.add_argument("--json", metavar="OUT", help="write the result as JSON")
+    p.add_argument("--csv", metavar="OUT", help="write the result as one CSV row")
+    p.add_argument("--compare-lerobot", action="store_true",
+                   help="also run LeRobot's loader on the same data (benchmarks/lerobot_tools.py) and print ratios")
+    p.add_argument("--lerobot-python", metavar="PATH",
+                   help="python of a LeRobot 0.4.4 venv (default .bench/lerobot-venv/bin/python when present)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_bench)
+    p = sub.add_parser("bench-summarize", help="compare bench results: a table and a PNG chart",
+                       description="One table (stdout) and a chart of frames/s and p50/p95 batch latency for "
+                                   "`episodic bench --json` results.")
+    p.add_argument("results", nargs="+", metavar="RESULTS.json")
+    p.add_argument("-o", "--output", default="bench_summary.png", help="PNG to write (default bench_summary.png)")
+    p.add_argument("--title", default="episodic bench")
+    p.set_defaults(func=_bench_summarize)
+    p = sub.add_parser("show", help="draw one episode: camera frames over time, state and action curves")
+    p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (default: the demo dataset)")
+    p.add_argument("--episode", type=int, default=0)
+    p.add_argument("-o", "--output", default="episode.png", help="PNG to write (default episode.png)")
+    p.add_argument("--frames", type=int, default=6, help="frames per camera, evenly spaced in time (default 6)")
+    p.add_argument("--cameras", default=None, help="comma list of cameras, 'none' for curves only (default: all)")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_show)
     return ap
 
 

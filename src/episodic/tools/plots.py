@@ -1,0 +1,125 @@
+"""Matplotlib figures for `episodic bench-summarize` and `episodic show` (Agg backend, PNG files)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def bench_summary_chart(rows: Sequence[dict], path: str | os.PathLike, title: str = "episodic bench") -> Path:
+    """Two panels: frames/s by configuration (horizontal bars) and batch latency p50/p95 (ms)."""
+    plt = _pyplot()
+    labels = [r["label"] for r in rows]
+    y = np.arange(len(rows))
+    colors = ["#d98c2b" if r.get("loader") == "lerobot" else "#2b6cb0" for r in rows]
+    h = max(2.8, 0.55 * len(rows) + 1.6)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, h), sharey=True, gridspec_kw={"width_ratios": [1.1, 1]})
+    fps = [r["frames_per_s"] for r in rows]
+    a1.barh(y, fps, color=colors)
+    for yi, v in zip(y, fps):
+        a1.text(v, yi, f" {v:,.0f}", va="center", fontsize=8)
+    if fps and min(fps) > 0 and max(fps) / min(fps) > 30:  # very different speeds: log scale keeps all bars visible
+        a1.set_xscale("log")
+        a1.set_xlim(min(fps) / 2, max(fps) * 3)
+        a1.set_xlabel("frames / s, log scale (higher is better)")
+    else:
+        a1.set_xlim(0, max(fps) * 1.2 if fps else 1)
+        a1.set_xlabel("frames / s (higher is better)")
+    a1.set_yticks(y, labels, fontsize=8)
+    a1.invert_yaxis()
+    a1.set_title("throughput")
+    a1.grid(axis="x", alpha=0.3)
+    p50 = np.array([np.nan if r.get("p50_ms") is None else r["p50_ms"] for r in rows], dtype=float)
+    p95 = np.array([np.nan if r.get("p95_ms") is None else r["p95_ms"] for r in rows], dtype=float)
+    bh = 0.38
+    a2.barh(y - bh / 2, np.nan_to_num(p50), height=bh, color="#38a169", label="p50")
+    a2.barh(y + bh / 2, np.nan_to_num(p95), height=bh, color="#e53e3e", label="p95")
+    for yi, a, b in zip(y, p50, p95):
+        if np.isnan(a):
+            a2.text(0, yi, " n/a", va="center", fontsize=8, color="grey")
+    a2.set_xlabel("batch latency, ms (lower is better)")
+    a2.set_title("latency between batches")
+    a2.legend(loc="lower right", fontsize=8)
+    a2.grid(axis="x", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _names(names, dim: int, key: str) -> list[str]:
+    """Feature names from info.json: a list, or a dict of lists (older datasets: {"motors": [...]})."""
+    flat: list[str] = []
+    if isinstance(names, dict):
+        for v in names.values():
+            flat += list(v) if isinstance(v, (list, tuple)) else [str(v)]
+    elif isinstance(names, (list, tuple)):
+        flat = [str(n) for n in names]
+    if len(flat) != dim:
+        flat = [f"{key}[{i}]" for i in range(dim)]
+    return flat
+
+
+def episode_figure(frames: dict[str, np.ndarray], frame_times: np.ndarray, curves: dict[str, np.ndarray],
+                   curve_names: dict[str, object], times: np.ndarray, title: str, path: str | os.PathLike) -> Path:
+    """One row of frames (HWC uint8) per camera at `frame_times`, then one panel per curve (T, D) against
+    `times` with a legend of its feature names."""
+    plt = _pyplot()
+    cams = list(frames)
+    ncols = max([len(frame_times)] + [1])
+    n_rows = len(cams) + len(curves)
+    if n_rows == 0:
+        raise ValueError("nothing to draw: the episode has no camera and no state/action feature")
+    cam_h = 1.6
+    heights = [cam_h] * len(cams) + [2.6] * len(curves)
+    fig = plt.figure(figsize=(13, sum(heights) + 0.9))
+    gs = fig.add_gridspec(n_rows, ncols + 1, height_ratios=heights, width_ratios=[1] * ncols + [0.55])
+    for r, cam in enumerate(cams):
+        for c in range(len(frame_times)):
+            ax = fig.add_subplot(gs[r, c])
+            ax.imshow(frames[cam][c])
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"t={frame_times[c]:.2f}s", fontsize=8)
+            if c == 0:
+                ax.set_ylabel(cam.replace("observation.images.", ""), fontsize=9)
+    for j, (key, vals) in enumerate(curves.items()):
+        ax = fig.add_subplot(gs[len(cams) + j, :ncols])
+        vals = np.asarray(vals, dtype=np.float64).reshape(len(times), -1)
+        names = _names(curve_names.get(key), vals.shape[1], key)
+        cmap = plt.get_cmap("tab20" if vals.shape[1] > 10 else "tab10")
+        for d in range(vals.shape[1]):
+            ax.plot(times, vals[:, d], lw=1.2, color=cmap(d % cmap.N), label=names[d])
+        for t in frame_times:
+            ax.axvline(t, color="grey", lw=0.6, ls=":")
+        ax.set_ylabel(key, fontsize=9)
+        ax.set_xlim(times[0], times[-1] if len(times) > 1 else times[0] + 1)
+        ax.grid(alpha=0.3)
+        if j == len(curves) - 1:
+            ax.set_xlabel("time (s)")
+        leg = fig.add_subplot(gs[len(cams) + j, ncols])
+        leg.axis("off")
+        handles, labels = ax.get_legend_handles_labels()
+        leg.legend(handles, labels, loc="center left", fontsize=6.5, ncol=2 if len(labels) > 8 else 1, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
