@@ -170,3 +170,18 @@ def test_memory_mapped_columns_give_the_same_items(small_root, tmp_path, monkeyp
     a, b = mm.get_batch(np.arange(len(mm))), ram.get_batch(np.arange(len(ram)))
     for k in a:
         assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k
+
+
+def test_image_transforms_apply_through_the_dataloader(small_root):
+    flip = lambda x: x.flip(-1)  # noqa: E731
+    plain = LeRobotDataset("x", root=small_root)
+    ds = LeRobotDataset("x", root=small_root, image_transforms=flip)
+    for workers in (0, 2):
+        batch = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers)))
+        ref = torch.stack([plain[i]["observation.images.top"].flip(-1) for i in range(4)])
+        assert torch.equal(batch["observation.images.top"], ref), workers
+    native = EpisodicDataset(small_root, image_transforms=flip)
+    for batch in native.loader(batch_size=4, shuffle=False, num_workers=2):
+        ref = torch.stack([plain[int(i)]["observation.images.top"].flip(-1) for i in batch["index"]])
+        assert torch.equal(batch["observation.images.top"], ref) and batch["observation.images.top"].dtype == torch.float32
+        break

@@ -14,8 +14,43 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+
+class Batch(dict):
+    """A batched item dict; `wire` holds uint8 shared-memory copies of float cameras for the trip from a
+    worker to the main process."""
+
+    __slots__ = ("wire",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.wire: dict = {}
+
+    def for_transport(self) -> dict:
+        """The dict a worker sends: float cameras travel as uint8 and turn into float32 on arrival."""
+        return {k: (UnitFloat(self.wire[k]) if k in self.wire else (list(v) if k == "task" else v)) for k, v in self.items()}
+
+
+def unit_float(u8: torch.Tensor) -> torch.Tensor:
+    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255`."""
+    out = torch.empty(u8.shape, dtype=torch.float32)
+    np.divide(u8.numpy(), np.float32(255), out=out.numpy(), dtype=np.float32)
+    return out
+
+
+class UnitFloat:
+    """A uint8 camera batch that unpickles as its float32 [0, 1] tensor (in the receiving process)."""
+
+    __slots__ = ("u8",)
+
+    def __init__(self, u8: torch.Tensor):
+        self.u8 = u8
+
+    def __reduce__(self):
+        return unit_float, (self.u8,)
 
 
 class Item(dict):
@@ -38,6 +73,8 @@ def collate_items(batch, *, collate_fn_map=None):
     source = first._batch
     if len(batch) == len(source["task"]) and all(isinstance(x, Item) and x._batch is source and x._pos == i
                                                   for i, x in enumerate(batch)):
+        if get_worker_info() is not None and isinstance(source, Batch):
+            return source.for_transport()
         return {k: (list(v) if k == "task" else v) for k, v in source.items()}
     from torch.utils.data._utils.collate import collate
 

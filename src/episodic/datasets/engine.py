@@ -17,7 +17,7 @@ from ..storage.source import Source
 from ..tabular import Columns, delta_offsets, load_columns, window_rows
 from ..video import DecoderCache
 from ..video.image import decode_image
-from .collate import items_of
+from .collate import Batch, items_of
 
 
 def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
@@ -116,36 +116,62 @@ class FrameEngine:
         return np.stack(flat).reshape(*q.shape, *flat[0].shape)
 
 
-def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False) -> dict:
-    """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8). With `shared`, every
-    tensor is written straight into shared memory (what a DataLoader worker sends to the main process)."""
-    out: dict = {}
+def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False) -> Batch:
+    """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8).
+
+    With `shared` (in a DataLoader worker), the tensors that cross to the main process are views of ONE
+    shared-memory block (one mapping to share instead of one per key), and float cameras travel as their
+    uint8 frames (`Batch.wire`, a quarter of the bytes) and become float32 on arrival (see collate.py)."""
+    out = Batch()
+    wire_src: dict[str, np.ndarray] = {}
     for key, value in batch.items():
         if key == "task":
             out[key] = value
             continue
-        src = np.ascontiguousarray(np.moveaxis(value, -1, -3)) if key in camera_keys else value
-        dtype = np.uint8 if (return_uint8 or key not in camera_keys) else np.float32
-        dtype = value.dtype if key not in camera_keys else dtype
-        if shared:
-            t = torch.empty(src.shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).share_memory_()
-            dst = t.numpy()
-        else:
-            dst = np.empty(src.shape, dtype)
-            t = torch.from_numpy(dst)
-        if key in camera_keys and not return_uint8:
+        camera = key in camera_keys
+        src = np.ascontiguousarray(np.moveaxis(value, -1, -3)) if camera else value
+        if camera and not return_uint8:
+            dst = np.empty(src.shape, np.float32)
             np.divide(src, np.float32(255), out=dst, dtype=np.float32)  # == torch's x.float() / 255, bit for bit
+            out[key] = torch.from_numpy(dst)
+            if shared:
+                wire_src[key] = src
+        elif shared:
+            wire_src[key] = src
         else:
-            dst[...] = src
+            out[key] = torch.from_numpy(np.ascontiguousarray(src))
+    if wire_src:
+        for key, t in _shared_block(wire_src).items():
+            if key in out:
+                out.wire[key] = t
+            else:
+                out[key] = t
+    return out
+
+
+def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, torch.Tensor]:
+    """Copies of `arrays` as tensors that are views of one shared-memory block."""
+    offsets, total = {}, 0
+    for key, a in arrays.items():
+        offsets[key] = total
+        total += -(-a.nbytes // align) * align
+    block = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
+    storage = block.untyped_storage()
+    out = {}
+    for key, a in arrays.items():
+        dtype = torch.from_numpy(a[:0]).dtype
+        t = torch.empty(0, dtype=dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
+        t.numpy()[...] = a
         out[key] = t
     return out
 
 
-def unbatch(batch: dict, size: int, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> list[dict]:
-    items = items_of(batch, size)
-    if transforms is not None:
-        for item in items:
-            for k in camera_keys:
-                if k in item:
-                    item[k] = transforms(item[k])
+def unbatch(batch: Batch, size: int, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> list[dict]:
+    if transforms is None:
+        return items_of(batch, size)  # views of the batch: default_collate hands the batch back whole
+    items = [{k: v[b] for k, v in batch.items()} for b in range(size)]
+    for item in items:
+        for k in camera_keys:
+            if k in item:
+                item[k] = transforms(item[k])
     return items

@@ -14,7 +14,9 @@ from ..storage.cache import FileCache
 from ..storage.hub import download, hub_root
 from ..storage.source import Source, is_url, open_source
 from ..video import DecoderCache
-from .collate import in_worker
+from torch.utils.data import get_worker_info
+
+from .collate import Batch, in_worker
 from .engine import FrameEngine, to_torch, unbatch
 
 
@@ -100,6 +102,7 @@ class EpisodicDataset(torch.utils.data.Dataset):
         if self.image_transforms is not None:
             for k in self.camera_keys:
                 batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
+                batch.wire.pop(k, None)  # the transformed frames travel as they are
         return batch
 
     def __getitem__(self, idx: int) -> dict:
@@ -139,7 +142,8 @@ class _Batched(torch.utils.data.Dataset):
         return len(self.ds)
 
     def __getitem__(self, indices):
-        return self.ds.get_batch(indices)
+        batch = self.ds.get_batch(indices)
+        return batch.for_transport() if isinstance(batch, Batch) and get_worker_info() is not None else batch
 
 
 class LeRobotDataset(EpisodicDataset):
