@@ -1,41 +1,31 @@
-"""Batches that skip per-item re-collation in DataLoader workers.
+"""Batches that skip per-item re-collation, and cross from DataLoader workers cheaply.
 
-`LeRobotDataset.__getitems__` builds a whole batch at once (vectorised gathers, one decode pass per file)
-and hands the DataLoader per-item dicts, as LeRobot's items are. Those items are `Item`s: plain dicts that
-remember the batch they are views of. When torch's `default_collate` receives exactly the items of one
-`__getitems__` call, in order, it returns that batch instead of stacking every key again: same keys, dtypes,
-shapes and values, without a second copy. In DataLoader workers the batch tensors are allocated in shared
-memory from the start, and the worker shares them through the file system (not one file descriptor
-hand-shake per tensor), which is what limits throughput on small batches. Set
-EPISODIC_WORKER_SHARING=file_descriptor to keep torch's default.
+Datasets build a whole batch at once (vectorised gathers, one decode pass per file) as a `Batch`: the
+tensors of all items stacked, cameras kept as uint8 until someone needs float32. The DataLoader still gets
+per-item dicts, as LeRobot's items are: `Item`s, made on demand from the batch (`ItemBatch`). When torch's
+`default_collate` receives exactly the items of one batch, in order, it returns that batch instead of
+stacking every key again: same keys, dtypes, shapes and values.
+
+In a DataLoader worker, the batch's tensors are views of ONE shared-memory block (one mapping to share, not
+one per key), float cameras travel as their uint8 frames (a quarter of the bytes) and become float32 when
+the main process unpickles them (`UnitFloat`), and the worker shares tensors through the file system rather
+than one file-descriptor hand-shake per tensor. Set EPISODIC_WORKER_SHARING=file_descriptor to keep torch's
+default there.
 """
 
 from __future__ import annotations
 
+import operator
 import os
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
 
-class Batch(dict):
-    """A batched item dict; `wire` holds uint8 shared-memory copies of float cameras for the trip from a
-    worker to the main process."""
-
-    __slots__ = ("wire",)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.wire: dict = {}
-
-    def for_transport(self) -> dict:
-        """The dict a worker sends: float cameras travel as uint8 and turn into float32 on arrival."""
-        return {k: (UnitFloat(self.wire[k]) if k in self.wire else (list(v) if k == "task" else v)) for k, v in self.items()}
-
-
 def unit_float(u8: torch.Tensor) -> torch.Tensor:
-    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255`."""
+    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion)."""
     out = torch.empty(u8.shape, dtype=torch.float32)
     np.divide(u8.numpy(), np.float32(255), out=out.numpy(), dtype=np.float32)
     return out
@@ -53,29 +43,67 @@ class UnitFloat:
         return unit_float, (self.u8,)
 
 
+class Batch:
+    """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
+    see as float32 in [0, 1]. 'task' is a list of strings."""
+
+    __slots__ = ("tensors", "to_float", "size")
+
+    def __init__(self, tensors: dict, to_float: set[str] | frozenset = frozenset()):
+        self.tensors, self.to_float = tensors, set(to_float)
+        self.size = len(tensors["task"])
+
+    def collated(self) -> dict:
+        """What default_collate would make of the items."""
+        return {k: (unit_float(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
+
+    def for_transport(self) -> dict:
+        """The same, for a worker to send: float cameras become float32 in the receiving process."""
+        return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
+
+    def item(self, b: int) -> "Item":
+        item = Item((k, unit_float(v[b]) if k in self.to_float else v[b]) for k, v in self.tensors.items())
+        item._batch, item._pos = self, b
+        return item
+
+
 class Item(dict):
-    """One item of a batch (a dict; `_batch` and `_pos` are bookkeeping for collation)."""
+    """One item (a plain dict of tensors) that remembers the batch it comes from."""
 
     __slots__ = ("_batch", "_pos")
 
 
-def items_of(batch: dict, size: int) -> list[Item]:
-    items = []
-    for b in range(size):
-        item = Item((k, v[b]) for k, v in batch.items())
-        item._batch, item._pos = batch, b
-        items.append(item)
-    return items
+class ItemBatch(Sequence):
+    """The items of one Batch, made when first looked at."""
+
+    def __init__(self, batch: Batch):
+        self.batch = batch
+        self._items: dict[int, Item] = {}
+
+    def __len__(self) -> int:
+        return self.batch.size
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = operator.index(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"item {i} out of range for a batch of {len(self)}")
+        item = self._items.get(i)
+        if item is None:
+            item = self._items[i] = self.batch.item(i)
+        return item
 
 
 def collate_items(batch, *, collate_fn_map=None):
-    first = batch[0]
-    source = first._batch
-    if len(batch) == len(source["task"]) and all(isinstance(x, Item) and x._batch is source and x._pos == i
-                                                  for i, x in enumerate(batch)):
-        if get_worker_info() is not None and isinstance(source, Batch):
-            return source.for_transport()
-        return {k: (list(v) if k == "task" else v) for k, v in source.items()}
+    """default_collate for Items: the whole batch they came from when they are exactly its items, in order."""
+    source = batch.batch if isinstance(batch, ItemBatch) else batch[0]._batch
+    if isinstance(batch, ItemBatch) or (
+            len(batch) == source.size and all(isinstance(x, Item) and x._batch is source and x._pos == i
+                                              for i, x in enumerate(batch))):
+        return source.for_transport() if get_worker_info() is not None else source.collated()
     from torch.utils.data._utils.collate import collate
 
     return collate([dict(x) for x in batch], collate_fn_map=collate_fn_map)
@@ -84,7 +112,7 @@ def collate_items(batch, *, collate_fn_map=None):
 def register_collate() -> None:
     try:
         from torch.utils.data._utils.collate import default_collate_fn_map
-    except ImportError:  # an older/newer torch without the dispatch table: items still collate as dicts
+    except ImportError:  # a torch without the dispatch table: items still collate as plain dicts
         return
     default_collate_fn_map.setdefault(Item, collate_items)
 

@@ -17,7 +17,7 @@ from ..storage.source import Source
 from ..tabular import Columns, delta_offsets, load_columns, window_rows
 from ..video import DecoderCache
 from ..video.image import decode_image
-from .collate import Batch, items_of
+from .collate import Batch, ItemBatch
 
 
 def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
@@ -117,36 +117,20 @@ class FrameEngine:
 
 
 def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False) -> Batch:
-    """numpy batch -> torch: cameras HWC -> CHW (float32 in [0, 1] unless return_uint8).
-
-    With `shared` (in a DataLoader worker), the tensors that cross to the main process are views of ONE
-    shared-memory block (one mapping to share instead of one per key), and float cameras travel as their
-    uint8 frames (`Batch.wire`, a quarter of the bytes) and become float32 on arrival (see collate.py)."""
-    out = Batch()
-    wire_src: dict[str, np.ndarray] = {}
+    """numpy batch -> torch Batch: cameras HWC -> CHW, kept uint8 (float32 in [0, 1] when looked at, unless
+    return_uint8). With `shared` (in a DataLoader worker) all tensors are views of one shared-memory block."""
+    arrays: dict = {}
     for key, value in batch.items():
         if key == "task":
-            out[key] = value
-            continue
-        camera = key in camera_keys
-        src = np.ascontiguousarray(np.moveaxis(value, -1, -3)) if camera else value
-        if camera and not return_uint8:
-            dst = np.empty(src.shape, np.float32)
-            np.divide(src, np.float32(255), out=dst, dtype=np.float32)  # == torch's x.float() / 255, bit for bit
-            out[key] = torch.from_numpy(dst)
-            if shared:
-                wire_src[key] = src
-        elif shared:
-            wire_src[key] = src
+            arrays[key] = value
+        elif key in camera_keys:
+            arrays[key] = np.ascontiguousarray(np.moveaxis(value, -1, -3))
         else:
-            out[key] = torch.from_numpy(np.ascontiguousarray(src))
-    if wire_src:
-        for key, t in _shared_block(wire_src).items():
-            if key in out:
-                out.wire[key] = t
-            else:
-                out[key] = t
-    return out
+            arrays[key] = np.ascontiguousarray(value)
+    numeric = {k: v for k, v in arrays.items() if k != "task"}
+    tensors = _shared_block(numeric) if shared else {k: torch.from_numpy(v) for k, v in numeric.items()}
+    tensors = {k: (arrays[k] if k == "task" else tensors[k]) for k in arrays}  # item key order
+    return Batch(tensors, to_float=set() if return_uint8 else {k for k in camera_keys if k in tensors})
 
 
 def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, torch.Tensor]:
@@ -155,21 +139,21 @@ def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, t
     for key, a in arrays.items():
         offsets[key] = total
         total += -(-a.nbytes // align) * align
-    block = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_()
-    storage = block.untyped_storage()
+    storage = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_().untyped_storage()
     out = {}
     for key, a in arrays.items():
-        dtype = torch.from_numpy(a[:0]).dtype
-        t = torch.empty(0, dtype=dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
+        t = torch.empty(0, dtype=torch.from_numpy(a[:0]).dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
         t.numpy()[...] = a
         out[key] = t
     return out
 
 
-def unbatch(batch: Batch, size: int, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> list[dict]:
+def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> Sequence[dict]:
+    """The items of a batch: made on demand (default_collate then returns the batch whole), or, with
+    transforms, transformed one by one."""
     if transforms is None:
-        return items_of(batch, size)  # views of the batch: default_collate hands the batch back whole
-    items = [{k: v[b] for k, v in batch.items()} for b in range(size)]
+        return ItemBatch(batch)
+    items = [dict(batch.item(b)) for b in range(batch.size)]
     for item in items:
         for k in camera_keys:
             if k in item:

@@ -98,22 +98,23 @@ class EpisodicDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------ access
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
         """One dict of batched tensors for these positions ('task' is a list of strings)."""
-        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
+        batch = self._batch(indices).collated()
         if self.image_transforms is not None:
             for k in self.camera_keys:
                 batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
-                batch.wire.pop(k, None)  # the transformed frames travel as they are
         return batch
+
+    def _batch(self, indices) -> Batch:
+        return to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
 
     def __getitem__(self, idx: int) -> dict:
         if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
             raise TypeError(f"index must be an int, got {type(idx).__name__}")
-        return self.__getitems__([int(idx)])[0]
+        return dict(self.__getitems__([int(idx)])[0])
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+    def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
         """Items for a DataLoader batch, fetched together (one decode pass per file)."""
-        batch = to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
-        return unbatch(batch, len(indices), self.image_transforms, self.camera_keys)
+        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
                drop_last: bool = False, **kwargs) -> torch.utils.data.DataLoader:
@@ -142,8 +143,9 @@ class _Batched(torch.utils.data.Dataset):
         return len(self.ds)
 
     def __getitem__(self, indices):
-        batch = self.ds.get_batch(indices)
-        return batch.for_transport() if isinstance(batch, Batch) and get_worker_info() is not None else batch
+        if self.ds.image_transforms is not None or get_worker_info() is None:
+            return self.ds.get_batch(indices)
+        return self.ds._batch(indices).for_transport()
 
 
 class LeRobotDataset(EpisodicDataset):

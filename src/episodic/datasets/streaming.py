@@ -45,11 +45,6 @@ from ..video import DecoderCache
 from .engine import FrameEngine, select_episodes, to_torch, unbatch
 from .map_style import resolve_source
 
-try:  # items that remember their batch: default_collate hands that batch back instead of re-stacking
-    from .collate import items_of as _items_of
-except ImportError:  # pragma: no cover
-    _items_of = None
-
 __all__ = ["StreamingLeRobotDataset", "StreamingLoader", "plan_episodes", "consumer_order",
            "worker_batches_consumed", "remaining_after"]
 
@@ -681,9 +676,8 @@ class _Run:
         if len(parts) == 1 and not np.array_equal(pos, np.arange(len(pos))):
             merged = {key: ([v[i] for i in pos.tolist()] if key == "task" else v[pos]) for key, v in merged.items()}
         batch = to_torch(merged, ds.camera_keys, ds.return_uint8)
-        if _items_of is not None and ds.image_transforms is None:
-            return _items_of(batch, len(ks))  # default_collate returns `batch` itself for a whole chunk
-        return unbatch(batch, len(ks), ds.image_transforms, ds.camera_keys)
+        # items remember their batch: for a whole chunk, default_collate hands that batch back
+        return list(unbatch(batch, ds.image_transforms, ds.camera_keys))
 
     def release_before(self, q: int) -> None:
         """Release the episodes whose last frame was emitted before item q."""
