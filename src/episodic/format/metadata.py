@@ -41,11 +41,15 @@ def read_bytes(fs, root: str, rel: str) -> bytes:
         raise DatasetFormatError(f"{path}: cannot read ({e})") from None
 
 
-def read_parquet(fs, root: str, rel: str, columns: list[str] | None = None) -> pa.Table:
+def read_parquet(fs, root: str, rel: str, columns=None) -> pa.Table:
+    """Read a parquet file; `columns` is a list of names or a predicate on a column name."""
     path = posixpath.join(root, rel)
     data = read_bytes(fs, root, rel)
     try:
-        return pq.read_table(io.BytesIO(data), columns=columns)
+        pf = pq.ParquetFile(io.BytesIO(data))
+        if callable(columns):
+            columns = [c for c in pf.schema_arrow.names if columns(c)]
+        return pf.read(columns=columns)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
 
@@ -263,9 +267,7 @@ def _read_v30_episode_tables(fs, root: str, info: DatasetInfo, stats: bool = Fal
                 f"{posixpath.join(root, rel)}: file not found; episodes files hold {rows} of the "
                 f"{info.total_episodes} episodes that info.json announces"
             )
-        t = read_parquet(fs, root, rel)
-        if not stats:
-            t = t.select([c for c in t.column_names if not c.startswith("stats/")])
+        t = read_parquet(fs, root, rel, columns=None if stats else (lambda c: not c.startswith("stats/")))
         tables.append(t)
         rows += t.num_rows
         file += 1
