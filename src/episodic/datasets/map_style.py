@@ -56,15 +56,13 @@ class EpisodicDataset(torch.utils.data.Dataset):
                  video_keys: Sequence[str] | None = None, return_uint8: bool = False,
                  image_transforms: Callable | None = None, revision: str | None = None,
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
-                 _repo_id: str | None = None, _source: Source | None = None):
-        src = os.fspath(source)
-        if _source is not None:
-            self.source = _source
-        elif _repo_id is not None or is_url(src) or Path(src).exists():
-            self.source = resolve_source(_repo_id, None if _repo_id is not None and src == _repo_id else src, revision,
-                                         episodes, video_keys, storage_options, cache_dir)
-        else:
-            self.source = resolve_source(src, None, revision, episodes, video_keys, storage_options, cache_dir)
+                 _source: Source | None = None):
+        if _source is None:
+            src = os.fspath(source)
+            local_or_url = is_url(src) or Path(src).exists()
+            _source = resolve_source(None if local_or_url else src, src if local_or_url else None, revision,
+                                     episodes, video_keys, storage_options, cache_dir)
+        self.source = _source
         self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
         self.engine = FrameEngine(self.meta, self.source, episodes, delta_timestamps, tolerance_s, video_keys,
                                   decoder_cache=DecoderCache(max_open=decoder_cache_size),
