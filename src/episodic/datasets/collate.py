@@ -47,22 +47,32 @@ class Batch:
     """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
     see as float32 in [0, 1]. 'task' is a list of strings."""
 
-    __slots__ = ("tensors", "to_float", "size")
+    __slots__ = ("tensors", "to_float", "size", "_floats")
 
     def __init__(self, tensors: dict, to_float: set[str] | frozenset = frozenset()):
         self.tensors, self.to_float = tensors, set(to_float)
         self.size = len(tensors["task"])
+        self._floats: dict = {}
+
+    def float(self, key: str) -> torch.Tensor:
+        """The float32 frames of camera `key`, converted once."""
+        if key not in self._floats:
+            self._floats[key] = unit_float(self.tensors[key])
+        return self._floats[key]
 
     def collated(self) -> dict:
         """What default_collate would make of the items."""
-        return {k: (unit_float(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
+        return {k: (self.float(k) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
 
     def for_transport(self) -> dict:
         """The same, for a worker to send: float cameras become float32 in the receiving process."""
         return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
 
     def item(self, b: int) -> "Item":
-        item = Item((k, unit_float(v[b]) if k in self.to_float else v[b]) for k, v in self.tensors.items())
+        # in a worker, items are rarely looked at (the batch travels whole): convert only this one
+        per_item = get_worker_info() is not None
+        item = Item((k, (unit_float(v[b]) if per_item else self.float(k)[b]) if k in self.to_float else v[b])
+                    for k, v in self.tensors.items())
         item._batch, item._pos = self, b
         return item
 
