@@ -54,12 +54,7 @@ def bench_summary_chart(rows: Sequence[dict], path: str | os.PathLike, title: st
     a2.legend(loc="lower right", fontsize=8)
     a2.grid(axis="x", alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _names(names, dim: int, key: str) -> list[str]:
@@ -117,6 +112,13 @@ def episode_figure(frames: dict[str, np.ndarray], frame_times: np.ndarray, curve
         handles, labels = ax.get_legend_handles_labels()
         leg.legend(handles, labels, loc="center left", fontsize=6.5, ncol=2 if len(labels) > 8 else 1, frameon=False)
     fig.suptitle(title, fontsize=11)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    """Lay out, write as PNG (creating the folder), close."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
