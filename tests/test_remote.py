@@ -6,7 +6,6 @@ import functools
 import http.server
 import threading
 
-import numpy as np
 import pytest
 import torch
 
