@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -67,6 +66,31 @@ def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray)
     return [int(i) for i in np.flatnonzero(wanted)]
 
 
+def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted: np.ndarray,
+               wanted_eps: np.ndarray) -> pa.Table:
+    """Rows of the wanted episodes of one data file, read through a seekable file (only the footer and the
+    row groups needed are read when the file has one row group per episode)."""
+    try:
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            present = pf.schema_arrow.names
+            missing = [n for n in names + ["episode_index"] if n not in present]
+            if missing:
+                raise DatasetFormatError(f"{path}: missing column(s) {missing}")
+            cols = list(dict.fromkeys(names + ["episode_index"]))
+            groups = _row_groups_for(pf, file_lengths, wanted)
+            t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
+    except FileNotFoundError:
+        raise DatasetFormatError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
+    except (pa.ArrowException, OSError) as e:
+        raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
+    if groups is None:
+        mask = np.isin(t.column("episode_index").to_numpy(), wanted_eps)
+        if not mask.all():
+            t = t.filter(pa.array(mask))
+    return t
+
+
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
                  progress: bool = False) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
@@ -112,31 +136,8 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
         path = posixpath.join(meta.root, rel)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
         file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
-        try:
-            with meta.fs.open(path, "rb") as f:
-                pf = pq.ParquetFile(io.BytesIO(f.read()))
-        except FileNotFoundError:
-            raise DatasetFormatError(f"{path}: data file not found (holds episodes {episodes[sel].tolist()[:10]})") from None
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
-        missing = [n for n in names if n not in pf.schema_arrow.names]
-        if "episode_index" not in pf.schema_arrow.names:
-            missing.append("episode_index")
-        if missing:
-            raise DatasetFormatError(f"{path}: missing column(s) {missing}")
-        cols = list(dict.fromkeys(names + ["episode_index"]))
-        wanted = np.isin(file_eps, episodes[sel])
-        groups = _row_groups_for(pf, table.length[file_eps], wanted)
-        try:
-            t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
-        except (pa.ArrowException, OSError) as e:
-            raise DatasetFormatError(f"{path}: cannot read rows ({e})") from None
+        t = _read_rows(meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel])
         ep_col = t.column("episode_index").to_numpy()
-        if groups is None:
-            mask = np.isin(ep_col, episodes[sel])
-            if not mask.all():
-                t = t.filter(pa.array(mask))
-                ep_col = ep_col[mask]
         # every selected episode of this file must be present with exactly its length, in order
         expect = np.repeat(episodes[sel], lengths[sel])
         if len(ep_col) != len(expect) or not np.array_equal(ep_col, expect):
