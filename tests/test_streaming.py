@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from episodic import LeRobotDataset
-from episodic.datasets.streaming import (StreamingLeRobotDataset, consumer_order, plan_episodes,
+from episodic.datasets.streaming import (PoolOrder, StreamingLeRobotDataset, consumer_order, plan_episodes,
                                          worker_batches_consumed)
 from episodic.demo import write_demo_dataset
 
@@ -59,6 +59,19 @@ def test_consumer_order_is_a_permutation_within_the_pool():
         assert len(live) <= 2
     k0, j0, _ = consumer_order(counts, 2, None, shuffle=False)
     assert k0.tolist() == sorted(k0.tolist()) and j0[:5].tolist() == list(range(5))
+
+
+def test_pool_order_does_not_depend_on_how_it_is_taken():
+    counts = [int(c) for c in np.random.default_rng(5).integers(0, 40, 30)]
+    whole_k, whole_j, _ = consumer_order(counts, 4, np.random.default_rng(9))
+    order = PoolOrder(counts, 4, np.random.default_rng(9))
+    parts, sizes = [], np.random.default_rng(1).integers(1, 50, 100)
+    for m in sizes:
+        parts.append(order.take(int(m)))
+    k = np.concatenate([p[0] for p in parts])
+    j = np.concatenate([p[1] for p in parts])
+    assert np.array_equal(k, whole_k) and np.array_equal(j, whole_j) and len(k) == sum(counts)
+    assert sorted(order.finished) == list(range(len(counts)))  # every episode reported finished once
 
 
 def test_worker_batches_round_robin_skips_exhausted_workers():

@@ -46,7 +46,7 @@ from ..video import DecoderCache
 from .engine import FrameEngine, select_episodes, to_torch, unbatch
 from .map_style import resolve_source
 
-__all__ = ["StreamingLeRobotDataset", "StreamingLoader", "plan_episodes", "consumer_order",
+__all__ = ["PoolOrder", "StreamingLeRobotDataset", "StreamingLoader", "plan_episodes", "consumer_order",
            "worker_batches_consumed", "remaining_after"]
 
 _MASK64 = (1 << 64) - 1
@@ -76,60 +76,97 @@ def plan_episodes(counts: np.ndarray, num_consumers: int, seed: int, epoch: int,
     return [np.asarray(x, dtype=np.int64) for x in lists]
 
 
+class PoolOrder:
+    """One consumer's emission order, generated as it is consumed: memory O(pool), not O(frames).
+
+    List episodes enter a pool of up to `pool_size` in list order; each item is a uniformly random remaining
+    frame of the pool (a slot drawn with probability proportional to its remaining frames, then the next frame
+    of that episode's random permutation); a finished episode is replaced by the next one. Without shuffle,
+    episodes are emitted whole, in list order, frames ascending. The sequence depends only on (counts,
+    pool_size, rng), never on how it is taken (`take(3); take(5)` == `take(8)`), so resuming is `take(skip)`.
+    """
+
+    _BLOCK = 4096  # uniforms are drawn in fixed blocks, so chunking cannot change the sequence
+
+    def __init__(self, counts: Sequence[int], pool_size: int, rng: np.random.Generator | None, shuffle: bool = True):
+        self.counts = [int(c) for c in counts]
+        self.total = sum(self.counts)
+        self.pool_size = max(1, int(pool_size))
+        self.shuffle = bool(shuffle) and rng is not None
+        if self.shuffle:
+            self._perm_rng = np.random.default_rng(int(rng.integers(1 << 62)))
+            self._u_rng = np.random.default_rng(int(rng.integers(1 << 62)))
+        self._u: list[float] = []
+        self._ui = 0
+        self.pos = 0  # items emitted so far
+        self.admitted = 0  # list episodes that have entered the pool
+        self.finished: list[int] = []  # list episodes finished (or empty) since the caller last cleared it
+        self._k: list[int] = []
+        self._perm: list[list[int] | None] = []
+        self._rem: list[int] = []
+        self._remaining = 0
+        self._fill()
+
+    def _fill(self) -> None:
+        while len(self._k) < self.pool_size and self.admitted < len(self.counts):
+            e, c = self.admitted, self.counts[self.admitted]
+            self.admitted += 1
+            if c == 0:
+                self.finished.append(e)
+                continue
+            self._k.append(e)
+            self._perm.append(self._perm_rng.permutation(c).tolist() if self.shuffle else None)
+            self._rem.append(c)
+            self._remaining += c
+
+    def _uniform(self) -> float:
+        if self._ui == len(self._u):
+            self._u, self._ui = self._u_rng.random(self._BLOCK).tolist(), 0
+        self._ui += 1
+        return self._u[self._ui - 1]
+
+    def take(self, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next m items (fewer at the end): list-episode index and frame index (in the episode's frames)."""
+        m = max(0, min(int(m), self.total - self.pos))
+        out_k = np.empty(m, dtype=np.int64)
+        out_j = np.empty(m, dtype=np.int64)
+        for p in range(m):
+            i = 0
+            if self.shuffle:
+                x = int(self._uniform() * self._remaining)
+                while x >= self._rem[i]:
+                    x -= self._rem[i]
+                    i += 1
+            n = self.counts[self._k[i]]
+            r = self._rem[i] - 1
+            out_k[p] = self._k[i]
+            out_j[p] = self._perm[i][n - 1 - r] if self.shuffle else n - 1 - r
+            self._remaining -= 1
+            if r == 0:
+                self.finished.append(self._k[i])
+                del self._k[i], self._perm[i], self._rem[i]
+                self._fill()
+            else:
+                self._rem[i] = r
+        self.pos += m
+        return out_k, out_j
+
+
 def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generator | None,
                    shuffle: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The emission order of one consumer over its episode list.
-
-    Returns (k, j, admit): item p is the j[p]-th frame (of the episode's frames to emit) of list episode
-    k[p]; admit[k] is the item position at which episode k entered the pool. With shuffle, the pool holds
-    up to `pool_size` episodes and each item is a uniformly random remaining frame of the pool (the next
-    frame of a per-episode random permutation, in a slot drawn with probability proportional to its
-    remaining frames); without, episodes are emitted whole, in list order, frames ascending."""
-    counts = [int(c) for c in counts]
-    total = sum(counts)
-    E = len(counts)
-    if not shuffle:
-        k = np.repeat(np.arange(E, dtype=np.int64), counts)
-        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return k, np.arange(total, dtype=np.int64) - starts[k], starts[:-1].copy()
-    out_k = np.empty(total, dtype=np.int64)
-    out_j = np.empty(total, dtype=np.int64)
-    admit = np.zeros(E, dtype=np.int64)
-    pool_k: list[int] = []
-    pool_perm: list[list[int]] = []
-    pool_rem: list[int] = []
-    nxt = 0
-    remaining = 0
-
-    def fill(pos: int) -> None:
-        nonlocal nxt, remaining
-        while len(pool_k) < pool_size and nxt < E:
-            if counts[nxt] > 0:
-                pool_k.append(nxt)
-                pool_perm.append(rng.permutation(counts[nxt]).tolist())
-                pool_rem.append(counts[nxt])
-                remaining += counts[nxt]
-            admit[nxt] = pos
-            nxt += 1
-
-    fill(0)
-    u = rng.random(total).tolist()
-    for p in range(total):
-        x = int(u[p] * remaining)
-        i = 0
-        while x >= pool_rem[i]:
-            x -= pool_rem[i]
-            i += 1
-        r = pool_rem[i] - 1
-        out_k[p] = pool_k[i]
-        out_j[p] = pool_perm[i][len(pool_perm[i]) - 1 - r]
-        remaining -= 1
-        if r == 0:
-            del pool_k[i], pool_perm[i], pool_rem[i]
-            fill(p + 1)
-        else:
-            pool_rem[i] = r
-    return out_k, out_j, admit
+    """The whole order of `PoolOrder` at once (for analysis and tests): (k, j, admit), admit[k] being the
+    item position at which list episode k entered the pool."""
+    order = PoolOrder(counts, pool_size, rng, shuffle)
+    admit = np.zeros(len(order.counts), dtype=np.int64)
+    ks, js, seen = [], [], order.admitted
+    while order.pos < order.total:
+        k, j = order.take(1)
+        ks.append(k)
+        js.append(j)
+        admit[seen:order.admitted] = order.pos
+        seen = order.admitted
+    k = np.concatenate(ks) if ks else np.empty(0, np.int64)
+    return k, (np.concatenate(js) if js else np.empty(0, np.int64)), admit
 
 
 def worker_batches_consumed(batches_consumed: int, batches_per_worker: Sequence[int]) -> list[int]:
@@ -193,10 +230,11 @@ def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]]
                 c = r * nw + w
                 eps = cand[plans[c]]
                 counts = [len(remaining[int(e)]) for e in eps]
-                orders.append((eps, consumer_order(counts, pool_size, _consumer_rng(seed, epoch, s, c), shuffle)))
-            took = _consumed_items([len(o[1][0]) for o in orders], bs, k)[0]
-            for (eps, (kk, jj, _)), m in zip(orders, took):
-                for e, j in zip(eps[kk[:m]].tolist(), jj[:m].tolist()):
+                orders.append((eps, PoolOrder(counts, pool_size, _consumer_rng(seed, epoch, s, c), shuffle)))
+            took = _consumed_items([o.total for _, o in orders], bs, k)[0]
+            for (eps, order), m in zip(orders, took):
+                kk, jj = order.take(m)
+                for e, j in zip(eps[kk].tolist(), jj.tolist()):
                     consumed.setdefault(e, []).append(j)
         for e, js in consumed.items():
             keep = np.ones(len(remaining[e]), dtype=bool)
@@ -509,26 +547,23 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         rank, ws, wid, nw = self._consumer()
         eps, frames, seed, epoch, segment, skip, consumer = self._my_plan()
         rng = _consumer_rng(seed, epoch, segment, consumer)
-        kk, jj, admit = consumer_order([len(f) for f in frames], self.episode_pool_size, rng, self.shuffle)
-        last = np.full(len(eps), -1, dtype=np.int64)
-        if len(kk):
-            last[kk] = np.arange(len(kk))  # last position of each list episode
+        order = PoolOrder([len(f) for f in frames], self.episode_pool_size, rng, self.shuffle)
+        order.take(skip)  # fast-forward through the order only: nothing is read, decoded or fetched
         self._stats.fast_forward_seconds += time.perf_counter() - t_start
-        run = _Run(self, eps, frames, admit, last, rank, wid)
-        run.released[last < skip] = True  # consumed before the resume point (or empty): never loaded
+        run = _Run(self, eps, frames, rank, wid)
+        run.release(order.finished)  # consumed before the resume point (or empty): never loaded
+        order.finished.clear()
         try:
-            p = skip
-            n = len(kk)
-            while p < n:
-                q = min(p + self.chunk_size, n)
-                items = run.items(kk[p:q], jj[p:q], q)
-                run.release_before(q)
+            while order.pos < order.total:
+                kk, jj = order.take(self.chunk_size)
+                items = run.items(kk, jj, order.admitted)
+                run.release(order.finished)
+                order.finished.clear()
                 if self._stats.first_item_seconds is None and items:
                     self._stats.first_item_seconds = time.perf_counter() - t_start
                 self._stats.frames_emitted += len(items)
                 self._publish()
                 yield from items
-                p = q
         finally:
             run.close()
             if sys.is_finalizing():  # an iterator collected at interpreter exit: nobody will read the stats
@@ -550,9 +585,8 @@ def _warn_uneven(cand, plans, remaining, ws: int, nw: int) -> None:
 class _Run:
     """One consumer's iteration: loads tabular blocks and prefetches videos ahead, builds items."""
 
-    def __init__(self, ds: StreamingLeRobotDataset, eps: np.ndarray, frames: list[np.ndarray], admit: np.ndarray,
-                 last: np.ndarray, rank: int, wid: int):
-        self.ds, self.eps, self.frames, self.admit, self.last = ds, eps, frames, admit, last
+    def __init__(self, ds: StreamingLeRobotDataset, eps: np.ndarray, frames: list[np.ndarray], rank: int, wid: int):
+        self.ds, self.eps, self.frames = ds, eps, frames
         source = ds._fresh_source()
         self.local = source.is_local
         self.mirror = None
@@ -645,8 +679,8 @@ class _Run:
         return eng
 
     # ---------------------------------------------------------------- items
-    def items(self, ks: np.ndarray, js: np.ndarray, q: int) -> list[dict]:
-        admitted = int(np.searchsorted(self.admit, q, side="right"))  # list episodes in the pool by item q
+    def items(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> list[dict]:
+        """Items for (list episode, frame) pairs; `admitted` list episodes have entered the pool so far."""
         self._submit_until(admitted + self.ds.prefetch_episodes)
         ds = self.ds
         # the pooled episodes this chunk draws from, side by side in one Columns: one vectorised engine call
@@ -668,13 +702,14 @@ class _Run:
         # items remember their batch: for a whole chunk, default_collate hands that batch back
         return list(unbatch(batch, ds.image_transforms, ds.camera_keys))
 
-    def release_before(self, q: int) -> None:
-        """Release the episodes whose last frame was emitted before item q."""
-        done = np.flatnonzero((self.last < q) & ~self.released)
-        for k in done.tolist():
-            if k >= self.prefetched:
+    def release(self, done: Sequence[int]) -> None:
+        """Release finished list episodes: their rows, decoders' claim and video files."""
+        for k in done:
+            if self.released[k]:
                 continue
             self.released[k] = True
+            if k >= self.prefetched:  # never loaded
+                continue
             self.engines.pop(k, None)
             for r in self.videos.pop(k, ()):
                 self.prefetcher.release(r)
