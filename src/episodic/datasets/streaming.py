@@ -200,7 +200,7 @@ def _consumer_rng(seed: int, epoch: int, segment: int, consumer: int) -> np.rand
     return np.random.default_rng([int(seed) & _MASK64, int(epoch), int(segment), int(consumer), 0x5EED])
 
 
-def _segment_plan(remaining: dict[int, np.ndarray], world_size: int, num_workers: int, seed: int, epoch: int,
+def _segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_workers: int, seed: int, epoch: int,
                   segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray]]:
     """Candidate episodes (ascending) and the positions of each consumer's episodes among them."""
     cand = np.asarray(sorted(e for e, f in remaining.items() if len(f)), dtype=np.int64)
@@ -216,10 +216,10 @@ def _consumed_items(counts_per_worker: Sequence[int], batch_size: int, batches_c
 
 
 def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int,
-                    pool_size: int, shuffle: bool) -> dict[int, np.ndarray]:
+                    pool_size: int, shuffle: bool) -> dict[int, Sequence[int]]:
     """Frames (offsets in their episode) not yet consumed after the closed segments `history`, each
     [world_size, num_workers, batch_size, batches_consumed] (batches consumed per rank)."""
-    remaining = {int(e): np.arange(int(n), dtype=np.int64) for e, n in lengths.items()}
+    remaining = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
     for s, (ws, nw, bs, k) in enumerate(history):
         nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
         cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
@@ -239,7 +239,7 @@ def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]]
         for e, js in consumed.items():
             keep = np.ones(len(remaining[e]), dtype=bool)
             keep[np.asarray(js, dtype=np.int64)] = False
-            remaining[e] = remaining[e][keep]
+            remaining[e] = np.asarray(remaining[e], dtype=np.int64)[keep]
     return remaining
 
 
