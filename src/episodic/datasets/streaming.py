@@ -43,6 +43,7 @@ from ..storage.prefetch import FetchStats, Prefetcher
 from ..storage.source import Source
 from ..tabular import Columns, load_columns
 from ..video import DecoderCache
+from .collate import in_worker
 from .engine import FrameEngine, select_episodes, to_torch, unbatch
 from .map_style import resolve_source
 
@@ -698,7 +699,7 @@ class _Run:
         t0 = time.perf_counter()
         merged = eng.batch(rows)
         ds._stats.decode_seconds += time.perf_counter() - t0
-        batch = to_torch(merged, ds.camera_keys, ds.return_uint8)
+        batch = to_torch(merged, ds.camera_keys, ds.return_uint8, shared=in_worker())
         # items remember their batch: for a whole chunk, default_collate hands that batch back
         return list(unbatch(batch, ds.image_transforms, ds.camera_keys))
 
