@@ -7,11 +7,11 @@ frame (keys, windows, pad masks, frames, task).
 Order (pure functions of (seed, epoch, topology), see docs/streaming.md):
 - `plan_episodes` splits the EPISODES over consumers = world_size x num_workers (longest-first greedy on
   frame counts, in a keyed random order), so no consumer idles when files < consumers.
-- `consumer_order`: each consumer keeps up to `episode_pool_size` whole episodes in RAM and emits frames
+- `PoolOrder`: each consumer keeps up to `episode_pool_size` whole episodes in RAM and emits frames
   uniformly at random across the pool's remaining frames; an exhausted episode is replaced by the next.
 - Resume: the state counts the batches the trainer consumed; a DataLoader hands batches out round-robin
   over its workers, skipping exhausted ones (`worker_batches_consumed`), so each worker re-derives how
-  many items it already produced and skips them in its order arrays (no read, no decode). A resume on
+  many items it already produced and skips them in its order (no read, no decode). A resume on
   another topology closes the old "segment" (kept in `history`) and re-splits what is left.
 """
 
