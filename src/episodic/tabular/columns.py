@@ -147,8 +147,8 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
                 if have != n:
                     raise DatasetFormatError(f"{path}: episode {int(e)} has {have} rows, metadata says length {int(n)}")
             raise DatasetFormatError(f"{path}: rows of episodes {episodes[sel].tolist()[:10]} are not in episode order")
-        # destination rows: selected episodes of one file are contiguous in `episodes` (files are in order)
-        dst = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in sel]) if len(sel) > 1 else np.arange(starts[sel[0]], starts[sel[0] + 1])
+        # destination rows: usually one contiguous range (episodes are written file after file)
+        dst = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in sel])
         lo, hi = int(dst[0]), int(dst[-1]) + 1
         contiguous = hi - lo == len(dst)
         for n in numeric:

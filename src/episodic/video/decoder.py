@@ -68,7 +68,6 @@ def build_index(container: av.container.InputContainer, stream: av.video.stream.
         raise VideoDecodeError(f"{path}: cannot read video packets ({e})") from None
     if not pts:
         raise VideoDecodeError(f"{path}: the video stream has no frames")
-    container.seek(0, stream=stream)  # rewind for decoding
     return _frame_index(pts, key, stream)
 
 
