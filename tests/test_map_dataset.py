@@ -9,7 +9,7 @@ import torch
 
 from episodic import EpisodicDataset, LeRobotDataset
 from episodic.demo import synthetic_episode
-from episodic.format import EpisodeIndexError
+from episodic.format import EpisodeIndexError, VideoDecodeError
 
 FPS = 30
 DELTAS = {"action": [i / FPS for i in range(5)], "observation.state": [-2 / FPS, -1 / FPS, 0.0],
@@ -139,6 +139,27 @@ def test_dataloader_with_forked_workers_equals_serial(small_root):
             if k != "task":
                 assert torch.equal(a[k], b[k]), k
         assert a["task"] == b["task"]
+
+
+def test_decode_threads_give_the_same_batches(multifile_root, small_root, copy_of):
+    """Cameras and files decoded on 2 threads equal one thread's decode, bit for bit (multi-file: a batch
+    spans several files per camera); a decode error on a thread still names file, episode and camera."""
+    rng = np.random.default_rng(0)
+    one = LeRobotDataset("x", root=multifile_root, delta_timestamps=DELTAS, return_uint8=True)
+    two = LeRobotDataset("x", root=multifile_root, delta_timestamps=DELTAS, return_uint8=True)
+    one.engine.decode_threads, two.engine.decode_threads = 1, 2
+    for _ in range(3):
+        idx = rng.choice(len(one), 24, replace=False)
+        a, b = one.get_batch(idx), two.get_batch(idx)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert (a[k] == b[k]) if k == "task" else torch.equal(a[k], b[k]), k
+    root = copy_of(small_root)
+    (root / "videos/observation.images.top/chunk-000/file-000.mp4").write_bytes(b"\x00garbage" * 1000)
+    bad = LeRobotDataset("x", root=root)
+    bad.engine.decode_threads = 2
+    with pytest.raises(VideoDecodeError, match=r"episode \d+, camera 'observation.images.top'.*file-000\.mp4"):
+        bad.get_batch([0, 1])
 
 
 def test_native_batches_and_loader(small_root):

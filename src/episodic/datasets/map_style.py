@@ -103,7 +103,8 @@ class EpisodicDataset(torch.utils.data.Dataset):
         return batch
 
     def _batch(self, indices) -> Batch:
-        return to_torch(self.engine.batch(indices), self.camera_keys, self.return_uint8, shared=in_worker())
+        return to_torch(self.engine.batch(indices, channels_first=True), self.camera_keys, self.return_uint8,
+                        shared=in_worker(), channels_first=True)
 
     def __getitem__(self, idx: int) -> dict:
         if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
