@@ -8,6 +8,7 @@ import os
 import random
 import socket
 import threading
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -159,7 +160,7 @@ def test_elastic_two_ranks_to_one(root):
     for rank in range(2):
         ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=2, **kw)
         with pytest.warns(UserWarning, match="does not divide the epoch evenly") if rank == 0 else nullcontext():
-            for n, b in enumerate(ds.loader(batch_size=8), 1):
+            for n, b in enumerate(ds.loader(batch_size=8, even_batches=False), 1):
                 consumed += b["index"].tolist()
                 if n == 3:
                     break
@@ -184,8 +185,45 @@ def test_elastic_two_ranks_to_one(root):
         ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=2, **kw)
         ds.load_state_dict(state)
         with pytest.warns(UserWarning, match="does not divide the epoch evenly") if rank == 0 else nullcontext():
-            tail += indices(ds.loader(batch_size=4))
+            tail += indices(ds.loader(batch_size=4, even_batches=False))
     assert sorted(consumed + part + tail) == list(range(one.num_frames))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_even_batches_every_rank_stops_together(root, workers):
+    """Under world_size > 1 the loader's default gives every rank the same number of batches (the smallest
+    any rank has), with no frame twice; resuming mid-epoch keeps that count; even_batches=False gives each
+    rank all of its frames."""
+    kw = dict(video_keys=[], episode_pool_size=3, seed=5)
+    per_rank, full = [], []
+    for rank in range(3):
+        ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            per_rank.append([b["index"].tolist() for b in ds.loader(batch_size=7, num_workers=workers)])
+        if rank == 0:
+            assert any("all stop after" in str(w.message) for w in caught)
+        assert ds.epoch == 1  # the shortened epoch still ends the epoch
+        with pytest.warns(UserWarning, match="does not divide") if rank == 0 and workers == 0 else nullcontext():
+            full.append([b["index"].tolist() for b in StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw)
+                         .loader(batch_size=7, num_workers=workers, even_batches=False)])
+    n = len(per_rank[0])
+    assert all(len(r) == n for r in per_rank) and max(len(f) for f in full) > n
+    assert per_rank == [f[:n] for f in full]  # the same batches, cut at the shortest rank's count
+    flat = [i for r in per_rank for b in r for i in b]
+    assert len(flat) == len(set(flat))
+    # resume after 2 batches: the same count in all
+    for rank in range(3):
+        ds = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            it = iter(ds.loader(batch_size=7, num_workers=workers))
+            head = [next(it)["index"].tolist() for _ in range(2)]
+            it.close()
+            again = StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw)
+            again.load_state_dict(ds.state_dict())
+            tail = [b["index"].tolist() for b in again.loader(batch_size=7, num_workers=workers)]
+        assert head + tail == per_rank[rank]
 
 
 # ------------------------------------------------------------------------------------------ http

@@ -43,7 +43,7 @@ from ..storage.prefetch import FetchStats, Prefetcher
 from ..storage.source import Source
 from ..tabular import Columns, load_columns
 from ..video import DecoderCache
-from .collate import in_worker
+from .collate import Batch, in_worker
 from .engine import FrameEngine, select_episodes, to_torch, unbatch
 from .map_style import resolve_source
 
@@ -423,6 +423,19 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         else:
             self._segment = None
 
+    def _remaining(self, seed: int, epoch: int, history: Sequence[Sequence[int]]) -> dict[int, Sequence[int]]:
+        lengths = {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
+        return remaining_after(lengths, history, seed, epoch, self.episode_pool_size, self.shuffle)
+
+    def _segment_batches(self, state: Mapping) -> list[int]:
+        """Batches each rank hands out in the segment of `state` (from `_begin`), counted from its start."""
+        ws, nw, bs = state["segment"]
+        nw = max(nw, 1)
+        remaining = self._remaining(state["seed"], state["epoch"], state["history"])
+        cand, plans = _segment_plan(remaining, ws, nw, state["seed"], state["epoch"], len(state["history"]), self.shuffle)
+        frames = [sum(len(remaining[int(e)]) for e in cand[p]) for p in plans]
+        return [sum(-(-frames[r * nw + w] // bs) for w in range(nw)) for r in range(ws)]
+
     def _begin(self, batch_size: int, num_workers: int) -> dict:
         """Open (or continue) the segment for this loader's topology; the snapshot workers iterate from."""
         _, ws = resolve_topology(self.rank, self.world_size)
@@ -439,10 +452,14 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
     def _end_epoch(self) -> None:
         self.set_epoch(self.epoch + 1)
 
-    def loader(self, batch_size: int = 32, num_workers: int = 0, **kwargs) -> "StreamingLoader":
+    def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
+               **kwargs) -> "StreamingLoader":
         """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
-        to the next epoch when one is exhausted."""
-        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, **kwargs)
+        to the next epoch when one is exhausted. With `even_batches` (default: when world_size > 1) every
+        rank hands out the same number of batches per epoch, the smallest any rank has: ranks split the
+        epoch by whole episodes, so some would otherwise run out first and leave collective ops hanging;
+        the few batches the other ranks had left are skipped in that epoch (a warning says how many)."""
+        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches, **kwargs)
 
     # ------------------------------------------------------------------ observability
     def _publish(self, force: bool = False) -> None:
@@ -525,8 +542,7 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         loader_workers = max(seg_nw, 1)
         if (seg_ws, loader_workers) != (ws, nw):
             raise RuntimeError(f"stream segment topology {(seg_ws, loader_workers)} != this process's {(ws, nw)}")
-        lengths = {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
-        remaining = remaining_after(lengths, history, seed, epoch, self.episode_pool_size, self.shuffle)
+        remaining = self._remaining(seed, epoch, history)
         segment = len(history)
         cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, segment, self.shuffle)
         per_worker = []
@@ -538,7 +554,7 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         # worker that was w places after the one due to hand out the next batch
         logical = (nxt + wid) % nw
         if wid == 0 and rank == 0:
-            _warn_uneven(cand, plans, remaining, ws, nw)
+            _warn_uneven(cand, plans, remaining, ws, nw, frames=not state.get("even_batches"))
         eps = cand[plans[rank * nw + logical]]
         return eps, [remaining[int(e)] for e in eps], seed, epoch, segment, took[logical], rank * nw + logical
 
@@ -546,6 +562,7 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         self._stats.check_fork()
         t_start = time.perf_counter()
         rank, ws, wid, nw = self._consumer()
+        whole = bool((self._iter_state or {}).get("whole_batches"))
         eps, frames, seed, epoch, segment, skip, consumer = self._my_plan()
         rng = _consumer_rng(seed, epoch, segment, consumer)
         order = PoolOrder([len(f) for f in frames], self.episode_pool_size, rng, self.shuffle)
@@ -557,14 +574,17 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         try:
             while order.pos < order.total:
                 kk, jj = order.take(self.chunk_size)
-                items = run.items(kk, jj, order.admitted)
+                batch = run.batch(kk, jj, order.admitted)
                 run.release(order.finished)
                 order.finished.clear()
-                if self._stats.first_item_seconds is None and items:
+                if self._stats.first_item_seconds is None and batch.size:
                     self._stats.first_item_seconds = time.perf_counter() - t_start
-                self._stats.frames_emitted += len(items)
+                self._stats.frames_emitted += batch.size
                 self._publish()
-                yield from items
+                if whole:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
+                    yield batch.for_transport() if in_worker() else batch.collated()
+                else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
+                    yield from unbatch(batch, self.image_transforms, self.camera_keys)
         finally:
             run.close()
             if sys.is_finalizing():  # an iterator collected at interpreter exit: nobody will read the stats
@@ -572,15 +592,15 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
             self._publish(force=True)
 
 
-def _warn_uneven(cand, plans, remaining, ws: int, nw: int) -> None:
+def _warn_uneven(cand, plans, remaining, ws: int, nw: int, frames: bool = True) -> None:
     if len(cand) < ws * nw:
         warnings.warn(f"streaming: {len(cand)} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
                       f"{ws * nw - len(cand)} consumers get no episode", stacklevel=3)
-    frames = [sum(sum(len(remaining[int(e)]) for e in cand[plans[r * nw + w]]) for w in range(nw)) for r in range(ws)]
-    if ws > 1 and len(set(frames)) > 1:
-        warnings.warn(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(frames)}..{max(frames)} "
-                      f"frames, so some ranks run out of batches first (stop every rank at the shortest, or expect a "
-                      f"hang in collective ops)", stacklevel=3)
+    per_rank = [sum(sum(len(remaining[int(e)]) for e in cand[plans[r * nw + w]]) for w in range(nw)) for r in range(ws)]
+    if frames and ws > 1 and len(set(per_rank)) > 1:
+        warnings.warn(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}..{max(per_rank)} "
+                      f"frames, so some ranks run out of batches first (stop every rank at the shortest, e.g. "
+                      f"loader(even_batches=True), or expect a hang in collective ops)", stacklevel=3)
 
 
 class _Run:
@@ -680,8 +700,9 @@ class _Run:
         return eng
 
     # ---------------------------------------------------------------- items
-    def items(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> list[dict]:
-        """Items for (list episode, frame) pairs; `admitted` list episodes have entered the pool so far."""
+    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> Batch:
+        """The batch of items for (list episode, frame) pairs; `admitted` list episodes have entered the pool
+        so far."""
         self._submit_until(admitted + self.ds.prefetch_episodes)
         ds = self.ds
         # the pooled episodes this chunk draws from, side by side in one Columns: one vectorised engine call
@@ -697,11 +718,9 @@ class _Run:
         g = np.searchsorted(groups, ks)
         rows = starts[g] + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())), np.int64, len(ks))
         t0 = time.perf_counter()
-        merged = eng.batch(rows)
+        merged = eng.batch(rows, channels_first=True)
         ds._stats.decode_seconds += time.perf_counter() - t0
-        batch = to_torch(merged, ds.camera_keys, ds.return_uint8, shared=in_worker())
-        # items remember their batch: for a whole chunk, default_collate hands that batch back
-        return list(unbatch(batch, ds.image_transforms, ds.camera_keys))
+        return to_torch(merged, ds.camera_keys, ds.return_uint8, shared=in_worker(), channels_first=True)
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list episodes: their rows, decoders' claim and video files."""
@@ -737,25 +756,54 @@ class StreamingLoader:
     persistent: each iteration snapshots the dataset's state (epoch, resume position) into fresh workers.
     When an iteration runs to its end, the dataset moves to the next epoch."""
 
-    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 32, num_workers: int = 0, **kwargs):
+    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 32, num_workers: int = 0,
+                 even_batches: bool | None = None, **kwargs):
         if kwargs.get("persistent_workers"):
             raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
+        self.even_batches = even_batches
         self.kwargs = kwargs
 
     def __iter__(self):
         ds = self.dataset
-        ds._begin(self.batch_size, self.num_workers)
-        ds.chunk_size = self.batch_size  # chunks then coincide with the loader's batches (zero-copy collation)
-        dl = torch.utils.data.DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers, **self.kwargs)
+        state = ds._begin(self.batch_size, self.num_workers)
+        ds.chunk_size = self.batch_size  # chunks then coincide with the loader's batches
+        rank, ws = resolve_topology(ds.rank, ds.world_size)
+        limit = None
+        if self.even_batches if self.even_batches is not None else ws > 1:
+            state["even_batches"] = True
+            per_rank = ds._segment_batches(state)
+            limit = min(per_rank)
+            if max(per_rank) > limit and rank == 0 and ds._consumed < limit:
+                warnings.warn(f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
+                              f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
+                              f"epoch", stacklevel=2)
+        kw = dict(self.kwargs)
+        # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
+        # one by one
+        state["whole_batches"] = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
+        if state["whole_batches"]:
+            kw.pop("drop_last", None)
+            dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=self.num_workers, **kw)
+        else:
+            dl = torch.utils.data.DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
         it = iter(dl)
         if self.num_workers > 0:
             ds._iter_state = None  # the forked workers hold their snapshot now (num_workers=0 takes it in __iter__)
-        for batch in it:
-            ds._consumed += 1
-            yield batch
+        try:
+            while limit is None or ds._consumed < limit:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                ds._consumed += 1
+                yield batch
+        finally:  # also when the caller stops early (close()): stop the workers now, not at garbage collection
+            stop = getattr(it, "_shutdown_workers", None)
+            if stop is not None:
+                stop()
         ds._end_epoch()
 
     def state_dict(self) -> dict:

@@ -262,6 +262,8 @@ def make_loader(ds, cfg: BenchConfig, collate_fn=None):
     n = (cfg.warmup + cfg.batches) * cfg.batch_size
     kw = {} if collate_fn is None else {"collate_fn": collate_fn}
     if isinstance(ds, torch.utils.data.IterableDataset):
+        if collate_fn is None and hasattr(ds, "loader"):  # the stream's own loader: what its users iterate
+            return _Epochs(ds, ds.loader(batch_size=cfg.batch_size, num_workers=cfg.workers))
         return _Epochs(ds, torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.workers, **kw))
     sampler = torch.utils.data.RandomSampler(ds, num_samples=n, generator=g)
     return torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers, **kw)
@@ -326,7 +328,7 @@ def _batch_size(batch: dict) -> int:
 def _shutdown(it) -> None:
     """Stop DataLoader workers now: an iterator kept alive by an exception's traceback would otherwise be
     shut down by the garbage collector later, which can block for seconds per worker."""
-    stop = getattr(it, "_shutdown_workers", None)
+    stop = getattr(it, "_shutdown_workers", None) or getattr(it, "close", None)  # a DataLoader's or a generator
     if stop is not None:
         try:
             stop()
