@@ -1,12 +1,15 @@
-"""Map-style loading benchmark: frames/s, time to first batch and peak RSS of the process tree.
+"""Loading benchmark, map-style or streaming: frames/s, time to first batch and peak RSS of the process tree.
 
-Measures episodic's LeRobotDataset under a torch DataLoader (batch 32, action window of 16 future frames,
-state window of 2) with video and tabular-only, for 0 and 2 workers; with --lerobot-python it runs
-LeRobot 0.4.4's loader on the same data in the same run (see benchmarks/lerobot_tools.py) and prints the
-ratios. Each configuration runs in a fresh subprocess; figures are medians over --repeats runs.
+--mode map: episodic's LeRobotDataset under a torch DataLoader (shuffled); --mode stream: episodic's
+StreamingLeRobotDataset through `ds.loader()` (pool of 64 episodes). Batch 32, action window of 16 future
+frames, state window of 2, with video and tabular-only, for 0 and 2 workers; with --lerobot-python it runs
+LeRobot 0.4.4's loader of the same kind on the same data in the same run (see benchmarks/lerobot_tools.py)
+and prints the ratios. Each configuration runs in a fresh subprocess, the loaders interleaved; figures are
+medians over --repeats runs. Time to first batch counts from reading the metadata (dataset construction
+included), after imports, on both sides.
 
-    python benchmarks/bench_map.py --root DATASET [--lerobot-python .bench/lerobot-venv/bin/python] [--json OUT]
-    python benchmarks/bench_map.py --write-synthetic DIR --episodes 200   # make a dataset with episodic's writer
+    python benchmarks/bench_loaders.py --root DATASET [--mode stream] [--lerobot-python .bench/lerobot-venv/bin/python] [--json OUT]
+    python benchmarks/bench_loaders.py --write-synthetic DIR --episodes 200   # make a dataset with episodic's writer
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_episodic(root: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int) -> dict:
+def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int) -> dict:
     import torch
 
-    from episodic import LeRobotDataset
+    from episodic import LeRobotDataset, StreamingLeRobotDataset
     from episodic.format import load_metadata
     from episodic.storage import open_source
     from episodic.tools.rss import PeakRSS
@@ -35,9 +38,14 @@ def run_episodic(root: str, workers: int, video: bool, batches: int, warmup: int
         src = open_source(root)
         fps = load_metadata(src.fs, src.root).fps
         dt = {"action": [i / fps for i in range(16)], "observation.state": [-1 / fps, 0.0]}
-        ds = LeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=None if video else [])
-        loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                             generator=torch.Generator().manual_seed(0))
+        cams = None if video else []
+        if mode == "stream":
+            ds = StreamingLeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams, episode_pool_size=64)
+            loader = ds.loader(batch_size=batch_size, num_workers=workers)
+        else:
+            ds = LeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams)
+            loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                                 generator=torch.Generator().manual_seed(0))
         it = iter(loader)
         next(it)
         ttfb = time.perf_counter() - t_start
@@ -50,7 +58,9 @@ def run_episodic(root: str, workers: int, video: bool, batches: int, warmup: int
             if i >= warmup + batches:
                 break
         elapsed = time.perf_counter() - t0
-    return {"loader": "episodic-map", "frames_per_s": n / elapsed, "time_to_first_batch_s": ttfb,
+        if hasattr(it, "close"):
+            it.close()
+    return {"loader": f"episodic-{mode}", "frames_per_s": n / elapsed, "time_to_first_batch_s": ttfb,
             "peak_rss_tree_mb": rss.peak / 2**20, "workers": workers, "video": video, "samples": n}
 
 
@@ -63,6 +73,7 @@ def subprocess_json(cmd: list[str]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root")
+    ap.add_argument("--mode", choices=["map", "stream"], default="map")
     ap.add_argument("--write-synthetic")
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--workers", default="0,2")
@@ -78,7 +89,7 @@ def main() -> int:
 
     if args.one:  # child process: one measurement
         w, v = args.one.split(",")
-        print(json.dumps(run_episodic(args.root, int(w), v == "1", args.batches, args.warmup, args.batch_size)))
+        print(json.dumps(run_episodic(args.root, args.mode, int(w), v == "1", args.batches, args.warmup, args.batch_size)))
         return 0
     if args.write_synthetic:
         from episodic.demo import write_demo_dataset
@@ -90,18 +101,19 @@ def main() -> int:
         runs = {"episodic": [], "episodic_tabular": [], "lerobot": []}
         for _ in range(args.repeats):  # interleave the loaders so machine noise hits all alike
             for name, video in (("episodic", 1), ("episodic_tabular", 0)):
-                runs[name].append(subprocess_json([sys.executable, __file__, "--root", args.root, "--one", f"{workers},{video}",
+                runs[name].append(subprocess_json([sys.executable, __file__, "--root", args.root, "--mode", args.mode,
+                                                   "--one", f"{workers},{video}",
                                                    "--batches", str(args.batches), "--warmup", str(args.warmup),
                                                    "--batch-size", str(args.batch_size)]))
             if args.lerobot_python:  # LeRobot 0.4.4 cannot leave cameras out: it always decodes them
-                cmd = [args.lerobot_python, os.path.join(HERE, "lerobot_tools.py"), "bench-map", "--root", args.root,
+                cmd = [args.lerobot_python, os.path.join(HERE, "lerobot_tools.py"), f"bench-{args.mode}", "--root", args.root,
                        "--workers", str(workers), "--batch-size", str(args.batch_size), "--batches", str(args.batches),
                        "--warmup", str(args.warmup), "--torch-threads", "1"]
                 try:
                     runs["lerobot"].append(subprocess_json(cmd))
                 except (subprocess.CalledProcessError, ValueError) as e:
                     print(f"lerobot run failed: {e}", file=sys.stderr)
-        row = {"workers": workers}
+        row = {"mode": args.mode, "workers": workers}
         for name, rs in runs.items():
             for k in ("frames_per_s", "time_to_first_batch_s", "peak_rss_tree_mb"):
                 if rs:
