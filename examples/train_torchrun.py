@@ -39,7 +39,7 @@ def main():
     if distributed:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank = dist.get_rank() if distributed else 0
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu")
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if torch.cuda.is_available() else "cpu")
 
     root = Path(args.root)
     if rank == 0 and not (root / "meta" / "info.json").exists():
