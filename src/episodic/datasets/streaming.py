@@ -284,7 +284,8 @@ def _remove_dir_if_owner(path: str, pid: int) -> None:
 
 
 _SUM_KEYS = ("decode_seconds", "tabular_seconds", "wait_seconds", "fast_forward_seconds", "frames_emitted",
-             "episodes_admitted", "bytes_fetched", "fetch_seconds", "files_fetched", "retries", "cache_evictions")
+             "episodes_admitted", "bytes_fetched", "fetch_seconds", "files_fetched", "ranges_fetched", "retries",
+             "cache_evictions")
 
 
 # ---------------------------------------------------------------------------------------------- dataset
@@ -298,10 +299,14 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
 
     Use `dataset.loader(batch_size, num_workers)` (a counting DataLoader wrapper) to get `state_dict()`,
     `load_state_dict()` and automatic epoch advance; `set_epoch(e)` starts epoch `e` from its beginning.
-    Remote sources (any fsspec URL) are read by whole files into a private per-consumer mirror under
-    `cache_dir` (default ~/.cache/episodic/streaming), at most `cache_max_bytes` of unreferenced files per
-    consumer; video files are prefetched in background threads when their episode is about to enter the
-    pool.
+    Remote sources (any fsspec URL) are read by byte ranges, only what the consumer's episodes need: the
+    data parquet files in place (footer and the needed row groups, retried range requests), and of each
+    mp4 its header (once) plus, per episode, the samples of the episode's time span (from the key frame
+    before it), written at their own offsets into a sparse file in a private per-consumer mirror under
+    `cache_dir` (default ~/.cache/episodic/streaming); mp4s that do not allow ranges are fetched whole.
+    Video ranges are prefetched in background threads when their episode is about to enter the pool; at
+    most `cache_max_bytes` of unreferenced mirror files (bytes written) are kept per consumer. Local
+    sources are read in place.
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -619,12 +624,13 @@ class _Run:
                                      threads=ds.prefetch_threads, retries=ds.fetch_retries, backoff_s=ds.fetch_backoff_s,
                                      max_backoff_s=ds.fetch_max_backoff_s, stats=ds._stats.fetch)
         if self.local:
-            self.meta = ds.meta
+            self.meta = self.remote_meta = ds.meta
             engine_source = source
         else:
             from fsspec.implementations.local import LocalFileSystem
 
             self.meta = replace(ds.meta, fs=LocalFileSystem(), root=self.mirror)
+            self.remote_meta = replace(ds.meta, fs=source.fs, root=source.root)  # data files: range reads
             engine_source = Source(fs=LocalFileSystem(), root=self.mirror)
         self.template = copy.copy(ds._template)
         self.template.source = engine_source
@@ -635,6 +641,7 @@ class _Run:
         self.engines: dict[int, FrameEngine] = {}
         self.videos: dict[int, list[str]] = {}  # list position -> acquired video files
         self.video_futs: dict[int, list[Future]] = {}
+        self.reader_gen: dict[str, int] = {}  # video file -> mirror generation its reader may have seen
         self.prefetched = 0  # list positions [0, prefetched) have been submitted
         self.released = np.zeros(len(eps), dtype=bool)
         self.data_keys = ds._template.data_keys
@@ -657,21 +664,17 @@ class _Run:
             if not self.local:
                 ep = int(self.eps[k])
                 rels = [self.meta.video_file_of(ep, key) for key in self.video_keys]
+                cams = [self.meta.episodes.cameras[key] for key in self.video_keys]
                 self.videos[k] = rels
-                self.video_futs[k] = [self.prefetcher.acquire(r) for r in rels]
+                self.video_futs[k] = [self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
+                                      for r, c in zip(rels, cams)]
 
     def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
         t0 = time.perf_counter()
         block_eps = np.unique(wanted)
-        rels = sorted({self.meta.data_file_of(int(e)) for e in block_eps})
-        futs = [self.prefetcher.acquire(r) for r in rels]
-        try:
-            for f in futs:
-                f.result()
-            cols = load_columns(self.meta, block_eps, self.data_keys)
-        finally:
-            for r in rels:
-                self.prefetcher.release(r)
+        # remote data files are read in place through retried range requests (footer + needed row groups)
+        open_file = None if self.local else self.prefetcher.open_remote
+        cols = load_columns(self.remote_meta, block_eps, self.data_keys, open_file=open_file)
         out = {}
         for i, e in enumerate(block_eps.tolist()):
             s, t = int(cols.starts[i]), int(cols.starts[i + 1])
@@ -691,6 +694,7 @@ class _Run:
         cols = self.blocks[k // G].result()[ep]
         for f in self.video_futs.get(k, ()):
             f.result()
+        self._discard_stale_readers(self.videos.get(k, ()))
         self.ds._stats.wait_seconds += time.perf_counter() - t0
         eng = copy.copy(self.template)
         eng.columns = cols
@@ -698,6 +702,16 @@ class _Run:
         self.engines[k] = eng
         self.ds._stats.episodes_admitted += 1
         return eng
+
+    def _discard_stale_readers(self, rels: Sequence[str]) -> None:
+        """Close the decoders of mirror files written to since they may have been opened: FFmpeg may have
+        buffered zeros of a hole that now holds this episode's bytes (consumer thread only: the decoder
+        cache is not thread-safe)."""
+        for rel in rels:
+            gen = self.prefetcher.generation(rel)
+            if self.reader_gen.get(rel) != gen:
+                self.template.decoders.discard(self.template.source.local_path(rel))
+                self.reader_gen[rel] = gen
 
     # ---------------------------------------------------------------- items
     def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> Batch:

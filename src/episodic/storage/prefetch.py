@@ -1,27 +1,58 @@
-"""Background fetching of whole remote files into a private local mirror, with refcounts and a byte budget.
+"""Background fetching of remote dataset files into a private local mirror: byte ranges of mp4s (only what
+the consumer's episodes need) or whole files, with refcounts and a byte budget.
 
-A `Prefetcher` belongs to one consumer (one DataLoader worker of one rank) and one iteration: files land
-under `directory/<relative path>` (temp file + atomic rename), are reference-counted by the episodes that
-use them (several episodes share one file), and files nobody references are evicted, least recently
-released first, whenever the mirror holds more than `max_bytes`. Referenced files are never evicted, so
-the budget is a soft cap when the pool's own files exceed it.
+A `Prefetcher` belongs to one consumer (one DataLoader worker of one rank) and one iteration. Files land
+under `directory/<relative path>`:
+
+- `acquire_span(rel, from_s, to_s)` (videos): the first time a remote mp4 is needed, FFmpeg opens it once
+  through range reads (`RangeFile`) to learn its sample index (`probe_mp4`); the bytes it read (the header)
+  are kept. For each episode only the samples of its time span (one contiguous range, from the key frame
+  before it) are fetched and written, with the header, at their own offsets into a sparse local file of the
+  full size (`SparseFile`); ranges already present are not fetched again. Files that do not allow ranges
+  (not mp4/mov, no sample index, an index that misses frames) are fetched whole instead.
+- `acquire(rel)`: the whole file (temp file + atomic rename).
+- `open_remote(path)`: a seekable read-only remote file whose reads are retried range requests (parquet
+  readers read the footer and the row groups they need through it; nothing lands in the mirror).
+
+Files are reference-counted by the episodes that use them (several episodes share one file); files nobody
+references are evicted, least recently released first, whenever the mirror holds more than `max_bytes`
+(bytes actually written, not a sparse file's apparent size). Referenced files and files being written are
+never evicted, so the budget is a soft cap when the pool's own files exceed it. `generation(rel)` changes
+whenever bytes are written to (or removed with) a mirror file: a decoder opened on a sparse file before
+then may have buffered zeros from a hole that is now filled, and must be reopened.
 
 Transient errors (anything but "not found") are retried with capped exponential backoff and full jitter;
-after `retries` retries the error is permanent and names the URL.
+after `retries` retries the error is permanent and names the URL. A range whose body is shorter or longer
+than asked for counts as a transient error.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from ..format.errors import DatasetFormatError
 from .cache import atomic_write_bytes
+from .ranges import (
+    Mp4Layout,
+    RangeFile,
+    SparseFile,
+    add_range,
+    missing_ranges,
+    probe_mp4,
+)
+
+T = TypeVar("T")
+
+RANGE_CHUNK = 8 << 20  # a long range is fetched in requests of at most this many bytes
 
 
 class FetchStats:
@@ -32,6 +63,7 @@ class FetchStats:
         self.bytes_fetched = 0
         self.fetch_seconds = 0.0
         self.files_fetched = 0
+        self.ranges_fetched = 0
         self.retries = 0
         self.evictions = 0
 
@@ -42,31 +74,23 @@ class FetchStats:
 
     def as_dict(self) -> dict:
         return {"bytes_fetched": self.bytes_fetched, "fetch_seconds": self.fetch_seconds,
-                "files_fetched": self.files_fetched, "retries": self.retries, "cache_evictions": self.evictions}
+                "files_fetched": self.files_fetched, "ranges_fetched": self.ranges_fetched,
+                "retries": self.retries, "cache_evictions": self.evictions}
 
 
-def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                stats: FetchStats | None = None, rng: random.Random | None = None) -> bytes:
-    """The whole file, checked against its size when the filesystem reports one; transient failures are
-    retried with capped exponential backoff + full jitter. Raises DatasetFormatError naming `url`."""
+def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 stats: FetchStats | None = None, rng: random.Random | None = None) -> T:
+    """`call()`, retried on transient failures with capped exponential backoff + full jitter. "Not found"
+    is permanent at once; every permanent failure raises DatasetFormatError naming `url`."""
     rng = rng or random.Random()
     for attempt in range(retries + 1):
         try:
-            size = None
-            try:
-                size = fs.info(path).get("size")
-            except FileNotFoundError:
-                raise
-            except Exception:
-                if attempt < retries:  # the size is a check only; a failed HEAD is retried like a failed GET
-                    raise
-            data = fs.cat_file(path)
-            if size is not None and len(data) != size:
-                raise OSError(f"truncated body: {len(data)} of {size} bytes")
-            return data
+            return call()
         except FileNotFoundError:
             raise DatasetFormatError(f"{url}: file not found") from None
-        except Exception as e:  # transient: 5xx, resets, truncated bodies, timeouts
+        except DatasetFormatError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- transient: 5xx, resets, truncated bodies, timeouts
             if attempt == retries:
                 raise DatasetFormatError(f"{url}: cannot fetch after {attempt + 1} attempts "
                                          f"({type(e).__name__}: {e})") from None
@@ -76,38 +100,95 @@ def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.
     raise AssertionError("unreachable")
 
 
-class Prefetcher:
-    """Refcounted whole-file prefetch of `root/<rel>` from `fs` into `directory/<rel>`.
+def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                stats: FetchStats | None = None, rng: random.Random | None = None, start: int | None = None,
+                end: int | None = None) -> bytes:
+    """The whole file (checked against its size when the filesystem reports one), or with `start`/`end`
+    the byte range [start, end) (checked to be exactly that long); transient failures are retried with
+    capped exponential backoff + full jitter. Raises DatasetFormatError naming `url`."""
+    state = {"attempt": 0}
 
-    `acquire(rel)` returns a Future of the local path (fetching in a background thread if needed) and
-    takes a reference; `release(rel)` drops it. For a local filesystem the files are used in place:
-    `acquire` returns a finished future of the original path and nothing is copied or counted.
+    def whole() -> bytes:
+        state["attempt"] += 1
+        size = None
+        try:
+            size = fs.info(path).get("size")
+        except FileNotFoundError:
+            raise
+        except Exception:
+            if state["attempt"] <= retries:  # the size is a check only; a failed HEAD is retried like a failed GET
+                raise
+        data = fs.cat_file(path)
+        if size is not None and len(data) != size:
+            raise OSError(f"truncated body: {len(data)} of {size} bytes")
+        return data
+
+    def ranged() -> bytes:
+        data = fs.cat_file(path, start=start, end=end)
+        if len(data) != end - start:
+            raise OSError(f"bytes {start}-{end}: got {len(data)} of {end - start} bytes")
+        return data
+
+    return with_retries(whole if start is None else ranged, url, retries, backoff_s, max_backoff_s, stats, rng)
+
+
+class Prefetcher:
+    """Refcounted prefetch of `root/<rel>` from `fs` into `directory/<rel>`: byte ranges of mp4s
+    (`acquire_span`) or whole files (`acquire`).
+
+    `acquire*` returns a Future of the local path (fetching in a background thread if needed) and takes a
+    reference; `release(rel)` drops it. The future is done once every byte the caller asked for is written.
+    For a local filesystem the files are used in place: `acquire*` return a finished future of the original
+    path and nothing is copied or counted.
     """
 
     def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
                  threads: int = 4, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: FetchStats | None = None, seed: int | None = None):
+                 stats: FetchStats | None = None, seed: int | None = None, ranges: bool = True):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
+        self.ranges = ranges
         self.stats = stats or FetchStats()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._refs: dict[str, int] = {}
-        self._futures: dict[str, Future] = {}
-        self._sizes: dict[str, int] = {}  # files on disk -> bytes
+        self._futures: dict[str, Future] = {}  # whole files
+        self._layouts: dict[str, Future] = {}  # mp4 probes: Mp4Layout, or None (no ranges: whole file)
+        self._sparse: dict[str, SparseFile] = {}
+        self._inflight: dict[str, list[tuple[int, int, Future]]] = {}  # ranges being fetched, per file
+        self._gen: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}  # files on disk -> bytes written
         self._idle: OrderedDict[str, None] = OrderedDict()  # unreferenced files on disk, oldest first
         self._pool = None if local else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episodic-fetch")
 
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.local else str(self.directory / rel)
 
+    def url(self, rel: str) -> str:
+        return self.fs.unstrip_protocol(f"{self.root}/{rel}")
+
     @property
     def bytes_on_disk(self) -> int:
         return sum(self._sizes.values())
 
+    def generation(self, rel: str) -> int:
+        """Changes whenever bytes are written to (or removed with) the mirror file of `rel`."""
+        with self._lock:
+            return self._gen.get(rel, 0)
+
+    # ------------------------------------------------------------------ references
     def acquire(self, rel: str) -> Future:
+        """The whole file."""
+        return self._acquire(rel, self._whole, rel)
+
+    def acquire_span(self, rel: str, from_s: float, to_s: float) -> Future:
+        """The bytes of the video samples of `rel` between `from_s` and `to_s` (seconds in the file), in a
+        sparse mirror file (the whole file when it does not allow ranges)."""
+        return self._acquire(rel, self._span, rel, from_s, to_s)
+
+    def _acquire(self, rel: str, fn, *args) -> Future:
         if self.local:
             f: Future = Future()
             f.set_result(self.path(rel))
@@ -115,11 +196,7 @@ class Prefetcher:
         with self._lock:
             self._refs[rel] = self._refs.get(rel, 0) + 1
             self._idle.pop(rel, None)
-            fut = self._futures.get(rel)
-            if fut is None or (fut.done() and fut.exception() is not None):
-                fut = self._pool.submit(self._fetch, rel)
-                self._futures[rel] = fut
-            return fut
+        return self._pool.submit(fn, *args)
 
     def release(self, rel: str) -> None:
         if self.local:
@@ -134,33 +211,156 @@ class Prefetcher:
                 self._idle[rel] = None
             self._evict_locked()
 
-    def _fetch(self, rel: str) -> str:
-        local = self.directory / rel
-        url = self.fs.unstrip_protocol(f"{self.root}/{rel}")
+    # ------------------------------------------------------------------ remote reads
+    def _fetch_range(self, path: str, url: str, start: int, end: int) -> bytes:
         t0 = time.perf_counter()
-        data = fetch_bytes(self.fs, f"{self.root}/{rel}", url, self.retries, self.backoff_s, self.max_backoff_s,
-                           self.stats, self._rng)
+        data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats,
+                           self._rng, start=start, end=end)
+        self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, ranges_fetched=1)
+        return data
+
+    def _size(self, path: str, url: str) -> int | None:
+        size = with_retries(lambda: self.fs.info(path).get("size"), url, self.retries, self.backoff_s,
+                            self.max_backoff_s, self.stats, self._rng)
+        return int(size) if size is not None else None
+
+    def open_remote(self, path: str, min_read: int = 0) -> io.RawIOBase:
+        """A seekable read-only file of `path` (on this prefetcher's filesystem) whose reads are retried range
+        requests (counted in the stats); the whole file at once when its size is unknown."""
+        url = self.fs.unstrip_protocol(path)
+        size = self._size(path, url)
+        if size is None:
+            data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats, self._rng)
+            self.stats.add(bytes_fetched=len(data))
+            return io.BytesIO(data)
+        return RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
+
+    # ------------------------------------------------------------------ whole files
+    def _run_once(self, table: dict[str, Future], rel: str, fn: Callable[[], T]) -> T:
+        """`fn()` once per `rel` (while its result stands in `table`): the first caller runs it in its own
+        thread, concurrent callers wait for that (never for a queued task, so the pool cannot deadlock)."""
+        with self._lock:
+            fut = table.get(rel)
+            owner = fut is None or (fut.done() and fut.exception() is not None)
+            if owner:
+                fut = table[rel] = Future()
+        if owner:
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 -- handed to the waiters
+                fut.set_exception(e)
+        return fut.result()
+
+    def _whole(self, rel: str) -> str:
+        return self._run_once(self._futures, rel, lambda: self._fetch_whole(rel))
+
+    def _fetch_whole(self, rel: str) -> str:
+        local = self.directory / rel
+        t0 = time.perf_counter()
+        data = fetch_bytes(self.fs, f"{self.root}/{rel}", self.url(rel), self.retries, self.backoff_s,
+                           self.max_backoff_s, self.stats, self._rng)
         atomic_write_bytes(local, data)
         self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, files_fetched=1)
         with self._lock:
             self._sizes[rel] = len(data)
+            self._gen[rel] = self._gen.get(rel, 0) + 1
             if rel not in self._refs:
                 self._idle[rel] = None
             self._evict_locked()
         return str(local)
 
+    # ------------------------------------------------------------------ ranges
+    def _layout(self, rel: str) -> Mp4Layout | None:
+        """The file's sample layout, probed once (None: the file does not allow ranges)."""
+        def probe() -> Mp4Layout | None:
+            if not self.ranges or not rel.lower().endswith((".mp4", ".mov", ".m4v")):
+                return None
+            path, url = f"{self.root}/{rel}", self.url(rel)
+            size = self._size(path, url)
+            if size is None:
+                return None
+            self.stats.add(files_fetched=1)
+            return probe_mp4(RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size))
+
+        return self._run_once(self._layouts, rel, probe)
+
+    def _sparse_file_locked(self, rel: str, layout: Mp4Layout) -> SparseFile:
+        """The sparse mirror file of `rel`, created (with the header bytes in place) when absent."""
+        sf = self._sparse.get(rel)
+        if sf is None:
+            sf = self._sparse[rel] = SparseFile(self.directory / rel, layout.size)
+            for offset, data in layout.header:
+                sf.write(offset, data)
+            self._sizes[rel] = sf.written
+            self._gen[rel] = self._gen.get(rel, 0) + 1
+        return sf
+
+    def _span(self, rel: str, from_s: float, to_s: float) -> str:
+        layout = self._layout(rel)
+        if layout is None:
+            return self._whole(rel)
+        start, end = layout.span(from_s, to_s)
+        path, url = f"{self.root}/{rel}", self.url(rel)
+        # claim the missing parts of [start, end) (not present, not being fetched by another thread)
+        with self._lock:  # the caller holds a reference: the file is not evicted while we work
+            sf = self._sparse_file_locked(rel, layout)
+            inflight = self._inflight.setdefault(rel, [])
+            taken = sf.ranges
+            for s, e, _ in inflight:
+                taken = add_range(taken, s, e)
+            mine = missing_ranges(taken, start, end)
+            waits = [f for s, e, f in inflight if s < end and e > start]
+            fut: Future = Future()
+            claims = [(s, e, fut) for s, e in mine]
+            inflight.extend(claims)
+        error = None
+        try:
+            for s, e in mine:
+                for cs in range(s, e, RANGE_CHUNK):
+                    sf.write(cs, self._fetch_range(path, url, cs, min(e, cs + RANGE_CHUNK)))
+        except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then raised
+            error = exc
+        with self._lock:  # the generation moves before anyone is told the bytes are there
+            for c in claims:
+                inflight.remove(c)
+            if mine:
+                self._sizes[rel] = sf.written
+                self._gen[rel] = self._gen.get(rel, 0) + 1
+            self._evict_locked()
+        if error is not None:
+            fut.set_exception(error)
+            raise error
+        fut.set_result(None)
+        for f in waits:
+            f.result()
+        return sf.path
+
+    # ------------------------------------------------------------------ budget
     def _evict_locked(self) -> None:
         total = sum(self._sizes.values())
-        while total > self.max_bytes and self._idle:
-            rel, _ = self._idle.popitem(last=False)
+        for rel in list(self._idle):
+            if total <= self.max_bytes:
+                break
+            if self._inflight.get(rel):
+                continue
+            del self._idle[rel]
             total -= self._sizes.pop(rel)
             self._futures.pop(rel, None)
-            try:
-                os.unlink(self.directory / rel)
-            except FileNotFoundError:
-                pass
+            sf = self._sparse.pop(rel, None)
+            if sf is not None:
+                sf.close(unlink=True)
+            else:
+                try:
+                    os.unlink(self.directory / rel)
+                except FileNotFoundError:
+                    pass
+            self._gen[rel] = self._gen.get(rel, 0) + 1
             self.stats.add(evictions=1)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for sf in self._sparse.values():
+                sf.close()
+            self._sparse.clear()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,12 +69,13 @@ def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray)
 
 
 def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted: np.ndarray,
-               wanted_eps: np.ndarray) -> pa.Table:
+               wanted_eps: np.ndarray, open_file: Callable[[str], Any] | None = None) -> pa.Table:
     """Rows of the wanted episodes of one data file, read through a seekable file (only the footer and the
-    row groups needed are read when the file has one row group per episode)."""
+    row groups needed are read when the file has one row group per episode). With `open_file` (a remote
+    file of range reads) the reads of the needed column chunks are coalesced (pyarrow's pre_buffer)."""
     try:
-        with fs.open(path, "rb") as f:
-            pf = pq.ParquetFile(f)
+        with (open_file(path) if open_file is not None else fs.open(path, "rb")) as f:
+            pf = pq.ParquetFile(f, pre_buffer=open_file is not None)
             present = pf.schema_arrow.names
             missing = [n for n in names + ["episode_index"] if n not in present]
             if missing:
@@ -92,9 +95,10 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
 
 
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
-                 progress: bool = False) -> Columns:
+                 progress: bool = False, open_file: Callable[[str], Any] | None = None) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
-    one row group per episode, only the row groups) that hold them."""
+    one row group per episode, only the row groups) that hold them. `open_file(path)` (default
+    `meta.fs.open(path, "rb")`) opens a data file for reading."""
     info, table = meta.info, meta.episodes
     episodes = np.asarray(episodes, dtype=np.int64)
     lengths = table.length[episodes]
@@ -136,7 +140,8 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
         path = posixpath.join(meta.root, rel)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
         file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
-        t = _read_rows(meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel])
+        t = _read_rows(meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel],
+                       open_file)
         ep_col = t.column("episode_index").to_numpy()
         # every selected episode of this file must be present with exactly its length, in order
         expect = np.repeat(episodes[sel], lengths[sel])

@@ -192,12 +192,15 @@ class DecoderCache:
         self._readers: dict[str, VideoReader] = {}
         self.hits = self.misses = self.evictions = 0
 
-    def get(self, path: str) -> VideoReader:
+    def _check_fork(self) -> None:
         if os.getpid() != self._pid:  # forked: set the parent's readers aside without touching them
             self._pid = os.getpid()
             _INHERITED.append(self._readers)
             self._readers = {}
             self.hits = self.misses = self.evictions = 0
+
+    def get(self, path: str) -> VideoReader:
+        self._check_fork()
         reader = self._readers.pop(path, None)
         if reader is not None:
             self.hits += 1
@@ -210,6 +213,17 @@ class DecoderCache:
                 self.evictions += 1
         self._readers[path] = reader  # most recent last
         return reader
+
+    def discard(self, path: str) -> bool:
+        """Close and drop this process's reader of `path`, if open (the next `get` reopens the file): for a
+        file whose bytes changed since the reader opened it (FFmpeg may have buffered the old bytes).
+        Readers inherited from a parent process are never touched. True when a reader was dropped."""
+        self._check_fork()
+        reader = self._readers.pop(path, None)
+        if reader is None:
+            return False
+        reader.close()
+        return True
 
     def stats(self) -> dict:
         total = self.hits + self.misses

@@ -1,0 +1,234 @@
+"""Byte ranges of remote files: a read-only remote file over a range-fetch function, the sample layout of
+an mp4 (which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
+
+A consumer of a remote dataset fetches the mp4 header once (whatever FFmpeg reads to open the file, recorded
+by `RangeFile`), then per episode only the samples of its time span (`Mp4Layout.span`), and writes them at
+their own offsets into a `SparseFile` of the full size: FFmpeg opens that file as if it were the whole mp4
+and only ever reads the present ranges for the episodes it was fetched for.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Range = tuple[int, int]  # [start, end)
+
+
+# ---------------------------------------------------------------------------------------------- range sets
+def add_range(ranges: list[Range], start: int, end: int) -> list[Range]:
+    """`ranges` (sorted, disjoint, not touching) with [start, end) added, merged."""
+    if end <= start:
+        return list(ranges)
+    out: list[Range] = []
+    for s, e in ranges:
+        if e < start or s > end:
+            out.append((s, e))
+        else:
+            start, end = min(s, start), max(e, end)
+    out.append((start, end))
+    return sorted(out)
+
+
+def missing_ranges(ranges: list[Range], start: int, end: int) -> list[Range]:
+    """The parts of [start, end) not covered by `ranges` (sorted, disjoint)."""
+    out: list[Range] = []
+    pos = start
+    for s, e in ranges:
+        if e <= pos:
+            continue
+        if s >= end:
+            break
+        if s > pos:
+            out.append((pos, s))
+        pos = max(pos, e)
+        if pos >= end:
+            break
+    if pos < end:
+        out.append((pos, end))
+    return out
+
+
+def covered(ranges: list[Range]) -> int:
+    return sum(e - s for s, e in ranges)
+
+
+# ---------------------------------------------------------------------------------------------- remote file
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file of `size` bytes whose bytes come from `fetch(start, end)` (a retried range
+    read of the remote file). Fetched pieces are kept (and listed in `pieces`, by offset) so nothing is
+    fetched twice; a read that continues where the last fetch ended fetches twice as much as that one (up
+    to `max_read`), so sequential reads of a large header take few requests."""
+
+    def __init__(self, fetch: Callable[[int, int], bytes], size: int, min_read: int = 8192, max_read: int = 4 << 20):
+        super().__init__()
+        self._fetch, self.size = fetch, int(size)
+        self.min_read, self.max_read = int(min_read), int(max_read)
+        self.pieces: dict[int, bytes] = {}
+        self._ranges: list[Range] = []
+        self._pos = 0
+        self._last: Range = (-1, -1)
+        self._lock = threading.Lock()  # pyarrow may read from its IO threads
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
+        self._pos = max(0, base + int(offset))
+        return self._pos
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def read(self, n: int = -1) -> bytes:
+        with self._lock:
+            start = self._pos
+            end = self.size if n is None or n < 0 else min(self.size, start + int(n))
+            if end <= start:
+                return b""
+            self._ensure(start, end)
+            self._pos = end
+            return self._slice(start, end)
+
+    def _ensure(self, start: int, end: int) -> None:
+        want = self.min_read
+        if start == self._last[1]:  # sequential: read ahead more each time
+            want = min(self.max_read, 2 * (self._last[1] - self._last[0]))
+        for s, e in missing_ranges(self._ranges, start, end):
+            e = min(self.size, max(e, s + want))
+            e = min(e, next((ps for ps, _ in self._ranges if ps > s), e))  # do not fetch what is present
+            data = self._fetch(s, e)
+            self.pieces[s] = data
+            self._ranges = add_range(self._ranges, s, e)
+            self._last = (s, e)
+
+    def _slice(self, start: int, end: int) -> bytes:
+        out = bytearray()
+        pos = start
+        for s in sorted(self.pieces):
+            data = self.pieces[s]
+            e = s + len(data)
+            if e <= pos or s >= end:
+                continue
+            out += data[pos - s:min(e, end) - s]
+            pos = min(e, end)
+            if pos >= end:
+                break
+        assert pos == end, (start, end, pos)
+        return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------- mp4 layout
+@dataclass
+class Mp4Layout:
+    """What a consumer keeps of one remote mp4: the bytes FFmpeg read to open it, its size, and the video
+    samples' byte positions, sizes, times (seconds) and key flags (from the container's sample index)."""
+
+    size: int
+    header: list[tuple[int, bytes]]
+    pos: np.ndarray
+    nbytes: np.ndarray
+    times: np.ndarray
+    key: np.ndarray
+    frame_s: float
+
+    def span(self, from_s: float, to_s: float, before: int = 1, after: int = 2) -> Range:
+        """[start, end) of the samples with times in [from_s - before frames, to_s + after frames],
+        extended back to the key frame at or before the first of them."""
+        eps = 1e-6
+        sel = np.flatnonzero((self.times >= from_s - before * self.frame_s - eps)
+                             & (self.times <= to_s + after * self.frame_s + eps))
+        if not len(sel):
+            return (0, 0)
+        first = int(sel[0])
+        keys = np.flatnonzero(self.key[:first + 1])
+        first = int(keys[-1]) if len(keys) else 0
+        idx = np.arange(first, int(sel[-1]) + 1)
+        return int(self.pos[idx].min()), int((self.pos[idx] + self.nbytes[idx]).max())
+
+
+def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
+    """Open `rf` with FFmpeg and read its video sample index; None when the file does not allow ranges
+    (not mp4/mov, no video stream, no index or an index that does not list every frame)."""
+    import av
+
+    try:
+        with av.open(rf, mode="r", buffer_size=8192) as c:
+            if "mp4" not in c.format.name and "mov" not in c.format.name or not c.streams.video:
+                return None
+            s = c.streams.video[0]
+            entries = getattr(s, "index_entries", None)
+            if not entries or len(entries) != s.frames:
+                return None
+            tb = float(s.time_base)
+            pos = np.fromiter((e.pos for e in entries), np.int64, len(entries))
+            nbytes = np.fromiter((e.size for e in entries), np.int64, len(entries))
+            times = np.fromiter((e.timestamp for e in entries), np.float64, len(entries)) * tb
+            key = np.fromiter((e.is_keyframe for e in entries), bool, len(entries))
+            rate = float(s.average_rate) if s.average_rate else 0.0
+    except av.FFmpegError:
+        return None
+    if (pos < 0).any() or ((pos + nbytes) > rf.size).any():
+        return None
+    key[0] = True
+    frame_s = 1.0 / rate if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
+    return Mp4Layout(size=rf.size, header=sorted(rf.pieces.items()), pos=pos, nbytes=nbytes, times=times,
+                     key=key, frame_s=frame_s)
+
+
+# ---------------------------------------------------------------------------------------------- sparse file
+class SparseFile:
+    """A local file of the remote file's full size: holes except where ranges were written (`ranges`).
+    `written` counts the bytes written (what the file holds on disk, not its apparent size)."""
+
+    def __init__(self, path: str | os.PathLike, size: int):
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(self._fd, int(size))
+        self.size = int(size)
+        self.ranges: list[Range] = []
+        self._lock = threading.Lock()
+
+    @property
+    def written(self) -> int:
+        return covered(self.ranges)
+
+    def missing(self, start: int, end: int) -> list[Range]:
+        with self._lock:
+            return missing_ranges(self.ranges, start, end)
+
+    def write(self, offset: int, data: bytes) -> int:
+        """Write `data` at `offset` (all of it); returns the bytes newly covered."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self._fd, view[done:], offset + done)
+        with self._lock:
+            before = covered(self.ranges)
+            self.ranges = add_range(self.ranges, offset, offset + len(data))
+            return covered(self.ranges) - before
+
+    def close(self, unlink: bool = False) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
