@@ -203,3 +203,29 @@ def test_decoder_cache_discard(root):
     assert cache.get(path) is first
     assert cache.discard(path) and not cache.discard(path)
     assert cache.get(path) is not first and cache.stats()["misses"] == 2
+
+
+def test_idle_files_and_their_layouts_are_bounded(multifile_root, tmp_path):
+    """Unreferenced mirror files go (with the sample layouts kept in memory) beyond max_idle_files, even
+    when their bytes fit the budget; referenced ones stay."""
+    import fsspec
+
+    meta = load_metadata(LocalFileSystem(), str(multifile_root))
+    cam = meta.episodes.cameras[TOP]
+    firsts = [int(np.flatnonzero(cam.file_id == f)[0]) for f in range(len(cam.files))]
+    assert len(firsts) >= 3
+    with serve(multifile_root) as (url, _):
+        fs, base = fsspec.core.url_to_fs(url)
+        pf = Prefetcher(fs, base, tmp_path / "mirror", max_bytes=1 << 30, local=False, threads=2, max_idle_files=1)
+        try:
+            held = meta.video_file_of(firsts[0], TOP)
+            pf.acquire_span(held, float(cam.from_ts[firsts[0]]), float(cam.to_ts[firsts[0]])).result()
+            for ep in firsts[1:]:
+                rel = meta.video_file_of(ep, TOP)
+                pf.acquire_span(rel, float(cam.from_ts[ep]), float(cam.to_ts[ep])).result()
+                pf.release(rel)
+            assert set(pf._layouts) == {held, meta.video_file_of(firsts[-1], TOP)}
+            assert pf.stats.evictions == len(firsts) - 2
+            assert (tmp_path / "mirror" / held).exists()
+        finally:
+            pf.close()

@@ -16,7 +16,8 @@ under `directory/<relative path>`:
 
 Files are reference-counted by the episodes that use them (several episodes share one file); files nobody
 references are evicted, least recently released first, whenever the mirror holds more than `max_bytes`
-(bytes actually written, not a sparse file's apparent size). Referenced files and files being written are
+(bytes actually written, not a sparse file's apparent size) or more than `max_idle_files` of them (with
+the file goes its sample layout, kept in memory). Referenced files and files being written are
 never evicted, so the budget is a soft cap when the pool's own files exceed it. `generation(rel)` changes
 whenever bytes are written to (or removed with) a mirror file: a decoder opened on a sparse file before
 then may have buffered zeros from a hole that is now filled, and must be reopened.
@@ -144,10 +145,12 @@ class Prefetcher:
 
     def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
                  threads: int = 4, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: FetchStats | None = None, seed: int | None = None, ranges: bool = True):
+                 stats: FetchStats | None = None, seed: int | None = None, ranges: bool = True,
+                 max_idle_files: int = 32):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
+        self.max_idle_files = int(max_idle_files)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.ranges = ranges
         self.stats = stats or FetchStats()
@@ -337,15 +340,20 @@ class Prefetcher:
 
     # ------------------------------------------------------------------ budget
     def _evict_locked(self) -> None:
+        """Drop unreferenced files, oldest first, while the mirror holds more than `max_bytes` or more than
+        `max_idle_files` of them (each keeps its sample layout in memory)."""
         total = sum(self._sizes.values())
+        idle = len(self._idle)
         for rel in list(self._idle):
-            if total <= self.max_bytes:
+            if total <= self.max_bytes and idle <= self.max_idle_files:
                 break
             if self._inflight.get(rel):
                 continue
             del self._idle[rel]
+            idle -= 1
             total -= self._sizes.pop(rel)
             self._futures.pop(rel, None)
+            self._layouts.pop(rel, None)
             sf = self._sparse.pop(rel, None)
             if sf is not None:
                 sf.close(unlink=True)
