@@ -19,13 +19,16 @@ import operator
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
 
 def unit_float(u8: torch.Tensor) -> torch.Tensor:
-    """uint8 -> float32 in [0, 1]: LeRobot's conversion (`u8.float() / 255`), divided in place."""
-    return u8.to(torch.float32).div_(255)
+    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion)."""
+    out = torch.empty(u8.shape, dtype=torch.float32)
+    np.divide(u8.numpy(), np.float32(255), out=out.numpy(), dtype=np.float32)
+    return out
 
 
 class UnitFloat:
@@ -44,7 +47,7 @@ class Batch:
     """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
     see as float32 in [0, 1]. 'task' is a list of strings."""
 
-    __slots__ = ("_floats", "size", "tensors", "to_float")
+    __slots__ = ("tensors", "to_float", "size", "_floats")
 
     def __init__(self, tensors: dict, to_float: set[str] | frozenset = frozenset()):
         self.tensors, self.to_float = tensors, set(to_float)
@@ -65,7 +68,7 @@ class Batch:
         """The same, for a worker to send: float cameras become float32 in the receiving process."""
         return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
 
-    def item(self, b: int) -> Item:
+    def item(self, b: int) -> "Item":
         # in a worker, items are rarely looked at (the batch travels whole): convert only this one
         per_item = get_worker_info() is not None
         item = Item((k, (unit_float(v[b]) if per_item else self.float(k)[b]) if k in self.to_float else v[b])
@@ -74,7 +77,7 @@ class Batch:
         return item
 
 
-    def items(self) -> list[Item]:
+    def items(self) -> list["Item"]:
         """All items (float cameras converted), with one unbind per key rather than one index per item."""
         cols = [(k, self.float(k).unbind(0) if k in self.to_float else v.unbind(0) if k != "task" else v)
                 for k, v in self.tensors.items()]
