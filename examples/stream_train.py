@@ -9,6 +9,8 @@
     torchrun --nproc_per_node=1 examples/stream_train.py --root DATASET --steps 100
     # the same under Hugging Face accelerate (it starts the process group; the stream is not "prepared")
     accelerate launch --num_processes 2 examples/stream_train.py --accelerate --root DATASET
+    # (on a CPU-only machine accelerate launch runs one process unless MPI is set up: start it with
+    #  torchrun --nproc_per_node=2 examples/stream_train.py --accelerate ..., which Accelerator picks up)
 
 `--root` is a local directory or any fsspec URL (https://, s3://, hf://...); without it a small demo
 dataset is written to /tmp. Without `--dummy` a small model maps observation.state to the action window
