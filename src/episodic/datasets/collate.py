@@ -115,9 +115,11 @@ class ItemBatch(Sequence):
             raise IndexError(f"item {i} out of range for a batch of {len(self)}")
         item = self._items.get(i)
         if item is None:
-            if i == 0 and get_worker_info() is None:  # the main process looks at every item: make them at once
-                self._items = dict(enumerate(self.batch.items()))
-                return self._items[0]
+            # default_collate looks at item 0 only (then hands the batch back whole); whoever asks for a
+            # second item in the main process gets all the rest made at once
+            if i > 0 and get_worker_info() is None:
+                self._items = {**dict(enumerate(self.batch.items())), **self._items}
+                return self._items[i]
             item = self._items[i] = self.batch.item(i)
         return item
 
