@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from fsspec.implementations.local import LocalFileSystem
-from test_streaming import _Handler
+from test_streaming import _Handler, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
@@ -59,15 +58,6 @@ def serve(directory: Path, fail_rate: float = 0.0):
 
 def video_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in (root / "videos").rglob("*.mp4"))
-
-
-def assert_items_equal(want: dict, got: dict) -> None:
-    assert set(want) == set(got)
-    for key, value in want.items():
-        if key == "task":
-            assert value == got[key]
-        else:
-            assert value.dtype == got[key].dtype and torch.equal(value, got[key]), key
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -126,30 +116,6 @@ def test_subset_over_http_equals_map_style_and_fetches_a_fraction(root, tmp_path
     assert len(list(local)) == len(ref) and local.timing_stats()["bytes_fetched"] == 0
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_flaky_http_epoch_with_ranges_exactly_once(root, tmp_path, workers):
-    ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
-    with serve(root.parent) as (base, handler):
-        ds = StreamingLeRobotDataset(None, root=f"{base}/{root.name}", delta_timestamps=DELTAS, episode_pool_size=3,
-                                     cache_dir=tmp_path, cache_max_bytes=50_000, fetch_backoff_s=0.002,
-                                     fetch_max_backoff_s=0.02, seed=workers)
-        handler.fail_rate = 0.05
-        seen = []
-        for batch in ds.loader(batch_size=16, num_workers=workers):
-            for b, i in enumerate(batch["index"].tolist()):
-                seen.append(i)
-                if len(seen) % 7 == 0:
-                    want = ref[i]
-                    assert torch.equal(want[TOP], batch[TOP][b]) and torch.equal(want["action"], batch["action"][b])
-        handler.fail_rate = 0.0
-    assert sorted(seen) == list(range(len(ref)))
-    stats = ds.timing_stats()
-    assert handler.failures > 0 and stats["retries"] > 0, (handler.failures, stats)
-    assert stats["ranges_fetched"] > 0 and stats["frames_emitted"] == len(ref)
-    assert not any(p.is_file() for p in Path(tmp_path).rglob("*"))  # the private mirrors are removed
-
-
-# ------------------------------------------------------------------------------------------ stale decoders
 def test_reader_opened_before_a_neighbour_range_is_written_is_stale(root, tmp_path):
     """Why `_Run` discards readers: FFmpeg buffers the hole after episode 3's range, so a reader opened
     before episode 4's range was written cannot decode episode 4; a reader opened after can."""
