@@ -116,6 +116,30 @@ def test_subset_over_http_equals_map_style_and_fetches_a_fraction(root, tmp_path
     assert len(list(local)) == len(ref) and local.timing_stats()["bytes_fetched"] == 0
 
 
+def test_server_without_range_requests_falls_back_to_whole_files(root, tmp_path):
+    """Python's own http.server ignores Range headers (it sends whole files): the stream notices, fetches
+    whole files instead, and the items are still the map-style items."""
+    ref = LeRobotDataset("x", root=root, episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True)
+    by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
+    quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: quiet(*a, directory=str(root.parent), **k))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ds = StreamingLeRobotDataset(None, root=f"http://127.0.0.1:{server.server_address[1]}/{root.name}",
+                                     episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True, episode_pool_size=2,
+                                     cache_dir=tmp_path, fetch_retries=1)
+        got = list(ds)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sorted(int(x["index"]) for x in got) == sorted(by_index)
+    for item in got:
+        assert_items_equal(by_index[int(item["index"])], item)
+    stats = ds.timing_stats()
+    assert stats["retries"] == 0 and stats["files_fetched"] > 0 and stats["bytes_fetched"] >= video_bytes(root)
+
+
 def test_reader_opened_before_a_neighbour_range_is_written_is_stale(root, tmp_path):
     """Why `_Run` discards readers: FFmpeg buffers the hole after episode 3's range, so a reader opened
     before episode 4's range was written cannot decode episode 4; a reader opened after can."""

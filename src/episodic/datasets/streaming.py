@@ -39,7 +39,7 @@ from ..format.metadata import DatasetMetadata, load_metadata
 from ..order.permutation import permute
 from ..order.shard import resolve_topology
 from ..storage.cache import atomic_write_bytes, default_cache_dir
-from ..storage.prefetch import FetchStats, Prefetcher
+from ..storage.prefetch import FetchStats, Prefetcher, RangesIgnored
 from ..storage.source import Source
 from ..tabular import Columns, load_columns
 from ..video import DecoderCache
@@ -672,9 +672,24 @@ class _Run:
     def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
         t0 = time.perf_counter()
         block_eps = np.unique(wanted)
-        # remote data files are read in place through retried range requests (footer + needed row groups)
-        open_file = None if self.local else self.prefetcher.open_remote
-        cols = load_columns(self.remote_meta, block_eps, self.data_keys, open_file=open_file)
+        cols = None
+        if self.local:
+            cols = load_columns(self.meta, block_eps, self.data_keys)
+        elif self.prefetcher.ranges:  # read in place through retried range requests (footer + needed row groups)
+            try:
+                cols = load_columns(self.remote_meta, block_eps, self.data_keys, open_file=self.prefetcher.open_remote)
+            except RangesIgnored:
+                self.prefetcher.ranges = False
+        if cols is None:  # a server without range requests: whole files into the mirror
+            rels = sorted({self.meta.data_file_of(int(e)) for e in block_eps})
+            futs = [self.prefetcher.acquire(r) for r in rels]
+            try:
+                for f in futs:
+                    f.result()
+                cols = load_columns(self.meta, block_eps, self.data_keys)
+            finally:
+                for r in rels:
+                    self.prefetcher.release(r)
         out = {}
         for i, e in enumerate(block_eps.tolist()):
             s, t = int(cols.starts[i]), int(cols.starts[i + 1])

@@ -79,6 +79,11 @@ class FetchStats:
                 "retries": self.retries, "cache_evictions": self.evictions}
 
 
+class RangesIgnored(Exception):
+    """The server answered a range request with more bytes than asked for (it ignores Range headers, like
+    Python's http.server): not retried; the prefetcher falls back to whole files."""
+
+
 def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  stats: FetchStats | None = None, rng: random.Random | None = None) -> T:
     """`call()`, retried on transient failures with capped exponential backoff + full jitter. "Not found"
@@ -89,7 +94,7 @@ def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: f
             return call()
         except FileNotFoundError:
             raise DatasetFormatError(f"{url}: file not found") from None
-        except DatasetFormatError:
+        except (DatasetFormatError, RangesIgnored):
             raise
         except Exception as e:  # noqa: BLE001 -- transient: 5xx, resets, truncated bodies, timeouts
             if attempt == retries:
@@ -126,6 +131,8 @@ def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.
 
     def ranged() -> bytes:
         data = fs.cat_file(path, start=start, end=end)
+        if len(data) > end - start:
+            raise RangesIgnored(f"{url}: asked for bytes {start}-{end}, got {len(data)} bytes")
         if len(data) != end - start:
             raise OSError(f"bytes {start}-{end}: got {len(data)} of {end - start} bytes")
         return data
@@ -236,7 +243,13 @@ class Prefetcher:
             data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats, self._rng)
             self.stats.add(bytes_fetched=len(data))
             return io.BytesIO(data)
-        return RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
+        rf = RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
+        # the tail a parquet reader reads first, fetched now: a server that ignores Range headers shows here
+        # (RangesIgnored), not in the middle of a read
+        rf.seek(max(0, size - (64 << 10)))
+        rf.read()
+        rf.seek(0)
+        return rf
 
     # ------------------------------------------------------------------ whole files
     def _run_once(self, table: dict[str, Future], rel: str, fn: Callable[[], T]) -> T:
@@ -283,7 +296,11 @@ class Prefetcher:
             if size is None:
                 return None
             self.stats.add(files_fetched=1)
-            return probe_mp4(RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size))
+            try:
+                return probe_mp4(RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size))
+            except RangesIgnored:
+                self.ranges = False
+                return None
 
         return self._run_once(self._layouts, rel, probe)
 
@@ -299,7 +316,18 @@ class Prefetcher:
         return sf
 
     def _span(self, rel: str, from_s: float, to_s: float) -> str:
-        layout = self._layout(rel)
+        try:
+            return self._span_ranges(rel, from_s, to_s)
+        except RangesIgnored:  # the server sends whole files: so do we, from now on
+            self.ranges = False
+            with self._lock:
+                sf = self._sparse.pop(rel, None)
+            if sf is not None:
+                sf.close()  # the whole file is renamed over it
+            return self._whole(rel)
+
+    def _span_ranges(self, rel: str, from_s: float, to_s: float) -> str:
+        layout = self._layout(rel) if self.ranges else None
         if layout is None:
             return self._whole(rel)
         start, end = layout.span(from_s, to_s)
