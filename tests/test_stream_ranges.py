@@ -96,6 +96,40 @@ def test_probe_reads_the_header_only_and_spans_are_small(root):
     assert probe_mp4(RangeFile(lambda s, e: parquet[s:e], len(parquet))) is None
 
 
+def test_range_file_prefetch_and_parquet_tail_cache(root, tmp_path):
+    """RangeFile.prefetch fetches far-apart spans (merging near ones), after which reads of them fetch
+    nothing; a parquet file opened twice through the prefetcher fetches its footer once."""
+    data = bytes(range(256)) * 4096  # 1 MiB
+    calls = []
+
+    def fetch(s, e):
+        calls.append((s, e))
+        return data[s:e]
+
+    rf = RangeFile(fetch, len(data))
+    rf.prefetch([(700_000, 710_000), (100, 200), (300, 400), (500_000, 500_100)])
+    assert sorted(calls) == [(100, 400), (500_000, 500_100), (700_000, 710_000)]  # 100-200 and 300-400 merged
+    rf.seek(700_500)
+    assert rf.read(1000) == data[700_500:701_500] and len(calls) == 3
+    meta = load_metadata(LocalFileSystem(), str(root))
+    rel = meta.data_file_of(0)
+    pf = Prefetcher(LocalFileSystem(), str(root), tmp_path, 1 << 30, local=False)
+    try:
+        first = pf.open_remote(f"{root}/{rel}")
+        n = pf.stats.ranges_fetched
+        assert n >= 1
+        again = pf.open_remote(f"{root}/{rel}")
+        assert pf.stats.ranges_fetched == n  # the tail came from the cache
+        again.seek(0, 2)
+        size = again.tell()
+        again.seek(size - 8)
+        assert again.read() == (root / rel).read_bytes()[-8:] and pf.stats.ranges_fetched == n
+        first.close()
+        again.close()
+    finally:
+        pf.close()
+
+
 # ------------------------------------------------------------------------------------------ over HTTP
 def test_subset_over_http_equals_map_style_and_fetches_a_fraction(root, tmp_path):
     ref = LeRobotDataset("x", root=root, episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True)
@@ -141,24 +175,26 @@ def test_server_without_range_requests_falls_back_to_whole_files(root, tmp_path)
 
 
 def test_reader_opened_before_a_neighbour_range_is_written_is_stale(root, tmp_path):
-    """Why `_Run` discards readers: FFmpeg buffers the hole after episode 3's range, so a reader opened
-    before episode 4's range was written cannot decode episode 4; a reader opened after can."""
+    """Why `_Run` discards readers: FFmpeg buffers the hole after episode A's range, so a reader opened
+    before the next episode's range was written cannot decode it; a reader opened after can. (Episodes far
+    enough into the file that the probe's header reads do not reach them.)"""
     fs = LocalFileSystem()
     meta = load_metadata(fs, str(root))
     cam = meta.episodes.cameras[TOP]
-    rel = meta.video_file_of(3, TOP)
-    assert meta.video_file_of(4, TOP) == rel
+    A, B = 15, 16
+    rel = meta.video_file_of(A, TOP)
+    assert meta.video_file_of(B, TOP) == rel
     whole = VideoReader(str(root / rel))
     p = Prefetcher(fs, str(root), tmp_path, 1 << 30, local=False)  # a local fs read like a remote one
     try:
-        path = p.acquire_span(rel, cam.from_ts[3], cam.to_ts[3]).result()
+        path = p.acquire_span(rel, cam.from_ts[A], cam.to_ts[A]).result()
         gen = p.generation(rel)
         old = VideoReader(path)
-        t3 = cam.from_ts[3] + np.arange(meta.episodes.length[3]) / FPS
+        t3 = cam.from_ts[A] + np.arange(meta.episodes.length[A]) / FPS
         assert np.array_equal(old.frames_at(t3), whole.frames_at(t3))
-        assert p.acquire_span(rel, cam.from_ts[4], cam.to_ts[4]).result() == path
+        assert p.acquire_span(rel, cam.from_ts[B], cam.to_ts[B]).result() == path
         assert p.generation(rel) != gen
-        t4 = cam.from_ts[4] + np.arange(meta.episodes.length[4]) / FPS
+        t4 = cam.from_ts[B] + np.arange(meta.episodes.length[B]) / FPS
         try:
             stale_ok = np.array_equal(old.frames_at(t4), whole.frames_at(t4))
         except VideoDecodeError:
@@ -171,12 +207,13 @@ def test_reader_opened_before_a_neighbour_range_is_written_is_stale(root, tmp_pa
 
 
 def test_streaming_discards_readers_of_rewritten_files(root, tmp_path):
-    """Episodes 3 then 4 (adjacent in one mp4), one at a time: episode 3 is decoded (its reader open) before
-    episode 4's range is fetched into the same sparse file; episode 4's frames must still be right."""
-    ref = LeRobotDataset("x", root=root, episodes=[3, 4], return_uint8=True)
+    """Episodes 15 then 16 (adjacent in one mp4, beyond the header the probe reads), one at a time: 15 is
+    decoded (its reader open) before 16's range is fetched into the same sparse file; 16's frames must still
+    be right."""
+    ref = LeRobotDataset("x", root=root, episodes=[15, 16], return_uint8=True)
     by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
     with serve(root.parent) as (base, _):
-        ds = StreamingLeRobotDataset(None, root=f"{base}/{root.name}", episodes=[3, 4], return_uint8=True,
+        ds = StreamingLeRobotDataset(None, root=f"{base}/{root.name}", episodes=[15, 16], return_uint8=True,
                                      episode_pool_size=1, prefetch_episodes=0, chunk_size=1, shuffle=False,
                                      cache_dir=tmp_path)
         got = list(ds)

@@ -316,7 +316,7 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
                  cache_max_bytes: int = 4 << 30, video_decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
                  revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
-                 prefetch_episodes: int = 8, prefetch_threads: int = 4, tabular_block: int = 16,
+                 prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
                  fetch_retries: int = 8, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0):
         if episode_pool_size < 1:
             raise ValueError(f"episode_pool_size must be >= 1, got {episode_pool_size}")

@@ -158,6 +158,8 @@ class Prefetcher:
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
         self.max_idle_files = int(max_idle_files)
+        self.max_tails = 16
+        self._tails: OrderedDict[str, tuple[int, int, bytes]] = OrderedDict()  # path -> (size, start, bytes)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.ranges = ranges
         self.stats = stats or FetchStats()
@@ -236,19 +238,37 @@ class Prefetcher:
 
     def open_remote(self, path: str, min_read: int = 0) -> io.RawIOBase:
         """A seekable read-only file of `path` (on this prefetcher's filesystem) whose reads are retried range
-        requests (counted in the stats); the whole file at once when its size is unknown."""
+        requests (counted in the stats); the whole file at once when its size is unknown. The file's tail
+        (for a parquet file its whole footer) is fetched at once and kept for the next `open_remote` of the
+        same path (the last `max_tails` paths): a reader opening it again makes no request for it."""
         url = self.fs.unstrip_protocol(path)
-        size = self._size(path, url)
-        if size is None:
-            data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats, self._rng)
-            self.stats.add(bytes_fetched=len(data))
-            return io.BytesIO(data)
+        with self._lock:
+            tail = self._tails.get(path)
+            if tail is not None:
+                self._tails.move_to_end(path)
+        if tail is None:
+            size = self._size(path, url)
+            if size is None:
+                data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats,
+                                   self._rng)
+                self.stats.add(bytes_fetched=len(data))
+                return io.BytesIO(data)
+            # a server that ignores Range headers shows here (RangesIgnored), not in the middle of a read
+            start = max(0, size - (64 << 10))
+            data = self._fetch_range(path, url, start, size)
+            if len(data) >= 8 and data[-4:] == b"PAR1":  # parquet: 4-byte footer length, then the magic
+                need = int.from_bytes(data[-8:-4], "little") + 8
+                if len(data) < need <= size:
+                    data = self._fetch_range(path, url, size - need, start) + data
+                    start = size - need
+            tail = (size, start, data)
+            with self._lock:
+                self._tails[path] = tail
+                while len(self._tails) > self.max_tails:
+                    self._tails.popitem(last=False)
+        size, start, data = tail
         rf = RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
-        # the tail a parquet reader reads first, fetched now: a server that ignores Range headers shows here
-        # (RangesIgnored), not in the middle of a read
-        rf.seek(max(0, size - (64 << 10)))
-        rf.read()
-        rf.seek(0)
+        rf.add_piece(start, data)
         return rf
 
     # ------------------------------------------------------------------ whole files
@@ -297,7 +317,8 @@ class Prefetcher:
                 return None
             self.stats.add(files_fetched=1)
             try:
-                return probe_mp4(RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size))
+                # an mp4 header is often a few hundred kB: start with 64 kB reads (then doubling)
+                return probe_mp4(RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=64 << 10))
             except RangesIgnored:
                 self.ranges = False
                 return None

@@ -13,6 +13,7 @@ import io
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,33 @@ class RangeFile(io.RawIOBase):
             self.pieces[s] = data
             self._ranges = add_range(self._ranges, s, e)
             self._last = (s, e)
+
+    def add_piece(self, start: int, data: bytes) -> None:
+        """Bytes of the file at `start` known already (fetched earlier)."""
+        with self._lock:
+            self.pieces[start] = data
+            self._ranges = add_range(self._ranges, start, start + len(data))
+
+    def prefetch(self, spans: list[Range], threads: int = 16, merge_gap: int = 32 << 10) -> None:
+        """Fetch the parts of `spans` not present yet, concurrently (a reader about to read several
+        far-apart pieces, like a parquet reader its row groups, then waits for one round trip, not one per
+        piece). Spans closer than `merge_gap` bytes are fetched as one."""
+        merged: list[Range] = []
+        for s, e in sorted(spans):
+            if merged and s - merged[-1][1] <= merge_gap:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+            else:
+                merged.append((s, e))
+        with self._lock:
+            todo = [r for s, e in merged for r in missing_ranges(self._ranges, max(0, s), min(self.size, e))]
+        if not todo:
+            return
+        with ThreadPoolExecutor(max_workers=min(threads, len(todo)), thread_name_prefix="episodic-ranges") as ex:
+            datas = list(ex.map(lambda r: self._fetch(*r), todo))
+        with self._lock:
+            for (s, e), data in zip(todo, datas):
+                self.pieces[s] = data
+                self._ranges = add_range(self._ranges, s, e)
 
     def _slice(self, start: int, end: int) -> bytes:
         out = bytearray()
