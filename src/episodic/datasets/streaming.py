@@ -202,11 +202,13 @@ def _consumer_rng(seed: int, epoch: int, segment: int, consumer: int) -> np.rand
 
 
 def _segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_workers: int, seed: int, epoch: int,
-                  segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Candidate episodes (ascending) and the positions of each consumer's episodes among them."""
+                  segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+    """Candidate episodes (ascending), the positions of each consumer's episodes among them, and each
+    consumer's number of frames."""
     cand = np.asarray(sorted(e for e, f in remaining.items() if len(f)), dtype=np.int64)
     counts = np.asarray([len(remaining[int(e)]) for e in cand], dtype=np.int64)
-    return cand, plan_episodes(counts, world_size * num_workers, seed, epoch, segment, shuffle)
+    plans = plan_episodes(counts, world_size * num_workers, seed, epoch, segment, shuffle)
+    return cand, plans, [int(counts[p].sum()) for p in plans]
 
 
 def _consumed_items(counts_per_worker: Sequence[int], batch_size: int, batches_consumed: int) -> tuple[list[int], int]:
@@ -223,7 +225,7 @@ def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]]
     remaining = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
     for s, (ws, nw, bs, k) in enumerate(history):
         nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
-        cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
+        cand, plans, _ = _segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
         consumed: dict[int, list[np.ndarray]] = {}
         for r in range(ws):
             orders = []
@@ -437,8 +439,7 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         ws, nw, bs = state["segment"]
         nw = max(nw, 1)
         remaining = self._remaining(state["seed"], state["epoch"], state["history"])
-        cand, plans = _segment_plan(remaining, ws, nw, state["seed"], state["epoch"], len(state["history"]), self.shuffle)
-        frames = [sum(len(remaining[int(e)]) for e in cand[p]) for p in plans]
+        _, _, frames = _segment_plan(remaining, ws, nw, state["seed"], state["epoch"], len(state["history"]), self.shuffle)
         return [sum(-(-frames[r * nw + w] // bs) for w in range(nw)) for r in range(ws)]
 
     def _begin(self, batch_size: int, num_workers: int) -> dict:
@@ -549,17 +550,13 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
             raise RuntimeError(f"stream segment topology {(seg_ws, loader_workers)} != this process's {(ws, nw)}")
         remaining = self._remaining(seed, epoch, history)
         segment = len(history)
-        cand, plans = _segment_plan(remaining, ws, nw, seed, epoch, segment, self.shuffle)
-        per_worker = []
-        for w in range(nw):
-            c = rank * nw + w
-            per_worker.append(sum(len(remaining[int(e)]) for e in cand[plans[c]]))
-        took, nxt = _consumed_items(per_worker, max(seg_bs, 1), state["batches_consumed"])
+        cand, plans, frames = _segment_plan(remaining, ws, nw, seed, epoch, segment, self.shuffle)
+        took, nxt = _consumed_items(frames[rank * nw:(rank + 1) * nw], max(seg_bs, 1), state["batches_consumed"])
         # a new DataLoader iterator starts its round-robin at worker 0: worker w plays the part of the
         # worker that was w places after the one due to hand out the next batch
         logical = (nxt + wid) % nw
         if wid == 0 and rank == 0:
-            _warn_uneven(cand, plans, remaining, ws, nw, frames=not state.get("even_batches"))
+            _warn_uneven(len(cand), frames, ws, nw, ranks=not state.get("even_batches"))
         eps = cand[plans[rank * nw + logical]]
         return eps, [remaining[int(e)] for e in eps], seed, epoch, segment, took[logical], rank * nw + logical
 
@@ -597,12 +594,13 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
             self._publish(force=True)
 
 
-def _warn_uneven(cand, plans, remaining, ws: int, nw: int, frames: bool = True) -> None:
-    if len(cand) < ws * nw:
-        warnings.warn(f"streaming: {len(cand)} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
-                      f"{ws * nw - len(cand)} consumers get no episode", stacklevel=3)
-    per_rank = [sum(sum(len(remaining[int(e)]) for e in cand[plans[r * nw + w]]) for w in range(nw)) for r in range(ws)]
-    if frames and ws > 1 and len(set(per_rank)) > 1:
+def _warn_uneven(episodes: int, frames: Sequence[int], ws: int, nw: int, ranks: bool = True) -> None:
+    """Warn when consumers get no episode, and (with `ranks`) when ranks get unequal frame counts."""
+    if episodes < ws * nw:
+        warnings.warn(f"streaming: {episodes} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
+                      f"{ws * nw - episodes} consumers get no episode", stacklevel=3)
+    per_rank = [sum(frames[r * nw:(r + 1) * nw]) for r in range(ws)]
+    if ranks and ws > 1 and len(set(per_rank)) > 1:
         warnings.warn(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}..{max(per_rank)} "
                       f"frames, so some ranks run out of batches first (stop every rank at the shortest, e.g. "
                       f"loader(even_batches=True), or expect a hang in collective ops)", stacklevel=3)
