@@ -112,16 +112,17 @@ class RangeFile(io.RawIOBase):
         for s, e in missing_ranges(self._ranges, start, end):
             e = min(self.size, max(e, s + want))
             e = min(e, next((ps for ps, _ in self._ranges if ps > s), e))  # do not fetch what is present
-            data = self._fetch(s, e)
-            self.pieces[s] = data
-            self._ranges = add_range(self._ranges, s, e)
+            self._put_locked(s, self._fetch(s, e))
             self._last = (s, e)
+
+    def _put_locked(self, start: int, data: bytes) -> None:
+        self.pieces[start] = data
+        self._ranges = add_range(self._ranges, start, start + len(data))
 
     def add_piece(self, start: int, data: bytes) -> None:
         """Bytes of the file at `start` known already (fetched earlier)."""
         with self._lock:
-            self.pieces[start] = data
-            self._ranges = add_range(self._ranges, start, start + len(data))
+            self._put_locked(start, data)
 
     def prefetch(self, spans: list[Range], threads: int = 16, merge_gap: int = 32 << 10) -> None:
         """Fetch the parts of `spans` not present yet, concurrently (a reader about to read several
@@ -140,9 +141,8 @@ class RangeFile(io.RawIOBase):
         with ThreadPoolExecutor(max_workers=min(threads, len(todo)), thread_name_prefix="episodic-ranges") as ex:
             datas = list(ex.map(lambda r: self._fetch(*r), todo))
         with self._lock:
-            for (s, e), data in zip(todo, datas):
-                self.pieces[s] = data
-                self._ranges = add_range(self._ranges, s, e)
+            for (s, _), data in zip(todo, datas):
+                self._put_locked(s, data)
 
     def _slice(self, start: int, end: int) -> bytes:
         out = bytearray()
