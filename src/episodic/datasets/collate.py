@@ -76,7 +76,6 @@ class Batch:
         item._batch, item._pos = self, b
         return item
 
-
     def items(self) -> list["Item"]:
         """All items (float cameras converted), with one unbind per key rather than one index per item."""
         cols = [(k, self.float(k).unbind(0) if k in self.to_float else v.unbind(0) if k != "task" else v)
