@@ -1,0 +1,68 @@
+"""Every environment variable episodic reads, in one place (read when asked, so a changed variable counts).
+
+| variable | meaning | default |
+|---|---|---|
+| `EPISODIC_CACHE` | root of episodic's cache (remote files, tabular memory maps, streaming mirrors, demo data) | `$XDG_CACHE_HOME/episodic` |
+| `XDG_CACHE_HOME` | the user's cache root, when `EPISODIC_CACHE` is unset | `~/.cache` |
+| `HF_LEROBOT_HOME` | where Hub datasets are downloaded (LeRobot's variable): `<it>/<repo_id>` | under the episodic cache |
+| `EPISODIC_DECODE_THREADS` | video decode threads per process | the process's share of the cores |
+| `EPISODIC_WORKER_SHARING` | tensor sharing of DataLoader workers when a loader says `sharing="auto"` | `file_system` |
+| `EPISODIC_FORCE_MMAP` | memory-map tabular columns (in the cache) whatever their size (tests, small machines) | off (memory-map from 1 GiB) |
+
+episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
+variable is unset (the encoder prints a banner at every start otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "quiet_svt_av1"]
+
+SHARING_STRATEGIES = ("file_system", "file_descriptor")
+
+
+def cache_dir() -> Path:
+    """Root of episodic's cache: $EPISODIC_CACHE, else $XDG_CACHE_HOME/episodic, else ~/.cache/episodic."""
+    base = os.environ.get("EPISODIC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic")
+    return Path(base)
+
+
+def hub_home() -> Path | None:
+    """$HF_LEROBOT_HOME (LeRobot's download root) when set."""
+    base = os.environ.get("HF_LEROBOT_HOME")
+    return Path(base) if base else None
+
+
+def decode_threads_override() -> int | None:
+    """$EPISODIC_DECODE_THREADS as a positive int, or None when unset."""
+    value = os.environ.get("EPISODIC_DECODE_THREADS")
+    if not value:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"EPISODIC_DECODE_THREADS must be a positive integer, got {value!r}")
+    return n
+
+
+def worker_sharing() -> str:
+    """$EPISODIC_WORKER_SHARING: 'file_system' (default) or 'file_descriptor'."""
+    value = os.environ.get("EPISODIC_WORKER_SHARING", "file_system")
+    if value not in SHARING_STRATEGIES:
+        raise ValueError(f"EPISODIC_WORKER_SHARING must be one of {SHARING_STRATEGIES}, got {value!r}")
+    return value
+
+
+def force_mmap() -> bool:
+    """$EPISODIC_FORCE_MMAP set to anything but '' or '0'."""
+    return os.environ.get("EPISODIC_FORCE_MMAP", "") not in ("", "0")
+
+
+def quiet_svt_av1() -> None:
+    """SVT-AV1 prints its banner at every encoder start unless SVT_LOG says otherwise."""
+    os.environ.setdefault("SVT_LOG", "1")

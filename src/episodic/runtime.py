@@ -1,0 +1,127 @@
+"""Process facts and process-wide effects, all in this one module.
+
+- Which process this is: the main process or a DataLoader worker (`worker`, `in_worker`, `slot`), and how
+  many cores it may use (`usable_cores`, `decode_threads`).
+- Fork safety, one mechanism: objects that hold per-process resources (open decoders, thread pools, locks,
+  counters) register with `after_fork(obj)`; `os.register_at_fork` calls their `_after_fork()` in a forked
+  child before anything else runs there. Nothing else in episodic compares pids.
+- Everything that touches torch's private API lives here and nowhere else, each with the reason:
+  `register_collate` (torch's `default_collate` dispatch table, `torch.utils.data._utils.collate`; torch has
+  no public way to teach `default_collate` a new type), `shutdown_workers` (a DataLoader iterator's
+  `_shutdown_workers`: the only way to stop workers now rather than at garbage collection).
+- The tensor-sharing strategy of DataLoader workers (`set_tensor_sharing`), chosen by the loader that
+  starts them.
+
+torch is imported lazily: the layers below `datasets/` import this module without importing torch.
+Environment variables are read in `episodic.config`, not here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any, Callable
+
+from . import config
+
+__all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
+           "shutdown_workers", "set_tensor_sharing", "MAX_SLOTS"]
+
+MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
+
+
+# ---------------------------------------------------------------------------------------------- facts
+def worker() -> tuple[int, int] | None:
+    """(worker id, number of workers) in a DataLoader worker, else None. Never imports torch: a process
+    that has not imported it is not a DataLoader worker."""
+    data = sys.modules.get("torch.utils.data")
+    if data is None:
+        return None
+    info = data.get_worker_info()
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
+def in_worker() -> bool:
+    """True inside a DataLoader worker."""
+    return worker() is not None
+
+
+def slot() -> int:
+    """This process's counter slot: 0 in the main process, 1 + worker id in a DataLoader worker."""
+    w = worker()
+    return 0 if w is None else 1 + w[0] % (MAX_SLOTS - 1)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def decode_threads() -> int:
+    """Decode threads for this process: its share of the cores (a DataLoader worker gets cores /
+    num_workers), at least 1, at most 8; $EPISODIC_DECODE_THREADS overrides."""
+    override = config.decode_threads_override()
+    if override is not None:
+        return override
+    w = worker()
+    return max(1, min(8, usable_cores() // (w[1] if w is not None else 1)))
+
+
+# ---------------------------------------------------------------------------------------------- fork safety
+_FORK_HOOKS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def after_fork(obj: Any) -> Any:
+    """Call `obj._after_fork()` in every forked child (while `obj` lives); returns `obj`."""
+    _FORK_HOOKS.add(obj)
+    return obj
+
+
+def _run_fork_hooks() -> None:
+    for obj in list(_FORK_HOOKS):
+        obj._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_run_fork_hooks)
+
+
+# ---------------------------------------------------------------------------------------------- torch
+def register_collate(cls: type, fn: Callable) -> None:
+    """Teach torch's `default_collate` to collate `cls` with `fn` (once; later calls change nothing).
+    Raises RuntimeError when torch no longer has the table, so a torch upgrade that moves it fails loudly
+    (tests/test_runtime.py) instead of silently collating item by item."""
+    try:
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError as e:  # pragma: no cover - depends on the torch version
+        raise RuntimeError("torch.utils.data._utils.collate.default_collate_fn_map is gone: episodic's batch "
+                           "collation needs updating for this torch") from e
+    default_collate_fn_map.setdefault(cls, fn)
+
+
+def collate_plain(batch: Any, collate_fn_map: dict | None = None) -> Any:
+    """torch's own recursive collate (what default_collate runs), for items that are not one whole batch."""
+    from torch.utils.data._utils.collate import collate
+
+    return collate(batch, collate_fn_map=collate_fn_map)
+
+
+def shutdown_workers(iterator: Any) -> None:
+    """Stop a DataLoader iterator's workers now (also a generator: close it). No-op for anything else."""
+    stop = getattr(iterator, "_shutdown_workers", None) or getattr(iterator, "close", None)
+    if stop is not None:
+        stop()
+
+
+def set_tensor_sharing(strategy: str) -> None:
+    """Set this process's torch tensor-sharing strategy ('file_system' or 'file_descriptor')."""
+    if strategy not in config.SHARING_STRATEGIES:
+        raise ValueError(f"sharing must be one of {config.SHARING_STRATEGIES}, got {strategy!r}")
+    import torch.multiprocessing
+
+    if torch.multiprocessing.get_sharing_strategy() != strategy:
+        torch.multiprocessing.set_sharing_strategy(strategy)
