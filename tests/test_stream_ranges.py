@@ -252,7 +252,7 @@ def test_idle_files_and_their_layouts_are_bounded(multifile_root, tmp_path):
                 pf.acquire_span(rel, float(cam.from_ts[ep]), float(cam.to_ts[ep])).result()
                 pf.release(rel)
             assert set(pf._layouts) == {held, meta.video_file_of(firsts[-1], TOP)}
-            assert pf.stats.evictions == len(firsts) - 2
+            assert pf.stats.local()["cache_evictions"] == len(firsts) - 2
             assert (tmp_path / "mirror" / held).exists()
         finally:
             pf.close()

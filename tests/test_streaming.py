@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from episodic import LeRobotDataset
-from episodic.datasets.streaming import (PoolOrder, StreamingLeRobotDataset, consumer_order, plan_episodes,
-                                         worker_batches_consumed)
+from episodic.datasets.stream_plan_tmp import PoolOrder, consumer_order, plan_episodes, worker_batches_consumed
+from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
 
 FPS = 30

@@ -8,20 +8,24 @@ stacking every key again: same keys, dtypes, shapes and values.
 
 In a DataLoader worker, the batch's tensors are views of ONE shared-memory block (one mapping to share, not
 one per key), float cameras travel as their uint8 frames (a quarter of the bytes) and become float32 when
-the main process unpickles them (`UnitFloat`), and after its first batches the worker shares tensors through
-the file system rather than one file-descriptor hand-shake per batch (see `worker_sharing`). Set
-EPISODIC_WORKER_SHARING=file_descriptor to keep torch's default there.
+the main process unpickles them (`UnitFloat`), and the worker shares tensors the way its loader says
+(`TensorSharing`). `deliver` is the one place that decides between what a worker sends and what the main
+process hands out.
+
+`Item` is registered once, at import, in torch's `default_collate` dispatch table (`runtime.register_collate`):
+`default_collate` of a list of Items made from one Batch returns that Batch's tensors.
 """
 
 from __future__ import annotations
 
 import operator
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
+
+from .. import config, runtime
 
 
 def unit_float(u8: torch.Tensor) -> torch.Tensor:
@@ -70,7 +74,7 @@ class Batch:
 
     def item(self, b: int) -> "Item":
         # in a worker, items are rarely looked at (the batch travels whole): convert only this one
-        per_item = get_worker_info() is not None
+        per_item = runtime.in_worker()
         item = Item((k, (unit_float(v[b]) if per_item else self.float(k)[b]) if k in self.to_float else v[b])
                     for k, v in self.tensors.items())
         item._batch, item._pos = self, b
@@ -116,11 +120,17 @@ class ItemBatch(Sequence):
         if item is None:
             # default_collate looks at item 0 only (then hands the batch back whole); whoever asks for a
             # second item in the main process gets all the rest made at once
-            if i > 0 and get_worker_info() is None:
+            if i > 0 and not runtime.in_worker():
                 self._items = {**dict(enumerate(self.batch.items())), **self._items}
                 return self._items[i]
             item = self._items[i] = self.batch.item(i)
         return item
+
+
+def deliver(batch: Batch) -> dict:
+    """What a Batch becomes when it leaves the dataset: in a DataLoader worker, what crosses to the main
+    process (float cameras as uint8, converted there); in the main process, the collated dict."""
+    return batch.for_transport() if runtime.in_worker() else batch.collated()
 
 
 def collate_items(batch, *, collate_fn_map=None):
@@ -129,40 +139,100 @@ def collate_items(batch, *, collate_fn_map=None):
     if isinstance(batch, ItemBatch) or (
             len(batch) == source.size and all(isinstance(x, Item) and x._batch is source and x._pos == i
                                               for i, x in enumerate(batch))):
-        return source.for_transport() if get_worker_info() is not None else source.collated()
-    from torch.utils.data._utils.collate import collate
-
-    return collate([dict(x) for x in batch], collate_fn_map=collate_fn_map)
+        return deliver(source)
+    return runtime.collate_plain([dict(x) for x in batch], collate_fn_map=collate_fn_map)
 
 
-def register_collate() -> None:
-    try:
-        from torch.utils.data._utils.collate import default_collate_fn_map
-    except ImportError:  # a torch without the dispatch table: items still collate as plain dicts
-        return
-    default_collate_fn_map.setdefault(Item, collate_items)
+# ---------------------------------------------------------------------------------------------- transport
+@dataclass(frozen=True)
+class TensorSharing:
+    """How a DataLoader worker shares the tensors it sends: "file_descriptor" (torch's default: one
+    descriptor handed over a socket per batch), "file_system" (one name per batch, ~7% more batches/s with 2
+    workers on 2 cores), or "auto": file descriptors for the worker's first `warmup` batches, then the file
+    system. Not from the start, because starting a worker's torch_shm_manager takes ~0.15 s holding its GIL,
+    which would delay the run's first batch by that much. "auto" uses $EPISODIC_WORKER_SHARING after the
+    warm-up (default file_system)."""
+
+    strategy: str = "auto"
+    warmup: int = 2
+
+    def __post_init__(self):
+        if self.strategy not in ("auto", *config.SHARING_STRATEGIES):
+            raise ValueError(f"sharing must be 'auto', 'file_system' or 'file_descriptor', got {self.strategy!r}")
+
+    def before_batch(self, batches_sent: int) -> None:
+        """Called in the worker before it shares its batch number `batches_sent` (0-based)."""
+        if self.strategy != "auto":
+            if batches_sent == 0:
+                runtime.set_tensor_sharing(self.strategy)
+        elif batches_sent == self.warmup:
+            runtime.set_tensor_sharing(config.worker_sharing())
 
 
-_worker = {"pid": None, "batches": 0}
+class _SharedBlocks:
+    """Counts the batches this process has shared (reset in a forked child)."""
+
+    def __init__(self):
+        self.sent = 0
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:
+        self.sent = 0
 
 
-def in_worker() -> bool:
-    """True inside a DataLoader worker."""
-    return get_worker_info() is not None
+_SHARED = _SharedBlocks()
 
 
-def worker_sharing(batches: int = 2) -> None:
-    """Called once per batch a worker shares. After its first `batches` batches, the worker shares tensors
-    through the file system (one name per batch) rather than torch's default, a file descriptor handed over
-    through a socket per batch (~7% more batches/s with 2 workers on 2 cores). Not from the start: starting
-    the worker's torch_shm_manager takes ~0.15 s holding the worker's GIL, which also stalls the hand-over of
-    the batch before (the parent fetches its descriptor from a thread of the worker), so switching at once
-    would delay the run's first batch by that much."""
-    if _worker["pid"] != os.getpid():
-        _worker.update(pid=os.getpid(), batches=0)
-    _worker["batches"] += 1
-    if _worker["batches"] == batches + 1 and os.environ.get("EPISODIC_WORKER_SHARING", "file_system") == "file_system":
-        torch.multiprocessing.set_sharing_strategy("file_system")
+def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False,
+             sharing: TensorSharing | None = None, channels_first: bool = False) -> Batch:
+    """numpy batch -> torch Batch: cameras HWC -> CHW (unless the batch is `channels_first` already), kept
+    uint8 (float32 in [0, 1] when looked at, unless return_uint8). In a DataLoader worker all tensors are
+    views of one shared-memory block, shared as `sharing` says (default "auto")."""
+    arrays: dict = {}
+    for key, value in batch.items():
+        if key == "task":
+            arrays[key] = value
+        elif key in camera_keys and not channels_first:
+            arrays[key] = np.ascontiguousarray(np.moveaxis(value, -1, -3))
+        else:
+            arrays[key] = np.ascontiguousarray(value)
+    numeric = {k: v for k, v in arrays.items() if k != "task"}
+    if runtime.in_worker():
+        (sharing or TensorSharing()).before_batch(_SHARED.sent)
+        _SHARED.sent += 1
+        tensors = _shared_block(numeric)
+    else:
+        tensors = {k: torch.from_numpy(v) for k, v in numeric.items()}
+    tensors = {k: (arrays[k] if k == "task" else tensors[k]) for k in arrays}  # item key order
+    return Batch(tensors, to_float=set() if return_uint8 else {k for k in camera_keys if k in tensors})
 
 
-register_collate()
+def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, torch.Tensor]:
+    """Copies of `arrays` as tensors that are views of one shared-memory block."""
+    offsets, total = {}, 0
+    for key, a in arrays.items():
+        offsets[key] = total
+        total += -(-a.nbytes // align) * align
+    storage = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_().untyped_storage()
+    out = {}
+    for key, a in arrays.items():
+        t = torch.empty(0, dtype=torch.from_numpy(a[:0]).dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
+        t.numpy()[...] = a
+        out[key] = t
+    return out
+
+
+def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> Sequence[dict]:
+    """The items of a batch: made on demand (default_collate then returns the batch whole), or, with
+    transforms, transformed one by one."""
+    if transforms is None:
+        return ItemBatch(batch)
+    items = [dict(batch.item(b)) for b in range(batch.size)]
+    for item in items:
+        for k in camera_keys:
+            if k in item:
+                item[k] = transforms(item[k])
+    return items
+
+
+runtime.register_collate(Item, collate_items)

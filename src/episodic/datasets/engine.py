@@ -1,25 +1,68 @@
 """The shared core of every dataset mode: batches of items for row positions of a selection of episodes.
 
-Map-style, streaming and mixture datasets all build items here, so window arithmetic, the frame <-> time
-mapping and the item layout exist once.
+`ItemSpec` is what an item holds, fixed when a dataset is built (keys, window offsets, tolerance, tasks,
+cameras); `FrameEngine` applies a spec to the rows it is given (`Columns`) and decodes their frames. Map-style
+builds one engine over all its selected rows; streaming builds one per chunk over the pooled episodes' rows.
+Window arithmetic (tabular/windows.py) and the frame <-> time mapping (video/) are used from here only.
 """
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
-import torch
 
+from .. import runtime
+from ..counters import Counters
 from ..format.errors import EpisodeIndexError, FrameTimestampError, VideoDecodeError
 from ..format.metadata import DatasetMetadata
 from ..storage.source import Source
-from ..tabular import Columns, delta_offsets, load_columns, window_rows
+from ..tabular import Columns, delta_offsets, window_rows
 from ..video import DecoderCache
 from ..video.image import decode_image
-from .collate import Batch, ItemBatch, worker_sharing
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """What every item of a dataset holds: its keys (info order), the cameras decoded, the window offsets
+    (frames) per key, the timestamp tolerance and the task strings. Built once from the metadata and the
+    user's arguments (which are checked here); immutable."""
+
+    data_keys: tuple[str, ...]
+    video_keys: tuple[str, ...]
+    image_keys: tuple[str, ...]
+    offsets: Mapping[str, np.ndarray]
+    tolerance_s: float
+    tasks: np.ndarray  # object array of task strings, plus "" for a missing task
+
+    @classmethod
+    def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+              tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None) -> "ItemSpec":
+        info = meta.info
+        if video_keys is None:
+            videos = list(info.video_keys)
+        else:
+            unknown = [k for k in video_keys if k not in info.video_keys]
+            if unknown:
+                raise ValueError(f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})")
+            videos = [k for k in info.video_keys if k in video_keys]
+        data_keys = list(info.tabular_keys)  # info order, like LeRobot's hf_dataset columns
+        offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
+        # windows of cameras left out by `video_keys` are dropped with the cameras
+        offsets = {k: v for k, v in offsets.items() if k in data_keys or k in videos}
+        return cls(data_keys=tuple(data_keys), video_keys=tuple(videos), image_keys=tuple(info.image_keys),
+                   offsets=offsets, tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object))
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [*self.video_keys, *self.image_keys]
+
+    @property
+    def delta_indices(self) -> dict[str, list[int]]:
+        """LeRobot's `delta_indices`: window offsets in frames per key."""
+        return {k: v.tolist() for k, v in self.offsets.items()}
 
 
 def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
@@ -34,56 +77,41 @@ def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np
     return np.unique(sel)
 
 
-def decode_threads() -> int:
-    """Decode threads for this process: its share of the CPU cores it may run on (a DataLoader worker gets
-    cores / num_workers, at least 1). EPISODIC_DECODE_THREADS overrides."""
-    env = os.environ.get("EPISODIC_DECODE_THREADS")
-    if env:
-        return max(1, int(env))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    info = torch.utils.data.get_worker_info()
-    return max(1, min(8, cores // (info.num_workers if info is not None else 1)))
+class _DecodePool:
+    """This process's decode threads (a forked child makes its own: the parent's threads are not there)."""
+
+    def __init__(self):
+        self.pool: ThreadPoolExecutor | None = None
+        self.threads = 0
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:
+        self.pool = None  # the parent's pool, whose threads do not exist here: left to the garbage collector
+
+    def get(self, n: int) -> ThreadPoolExecutor:
+        if self.pool is None or self.threads != n:
+            self.pool, self.threads = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode"), n
+        return self.pool
 
 
-_POOLS: dict = {}
-
-
-def _pool(n: int) -> ThreadPoolExecutor:
-    """This process's decode thread pool (a forked child makes its own: the parent's threads are not there)."""
-    key = (os.getpid(), n)
-    pool = _POOLS.get(key)
-    if pool is None:
-        _POOLS.clear()  # a parent's pools (after fork) or another size: left to the garbage collector
-        pool = _POOLS[key] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode")
-    return pool
+_POOL = _DecodePool()
 
 
 class FrameEngine:
-    """Columns + windows + decoder of one dataset; turns row positions into batched numpy items."""
+    """Items of an `ItemSpec` for the rows of `columns` (episodes side by side), frames decoded through
+    `decoders` from the files `source` holds. Counts decode and item-building seconds in `counters`."""
 
-    def __init__(self, meta: DatasetMetadata, source: Source, episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 video_keys: Sequence[str] | None = None, decoder_cache: DecoderCache | None = None,
-                 mmap_dir: str | None = None, progress: bool = False, decode_threads: int | None = None):
-        self.meta, self.source, self.tolerance_s = meta, source, tolerance_s
-        self.decode_threads = decode_threads  # None: decode_threads() of the process that decodes
-        info = meta.info
-        if video_keys is None:
-            self.video_keys = info.video_keys
-        else:
-            unknown = [k for k in video_keys if k not in info.video_keys]
-            if unknown:
-                raise ValueError(f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})")
-            self.video_keys = [k for k in info.video_keys if k in video_keys]
-        self.image_keys = info.image_keys
-        self.data_keys = [k for k in info.tabular_keys]  # info order, like LeRobot's hf_dataset columns
-        offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
-        # windows of cameras left out by `video_keys` are dropped with the cameras
-        self.offsets = {k: v for k, v in offsets.items() if k in self.data_keys or k in self.video_keys}
-        self.episodes = select_episodes(meta, episodes)
-        self.columns: Columns = load_columns(meta, self.episodes, self.data_keys, mmap_dir=mmap_dir, progress=progress)
-        self.decoders = decoder_cache or DecoderCache()
-        self.tasks = np.asarray(meta.tasks + [""], dtype=object)
+    def __init__(self, spec: ItemSpec, meta: DatasetMetadata, source: Source, columns: Columns,
+                 decoders: DecoderCache | None = None, counters: Counters | None = None,
+                 decode_threads: int | None = None):
+        self.spec, self.meta, self.source, self.columns = spec, meta, source, columns
+        self.decoders = decoders if decoders is not None else DecoderCache(counters=counters)
+        self.counters = counters if counters is not None else self.decoders.counters
+        self.decode_threads = decode_threads  # None: runtime.decode_threads() of the process that decodes
+
+    @property
+    def episodes(self) -> np.ndarray:
+        return self.columns.episodes
 
     def __len__(self) -> int:
         return len(self.columns)
@@ -101,25 +129,28 @@ class FrameEngine:
         cols = self.columns
         ep_pos = cols.episode_of_rows(rows)
         start, end = cols.starts[ep_pos], cols.starts[ep_pos + 1]
-        windows = {k: window_rows(rows, start, end, off) for k, off in self.offsets.items()}
+        spec = self.spec
+        windows = {k: window_rows(rows, start, end, off) for k, off in spec.offsets.items()}
         out: dict = {}
         ts = cols.arrays["timestamp"]
-        if self.video_keys:
-            times = {k: ts[windows[k][0] if k in windows else rows[:, None]].astype(np.float64) for k in self.video_keys}
-            frames = self._decode(ep_pos, times, channels_first)
-            for key in self.video_keys:
+        if spec.video_keys:
+            times = {k: ts[windows[k][0] if k in windows else rows[:, None]].astype(np.float64) for k in spec.video_keys}
+            with self.counters.timer("decode_seconds"):
+                frames = self._decode(ep_pos, times, channels_first)
+            for key in spec.video_keys:
                 out[key] = frames[key] if key in windows else frames[key][:, 0]
-        for key in self.data_keys:
+        for key in spec.data_keys:
             q = windows[key][0] if key in windows else rows
-            if key in self.image_keys:
-                out[key] = self._images(key, q)
+            if key in spec.image_keys:
+                with self.counters.timer("decode_seconds"):
+                    out[key] = self._images(key, q)
                 if channels_first:
                     out[key] = np.ascontiguousarray(np.moveaxis(out[key], -1, -3))
             else:
                 out[key] = cols.arrays[key][q]
         for key, (_, pad) in windows.items():
             out[f"{key}_is_pad"] = pad
-        out["task"] = self.tasks[cols.arrays["task_index"][rows]].tolist()
+        out["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
         return out
 
     def _decode(self, ep_pos: np.ndarray, times: Mapping[str, np.ndarray], channels_first: bool = False) -> dict[str, np.ndarray]:
@@ -150,7 +181,7 @@ class FrameEngine:
 
         def run(job, reader=None):
             key, _, sel, q = job
-            got = named(job, lambda: (reader or reader_for(job)).frames_at(q, self.tolerance_s))
+            got = named(job, lambda: (reader or reader_for(job)).frames_at(q, self.spec.tolerance_s))
             got = got.reshape(len(sel), times[key].shape[1], *got.shape[1:])
             dest = out.get(key)
             if dest is None:  # setdefault: another thread may have made it meanwhile
@@ -158,14 +189,14 @@ class FrameEngine:
                 dest = out.setdefault(key, np.empty(shape, dtype=np.uint8))
             dest[sel] = np.moveaxis(got, -1, -3) if channels_first else got
 
-        threads = self.decode_threads or decode_threads()
+        threads = self.decode_threads or runtime.decode_threads()
         paths = {rel for _, rel, _, _ in jobs}
         # in parallel when there are threads to spare, every file is its own job (a reader is used by one
         # thread at a time), and all readers stay open through the batch
         if threads > 1 and len(jobs) > 1 and len(paths) == len(jobs) and len(paths) <= self.decoders.max_open:
             # readers are taken here, in one thread (the cache is not thread-safe)
             readers = [reader_for(j) for j in jobs]
-            list(_pool(threads).map(run, jobs, readers))
+            list(_POOL.get(threads).map(run, jobs, readers))
         else:
             for j in jobs:
                 run(j)
@@ -175,51 +206,3 @@ class FrameEngine:
         store = self.columns.images[key]
         flat = [decode_image(store[int(r)], f"{self.meta.root}: row {int(r)} feature {key!r}") for r in q.reshape(-1)]
         return np.stack(flat).reshape(*q.shape, *flat[0].shape)
-
-
-def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False, shared: bool = False,
-             channels_first: bool = False) -> Batch:
-    """numpy batch -> torch Batch: cameras HWC -> CHW (unless the batch is `channels_first` already), kept
-    uint8 (float32 in [0, 1] when looked at, unless return_uint8). With `shared` (in a DataLoader worker) all
-    tensors are views of one shared-memory block."""
-    arrays: dict = {}
-    for key, value in batch.items():
-        if key == "task":
-            arrays[key] = value
-        elif key in camera_keys and not channels_first:
-            arrays[key] = np.ascontiguousarray(np.moveaxis(value, -1, -3))
-        else:
-            arrays[key] = np.ascontiguousarray(value)
-    numeric = {k: v for k, v in arrays.items() if k != "task"}
-    tensors = _shared_block(numeric) if shared else {k: torch.from_numpy(v) for k, v in numeric.items()}
-    tensors = {k: (arrays[k] if k == "task" else tensors[k]) for k in arrays}  # item key order
-    return Batch(tensors, to_float=set() if return_uint8 else {k for k in camera_keys if k in tensors})
-
-
-def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, torch.Tensor]:
-    """Copies of `arrays` as tensors that are views of one shared-memory block."""
-    worker_sharing()
-    offsets, total = {}, 0
-    for key, a in arrays.items():
-        offsets[key] = total
-        total += -(-a.nbytes // align) * align
-    storage = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_().untyped_storage()
-    out = {}
-    for key, a in arrays.items():
-        t = torch.empty(0, dtype=torch.from_numpy(a[:0]).dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
-        t.numpy()[...] = a
-        out[key] = t
-    return out
-
-
-def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> Sequence[dict]:
-    """The items of a batch: made on demand (default_collate then returns the batch whole), or, with
-    transforms, transformed one by one."""
-    if transforms is None:
-        return ItemBatch(batch)
-    items = [dict(batch.item(b)) for b in range(batch.size)]
-    for item in items:
-        for k in camera_keys:
-            if k in item:
-                item[k] = transforms(item[k])
-    return items

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from ..counters import Counters
 from ..format.metadata import DatasetMetadata, load_metadata
 from ..storage.cache import FileCache
 from ..storage.hub import download, hub_root
 from ..storage.source import Source, is_url, open_source
+from ..tabular import load_columns
 from ..video import DecoderCache
-from torch.utils.data import get_worker_info
-
-from .collate import Batch, in_worker
-from .engine import FrameEngine, to_torch, unbatch
+from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
+from .engine import FrameEngine, ItemSpec, select_episodes
 
 
 def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
@@ -64,14 +65,17 @@ class EpisodicDataset(torch.utils.data.Dataset):
                                      episodes, video_keys, storage_options, cache_dir)
         self.source = _source
         self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
-        self.engine = FrameEngine(self.meta, self.source, episodes, delta_timestamps, tolerance_s, video_keys,
-                                  decoder_cache=DecoderCache(max_open=decoder_cache_size),
-                                  mmap_dir=os.path.join(cache_dir, "tabular") if cache_dir else None)
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
+        self.counters = Counters()
+        columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
+                               mmap_dir=os.path.join(cache_dir, "tabular") if cache_dir else None)
+        self.engine = FrameEngine(self.spec, self.meta, self.source, columns, counters=self.counters,
+                                  decoders=DecoderCache(max_open=decoder_cache_size, counters=self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
-        self.camera_keys = self.engine.video_keys + self.engine.image_keys
+        self.camera_keys = self.spec.camera_keys
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
@@ -102,9 +106,12 @@ class EpisodicDataset(torch.utils.data.Dataset):
                 batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
         return batch
 
-    def _batch(self, indices) -> Batch:
-        return to_torch(self.engine.batch(indices, channels_first=True), self.camera_keys, self.return_uint8,
-                        shared=in_worker(), channels_first=True)
+    def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
+        with self.counters.timer("item_seconds"):
+            batch = to_torch(self.engine.batch(indices, channels_first=True), self.camera_keys, self.return_uint8,
+                             sharing=sharing, channels_first=True)
+        self.counters.add(items_built=batch.size)
+        return batch
 
     def __getitem__(self, idx: int) -> dict:
         if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
@@ -116,17 +123,26 @@ class EpisodicDataset(torch.utils.data.Dataset):
         return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
-               drop_last: bool = False, **kwargs) -> torch.utils.data.DataLoader:
-        """A DataLoader whose workers build whole batches with `get_batch` (no per-item collation)."""
+               drop_last: bool = False, sharing: str = "auto", **kwargs) -> torch.utils.data.DataLoader:
+        """A DataLoader whose workers build whole batches with `get_batch` (no per-item collation).
+        `sharing`: how workers share their batches' tensors ("auto", "file_system", "file_descriptor"; see
+        `collate.TensorSharing`)."""
         from ..order import EpisodeAwareSampler
 
         starts = self.engine.columns.starts  # positions of this dataset, episode by episode
         sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
         batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
-        return torch.utils.data.DataLoader(_Batched(self), batch_size=None, sampler=batches, num_workers=num_workers,
-                                           persistent_workers=num_workers > 0, **kwargs)
+        return torch.utils.data.DataLoader(_Batched(self, TensorSharing(sharing)), batch_size=None, sampler=batches,
+                                           num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
+
+    def stats(self) -> dict:
+        """Counters of this dataset summed over this process and its DataLoader workers (see
+        `episodic.counters`): decode and item-building seconds, decoder-cache hits/misses/evictions, remote
+        bytes fetched, ...; 'processes' counts the processes that contributed."""
+        return self.counters.snapshot()
 
     def video_decoder_cache_stats(self) -> dict:
+        """This process's decoder-cache hits, misses, evictions, hit rate and open readers."""
         return self.engine.decoders.stats()
 
     def __repr__(self) -> str:
@@ -135,16 +151,18 @@ class EpisodicDataset(torch.utils.data.Dataset):
 
 
 class _Batched(torch.utils.data.Dataset):
-    def __init__(self, ds: EpisodicDataset):
-        self.ds = ds
+    """The dataset as `loader()` hands it to its DataLoader: one whole batch per sampler entry."""
+
+    def __init__(self, ds: EpisodicDataset, sharing: TensorSharing):
+        self.ds, self.sharing = ds, sharing
 
     def __len__(self) -> int:
         return len(self.ds)
 
     def __getitem__(self, indices):
-        if self.ds.image_transforms is not None or get_worker_info() is None:
+        if self.ds.image_transforms is not None:
             return self.ds.get_batch(indices)
-        return self.ds._batch(indices).for_transport()
+        return deliver(self.ds._batch(indices, self.sharing))
 
 
 class LeRobotDataset(EpisodicDataset):
@@ -166,7 +184,20 @@ class LeRobotDataset(EpisodicDataset):
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
-        if delta_timestamps is not None:
-            self.delta_indices = {k: v.tolist() for k, v in self.engine.offsets.items()}
-        else:
-            self.delta_indices = None
+        self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
+        warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),
+                     download_videos=(download_videos, True), batch_encoding_size=(batch_encoding_size, 1),
+                     video_backend=(video_backend if video_backend not in (None, "pyav") else None, None))
+
+
+_WARNED: set[str] = set()
+
+
+def warn_ignored(owner: str, **given: tuple) -> None:
+    """Warn once per process and argument when a LeRobot argument that episodic accepts but does not use is
+    given a value other than its default (`name=(value, default)`)."""
+    for name, (value, default) in given.items():
+        if value != default and name not in _WARNED:
+            _WARNED.add(name)
+            warnings.warn(f"{owner}: argument {name}={value!r} is accepted for LeRobot compatibility and ignored "
+                          f"(episodic decodes with PyAV, reads whatever files are present)", stacklevel=3)

@@ -1,296 +1,52 @@
-"""Streaming: an IterableDataset that reads a LeRobot-format dataset episode by episode (issue #4).
+"""Streaming: an IterableDataset that reads a LeRobot-format dataset episode by episode (docs/streaming.md).
 
-Items are built by the same `FrameEngine.batch` / `to_torch` / `unbatch` as the map-style datasets, on an
-engine whose columns hold one episode's rows, so an item equals `LeRobotDataset(...)[i]` for the same
-frame (keys, windows, pad masks, frames, task).
-
-Order (pure functions of (seed, epoch, topology), see docs/streaming.md):
-- `plan_episodes` splits the EPISODES over consumers = world_size x num_workers (longest-first greedy on
-  frame counts, in a keyed random order), so no consumer idles when files < consumers.
-- `PoolOrder`: each consumer keeps up to `episode_pool_size` whole episodes in RAM and emits frames
-  uniformly at random across the pool's remaining frames; an exhausted episode is replaced by the next.
-- Resume: the state counts the batches the trainer consumed; a DataLoader hands batches out round-robin
-  over its workers, skipping exhausted ones (`worker_batches_consumed`), so each worker re-derives how
-  many items it already produced and skips them in its order (no read, no decode). A resume on
-  another topology closes the old "segment" (kept in `history`) and re-splits what is left.
+Who does what: the order (which episodes each consumer gets, the order it emits their frames in, what a
+resume skips) is pure arithmetic in `order/` (`stream_plan`, `pool_order`); the position of the trainer
+is a `StreamState` value; one consumer's reads and item building are `stream_pipeline.ConsumerPipeline`;
+items are built by the same `FrameEngine` as map-style, so an item equals `LeRobotDataset(...)[i]` for the
+same frame. This module ties them together: the dataset (construction, sizes, state, counters) and its
+`StreamingLoader` (a DataLoader that counts the batches it hands out).
 """
 
 from __future__ import annotations
 
-import copy
-import glob
-import heapq
-import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 import warnings
-import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 
+from .. import config, runtime
+from ..counters import Counters
 from ..format.metadata import DatasetMetadata, load_metadata
-from ..order.permutation import permute
 from ..order.shard import resolve_topology
-from ..storage.cache import atomic_write_bytes, default_cache_dir
-from ..storage.prefetch import FetchStats, Prefetcher, RangesIgnored
+from ..order.stream_state import StreamState
 from ..storage.source import Source
-from ..tabular import Columns, load_columns
 from ..video import DecoderCache
-from .collate import Batch, in_worker
-from .engine import FrameEngine, select_episodes, to_torch, unbatch
+from .collate import TensorSharing, deliver, to_torch, unbatch
+from .engine import ItemSpec, select_episodes
 from .map_style import resolve_source
+from .stream_options import StreamOptions
+from .stream_pipeline import ConsumerPipeline, iterate_consumer
+from .stream_plan_tmp import PoolOrder, _consumer_rng, consumer_plan, segment_batches
 
-__all__ = ["PoolOrder", "StreamingLeRobotDataset", "StreamingLoader", "plan_episodes", "consumer_order",
-           "worker_batches_consumed", "remaining_after"]
-
-_MASK64 = (1 << 64) - 1
-
-
-# ---------------------------------------------------------------------------------------------- pure order
-def _segment_seed(seed: int, segment: int) -> int:
-    return int(seed) if segment == 0 else (int(seed) * 0x9E3779B97F4A7C15 + segment * 0xBF58476D1CE4E5B9) & _MASK64
+__all__ = ["StreamingLeRobotDataset", "StreamingLoader"]
 
 
-def plan_episodes(counts: np.ndarray, num_consumers: int, seed: int, epoch: int, segment: int = 0,
-                  shuffle: bool = True) -> list[np.ndarray]:
-    """Positions into `counts` (frames to emit per candidate episode) for each consumer.
+@dataclass(frozen=True)
+class _Iteration:
+    """What one iteration of the dataset runs from (a snapshot the DataLoader's workers receive)."""
 
-    Episodes are taken in a keyed random order (`permute(seed, epoch)`; ascending when not shuffling) and
-    each goes to the consumer with the fewest frames so far (ties: lowest consumer), so consumers differ
-    by at most one episode's length. Each consumer's list keeps the order of assignment."""
-    counts = np.asarray(counts, dtype=np.int64)
-    n = len(counts)
-    order = permute(np.arange(n), n, _segment_seed(seed, segment), epoch) if (shuffle and n > 1) else np.arange(n)
-    heap = [(0, c) for c in range(num_consumers)]
-    lists: list[list[int]] = [[] for _ in range(num_consumers)]
-    for i in order.tolist():
-        frames, c = heapq.heappop(heap)
-        lists[c].append(i)
-        heapq.heappush(heap, (frames + int(counts[i]), c))
-    return [np.asarray(x, dtype=np.int64) for x in lists]
+    state: StreamState  # with the open segment of this iteration's topology
+    chunk_size: int
+    whole_batches: bool = False  # hand out numpy batches as they are (loader()), not items
+    sharing: TensorSharing = field(default_factory=TensorSharing)
+    even_batches: bool = False
 
 
-class PoolOrder:
-    """One consumer's emission order, generated as it is consumed: memory O(pool), not O(frames).
-
-    List episodes enter a pool of up to `pool_size` in list order; each item is a uniformly random remaining
-    frame of the pool (a slot drawn with probability proportional to its remaining frames, then the next frame
-    of that episode's random permutation); a finished episode is replaced by the next one. Without shuffle,
-    episodes are emitted whole, in list order, frames ascending. The sequence depends only on (counts,
-    pool_size, rng), never on how it is taken (`take(3); take(5)` == `take(8)`), so resuming is `take(skip)`.
-    """
-
-    _BLOCK = 4096  # uniforms are drawn in fixed blocks, so chunking cannot change the sequence
-
-    def __init__(self, counts: Sequence[int], pool_size: int, rng: np.random.Generator | None, shuffle: bool = True):
-        self.counts = [int(c) for c in counts]
-        self.total = sum(self.counts)
-        self.pool_size = max(1, int(pool_size))
-        self.shuffle = bool(shuffle) and rng is not None
-        if self.shuffle:
-            self._perm_rng = np.random.default_rng(int(rng.integers(1 << 62)))
-            self._u_rng = np.random.default_rng(int(rng.integers(1 << 62)))
-        self._u: list[float] = []
-        self._ui = 0
-        self.pos = 0  # items emitted so far
-        self.admitted = 0  # list episodes that have entered the pool
-        self.finished: list[int] = []  # list episodes finished (or empty) since the caller last cleared it
-        self._k: list[int] = []
-        self._perm: list[list[int] | None] = []
-        self._rem: list[int] = []
-        self._remaining = 0
-        self._fill()
-
-    def _fill(self) -> None:
-        while len(self._k) < self.pool_size and self.admitted < len(self.counts):
-            e, c = self.admitted, self.counts[self.admitted]
-            self.admitted += 1
-            if c == 0:
-                self.finished.append(e)
-                continue
-            self._k.append(e)
-            self._perm.append(self._perm_rng.permutation(c).tolist() if self.shuffle else None)
-            self._rem.append(c)
-            self._remaining += c
-
-    def _uniform(self) -> float:
-        if self._ui == len(self._u):
-            self._u, self._ui = self._u_rng.random(self._BLOCK).tolist(), 0
-        self._ui += 1
-        return self._u[self._ui - 1]
-
-    def take(self, m: int) -> tuple[np.ndarray, np.ndarray]:
-        """The next m items (fewer at the end): list-episode index and frame index (in the episode's frames)."""
-        m = max(0, min(int(m), self.total - self.pos))
-        out_k = np.empty(m, dtype=np.int64)
-        out_j = np.empty(m, dtype=np.int64)
-        for p in range(m):
-            i = 0
-            if self.shuffle:
-                x = int(self._uniform() * self._remaining)
-                while x >= self._rem[i]:
-                    x -= self._rem[i]
-                    i += 1
-            n = self.counts[self._k[i]]
-            r = self._rem[i] - 1
-            out_k[p] = self._k[i]
-            out_j[p] = self._perm[i][n - 1 - r] if self.shuffle else n - 1 - r
-            self._remaining -= 1
-            if r == 0:
-                self.finished.append(self._k[i])
-                del self._k[i], self._perm[i], self._rem[i]
-                self._fill()
-            else:
-                self._rem[i] = r
-        self.pos += m
-        return out_k, out_j
-
-
-def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generator | None,
-                   shuffle: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The whole order of `PoolOrder` at once (for analysis and tests): (k, j, admit), admit[k] being the
-    item position at which list episode k entered the pool."""
-    order = PoolOrder(counts, pool_size, rng, shuffle)
-    admit = np.zeros(len(order.counts), dtype=np.int64)
-    ks, js, seen = [], [], order.admitted
-    while order.pos < order.total:
-        k, j = order.take(1)
-        ks.append(k)
-        js.append(j)
-        admit[seen:order.admitted] = order.pos
-        seen = order.admitted
-    k = np.concatenate(ks) if ks else np.empty(0, np.int64)
-    return k, (np.concatenate(js) if js else np.empty(0, np.int64)), admit
-
-
-def worker_batches_consumed(batches_consumed: int, batches_per_worker: Sequence[int]) -> list[int]:
-    """How many of its batches each DataLoader worker had handed out after `batches_consumed` batches: the
-    loader takes batches round-robin over workers, skipping the exhausted ones."""
-    return _round_robin(batches_consumed, batches_per_worker)[0]
-
-
-def _round_robin(batches_consumed: int, batches_per_worker: Sequence[int]) -> tuple[list[int], int]:
-    """(batches handed out per worker, the worker that hands out the next batch (0 when none is left))."""
-    n = [int(b) for b in batches_per_worker]
-    got = [0] * len(n)
-    left = int(batches_consumed)
-    full = min(n) if n else 0  # whole rounds in which every worker has a batch
-    rounds = min(full, left // max(len(n), 1))
-    got = [rounds] * len(n)
-    left -= rounds * len(n)
-    r = rounds
-    while any(r < b for b in n):
-        for w, b in enumerate(n):
-            if r < b:
-                if left == 0:
-                    return got, w
-                got[w] += 1
-                left -= 1
-        r += 1
-    return got, 0
-
-
-def _consumer_rng(seed: int, epoch: int, segment: int, consumer: int) -> np.random.Generator:
-    return np.random.default_rng([int(seed) & _MASK64, int(epoch), int(segment), int(consumer), 0x5EED])
-
-
-def _segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_workers: int, seed: int, epoch: int,
-                  segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
-    """Candidate episodes (ascending), the positions of each consumer's episodes among them, and each
-    consumer's number of frames."""
-    cand = np.asarray(sorted(e for e, f in remaining.items() if len(f)), dtype=np.int64)
-    counts = np.asarray([len(remaining[int(e)]) for e in cand], dtype=np.int64)
-    plans = plan_episodes(counts, world_size * num_workers, seed, epoch, segment, shuffle)
-    return cand, plans, [int(counts[p].sum()) for p in plans]
-
-
-def _consumed_items(counts_per_worker: Sequence[int], batch_size: int, batches_consumed: int) -> tuple[list[int], int]:
-    """Items each worker had handed out, and the worker that serves the next batch."""
-    nb = [-(-c // batch_size) for c in counts_per_worker]
-    got, nxt = _round_robin(batches_consumed, nb)
-    return [min(g * batch_size, c) for g, c in zip(got, counts_per_worker)], nxt
-
-
-def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int,
-                    pool_size: int, shuffle: bool) -> dict[int, Sequence[int]]:
-    """Frames (offsets in their episode) not yet consumed after the closed segments `history`, each
-    [world_size, num_workers, batch_size, batches_consumed] (batches consumed per rank)."""
-    remaining = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
-    for s, (ws, nw, bs, k) in enumerate(history):
-        nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
-        cand, plans, _ = _segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
-        consumed: dict[int, list[np.ndarray]] = {}
-        for r in range(ws):
-            orders = []
-            for w in range(nw):
-                c = r * nw + w
-                eps = cand[plans[c]]
-                counts = [len(remaining[int(e)]) for e in eps]
-                orders.append((eps, PoolOrder(counts, pool_size, _consumer_rng(seed, epoch, s, c), shuffle)))
-            took = _consumed_items([o.total for _, o in orders], bs, k)[0]
-            for (eps, order), m in zip(orders, took):
-                kk, jj = order.take(m)
-                for e, j in zip(eps[kk].tolist(), jj.tolist()):
-                    consumed.setdefault(e, []).append(j)
-        for e, js in consumed.items():
-            keep = np.ones(len(remaining[e]), dtype=bool)
-            keep[np.asarray(js, dtype=np.int64)] = False
-            remaining[e] = np.asarray(remaining[e], dtype=np.int64)[keep]
-    return remaining
-
-
-# ---------------------------------------------------------------------------------------------- stats
-class _ProcessStats:
-    """Counters of this process; published as JSON files in a directory shared with DataLoader workers."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.pid = os.getpid()
-        self.token = f"{self.pid}-{os.urandom(4).hex()}"
-        self.fetch = FetchStats()
-        self.decode_seconds = 0.0
-        self.tabular_seconds = 0.0
-        self.wait_seconds = 0.0
-        self.fast_forward_seconds = 0.0
-        self.frames_emitted = 0
-        self.episodes_admitted = 0
-        self.first_item_seconds: float | None = None
-        self.last_publish = 0.0
-
-    def check_fork(self) -> None:
-        if os.getpid() != self.pid:
-            self.reset()
-
-    def as_dict(self, decoders: DecoderCache | None) -> dict:
-        d = {"decode_seconds": self.decode_seconds, "tabular_seconds": self.tabular_seconds,
-             "wait_seconds": self.wait_seconds, "fast_forward_seconds": self.fast_forward_seconds,
-             "frames_emitted": self.frames_emitted, "episodes_admitted": self.episodes_admitted,
-             **self.fetch.as_dict()}
-        d["decoder"] = decoders.stats() if decoders is not None and decoders._pid == os.getpid() else {}
-        d["first_item_seconds"] = self.first_item_seconds
-        return d
-
-
-def _remove_dir_if_owner(path: str, pid: int) -> None:
-    if os.getpid() == pid:  # a forked worker's copy of the dataset must not remove the parent's directory
-        shutil.rmtree(path, ignore_errors=True)
-
-
-_SUM_KEYS = ("decode_seconds", "tabular_seconds", "wait_seconds", "fast_forward_seconds", "frames_emitted",
-             "episodes_admitted", "bytes_fetched", "fetch_seconds", "files_fetched", "ranges_fetched", "retries",
-             "cache_evictions")
-
-
-# ---------------------------------------------------------------------------------------------- dataset
 class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
     """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
 
@@ -301,89 +57,64 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
 
     Use `dataset.loader(batch_size, num_workers)` (a counting DataLoader wrapper) to get `state_dict()`,
     `load_state_dict()` and automatic epoch advance; `set_epoch(e)` starts epoch `e` from its beginning.
-    Remote sources (any fsspec URL) are read by byte ranges, only what the consumer's episodes need: the
-    data parquet files in place (footer and the needed row groups, retried range requests), and of each
-    mp4 its header (once) plus, per episode, the samples of the episode's time span (from the key frame
-    before it), written at their own offsets into a sparse file in a private per-consumer mirror under
-    `cache_dir` (default ~/.cache/episodic/streaming); mp4s that do not allow ranges are fetched whole.
-    Video ranges are prefetched in background threads when their episode is about to enter the pool; at
-    most `cache_max_bytes` of unreferenced mirror files (bytes written) are kept per consumer. Local
-    sources are read in place.
+    Remote sources (any fsspec URL) are read by byte ranges, only what the consumer's episodes need (see
+    `stream_pipeline`), into a private per-consumer mirror under `<cache_dir>/streaming` (`cache_dir`: the
+    episodic cache, default ~/.cache/episodic); local sources are read in place. The tuning arguments are
+    those of `StreamOptions` (validated; the error states the allowed range).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  episode_pool_size: int = 64, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
                  video_keys: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_max_bytes: int = 4 << 30, video_decoder_cache_size: int | None = None,
+                 cache_max_bytes: int = 4 << 30, decoder_cache_size: int | None = None,
                  rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
                  revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
                  prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
-                 fetch_retries: int = 8, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0):
-        if episode_pool_size < 1:
-            raise ValueError(f"episode_pool_size must be >= 1, got {episode_pool_size}")
-        self.repo_id = repo_id
-        self.root = root
+                 fetch_retries: int = 8, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
+                 video_decoder_cache_size: int | None = None):
+        if video_decoder_cache_size is not None:
+            warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
+                          DeprecationWarning, stacklevel=2)
+            decoder_cache_size = decoder_cache_size or video_decoder_cache_size
+        self.options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
+                                     prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
+                                     tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
+                                     decoder_cache_size=decoder_cache_size, fetch_retries=fetch_retries,
+                                     fetch_backoff_s=fetch_backoff_s, fetch_max_backoff_s=fetch_max_backoff_s)
+        self.repo_id, self.root, self.episodes = repo_id, root, episodes
         self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None)
         self._location = self.source.url("") if not self.source.is_local else self.source.root
         self._storage_options = dict(storage_options or {})
         self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
-        self.episodes = episodes
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
-        self.episode_pool_size = int(episode_pool_size)
         self.shuffle = bool(shuffle)
-        self.seed = int(seed)
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
         self.rank, self.world_size = rank, world_size
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(default_cache_dir() / "streaming")
-        self.cache_max_bytes = int(cache_max_bytes)
-        self.chunk_size = max(1, int(chunk_size))
-        self.prefetch_episodes = max(0, int(prefetch_episodes))
-        self.prefetch_threads = max(1, int(prefetch_threads))
-        self.tabular_block = max(1, int(tabular_block))
-        self.fetch_retries, self.fetch_backoff_s, self.fetch_max_backoff_s = fetch_retries, fetch_backoff_s, fetch_max_backoff_s
-        # the item builder: a FrameEngine with no rows (validates keys and windows like map-style does);
-        # per episode, a shallow copy of it gets that episode's columns
-        self._template = FrameEngine(self.meta, self.source, [], delta_timestamps, tolerance_s, video_keys)
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
         self.selected = select_episodes(self.meta, episodes)
-        self.camera_keys = self._template.video_keys + self._template.image_keys
-        n_cams = len(self._template.video_keys)
-        self.video_decoder_cache_size = (video_decoder_cache_size if video_decoder_cache_size is not None
-                                         else min(256, max(16, n_cams * (self.episode_pool_size + self.prefetch_episodes))))
-        self._decoders = DecoderCache(max_open=self.video_decoder_cache_size)
-        self._template.decoders = self._decoders
-        if delta_timestamps is not None:
-            self.delta_indices = {k: v.tolist() for k, v in self._template.offsets.items()}
-        else:
-            self.delta_indices = None
-        # trainer-side state
-        self.epoch = 0
-        self._consumed = 0
-        self._history: list[list[int]] = []
-        self._segment: tuple[int, int, int] | None = None  # (world_size, num_workers, batch_size) of the open segment
-        self._iter_state: dict | None = None
-        # observability
-        self._stats = _ProcessStats()
-        self._stats_dir = tempfile.mkdtemp(prefix="episodic-stream-stats-")
-        weakref.finalize(self, _remove_dir_if_owner, self._stats_dir, os.getpid())
+        self.camera_keys = self.spec.camera_keys
+        self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
+        self.counters = Counters()
+        self.decoders = DecoderCache(max_open=self.options.decoders_for(len(self.spec.video_keys)), counters=self.counters)
+        # the trainer's position (what state_dict() returns); per-iteration data travels in `_Iteration`
+        self.state = StreamState(seed=int(seed), episode_pool_size=self.episode_pool_size, shuffle=self.shuffle)
 
-    def __getstate__(self) -> dict:  # for spawn/forkserver workers: no locks, no open decoders
-        d = self.__dict__.copy()
-        d["_stats"] = None
-        d["_decoders"] = None
-        d["_template"] = copy.copy(self._template)
-        d["_template"].decoders = None
-        return d
+    def __getstate__(self) -> dict:  # for spawn/forkserver workers: no open decoders
+        return {**self.__dict__, "decoders": None}
 
     def __setstate__(self, d: dict) -> None:
         self.__dict__.update(d)
-        self._stats = _ProcessStats()
-        self._decoders = DecoderCache(max_open=self.video_decoder_cache_size)
-        self._template.decoders = self._decoders
+        self.decoders = DecoderCache(max_open=self.options.decoders_for(len(self.spec.video_keys)), counters=self.counters)
 
     # ------------------------------------------------------------------ sizes
+    @property
+    def episode_pool_size(self) -> int:
+        return self.options.episode_pool_size
+
     @property
     def num_frames(self) -> int:
         return int(self.meta.episodes.length[self.selected].sum())
@@ -401,124 +132,65 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         return self.meta.features
 
     # ------------------------------------------------------------------ state
+    @property
+    def seed(self) -> int:
+        return self.state.seed
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
     def set_epoch(self, epoch: int) -> None:
         """Start epoch `epoch` from its beginning (the next iteration)."""
-        self.epoch = int(epoch)
-        self._consumed = 0
-        self._history = []
+        self.state = self.state.at_epoch(epoch)
 
     def state_dict(self) -> dict:
-        """{"epoch", "batches_consumed", "batch_size", "seed", ...}: batches this rank's loader handed out
-        in the current epoch, plus the topology they were produced under (and earlier topologies of the
-        same epoch in "history"). JSON-serialisable; identical on every rank of a synchronous job."""
-        ws, nw, bs = self._segment if self._segment is not None else (resolve_topology(self.rank, self.world_size)[1], 0, 0)
-        return {"seed": self.seed, "epoch": self.epoch, "batches_consumed": self._consumed, "batch_size": bs,
-                "world_size": ws, "num_workers": nw, "history": [list(h) for h in self._history],
-                "episode_pool_size": self.episode_pool_size, "shuffle": self.shuffle}
+        """{"epoch", "batches_consumed", "batch_size", "seed", ...} (`StreamState.to_dict`): batches this
+        rank's loader handed out in the current epoch, plus the topology they were produced under (and
+        earlier topologies of the same epoch in "history"). JSON-serialisable; identical on every rank."""
+        return self.state.to_dict(world_size=resolve_topology(self.rank, self.world_size)[1])
 
     def load_state_dict(self, state: Mapping) -> None:
-        for key in ("episode_pool_size", "shuffle"):
-            if key in state and state[key] != getattr(self, key):
-                raise ValueError(f"stream state was saved with {key}={state[key]!r}, this dataset has "
-                                 f"{getattr(self, key)!r}: the order would differ")
-        self.seed = int(state["seed"])
-        self.epoch = int(state["epoch"])
-        self._consumed = int(state.get("batches_consumed", 0))
-        self._history = [list(map(int, h)) for h in state.get("history", [])]
-        if self._consumed:
-            self._segment = (int(state.get("world_size", 1)), int(state.get("num_workers", 0)), int(state["batch_size"]))
-        else:
-            self._segment = None
+        """Continue from `state` (validated: a wrong field raises ValueError naming it)."""
+        new = StreamState.from_dict(state)
+        new.check_compatible(self.episode_pool_size, self.shuffle)
+        self.state = new
 
-    def _remaining(self, seed: int, epoch: int, history: Sequence[Sequence[int]]) -> dict[int, Sequence[int]]:
-        lengths = {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
-        return remaining_after(lengths, history, seed, epoch, self.episode_pool_size, self.shuffle)
-
-    def _segment_batches(self, state: Mapping) -> list[int]:
-        """Batches each rank hands out in the segment of `state` (from `_begin`), counted from its start."""
-        ws, nw, bs = state["segment"]
-        nw = max(nw, 1)
-        remaining = self._remaining(state["seed"], state["epoch"], state["history"])
-        _, _, frames = _segment_plan(remaining, ws, nw, state["seed"], state["epoch"], len(state["history"]), self.shuffle)
-        return [sum(-(-frames[r * nw + w] // bs) for w in range(nw)) for r in range(ws)]
-
-    def _begin(self, batch_size: int, num_workers: int) -> dict:
-        """Open (or continue) the segment for this loader's topology; the snapshot workers iterate from."""
-        _, ws = resolve_topology(self.rank, self.world_size)
-        topo = (ws, int(num_workers), int(batch_size))
-        if self._segment is not None and self._consumed > 0 and self._segment != topo:
-            self._history.append([*self._segment, self._consumed])
-            self._consumed = 0
-        self._segment = topo
-        state = {"seed": self.seed, "epoch": self.epoch, "history": [list(h) for h in self._history],
-                 "segment": topo, "batches_consumed": self._consumed}
-        self._iter_state = state
-        return state
-
-    def _end_epoch(self) -> None:
-        self.set_epoch(self.epoch + 1)
+    def _lengths(self) -> dict[int, int]:
+        return {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
 
     def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
-               **kwargs) -> "StreamingLoader":
+               sharing: str = "auto", **kwargs) -> "StreamingLoader":
         """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
         to the next epoch when one is exhausted. With `even_batches` (default: when world_size > 1) every
         rank hands out the same number of batches per epoch, the smallest any rank has: ranks split the
         epoch by whole episodes, so some would otherwise run out first and leave collective ops hanging;
-        the few batches the other ranks had left are skipped in that epoch (a warning says how many)."""
-        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches, **kwargs)
+        the few batches the other ranks had left are skipped in that epoch (a warning says how many).
+        `sharing`: how workers share batch tensors (see `collate.TensorSharing`)."""
+        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches,
+                               sharing=sharing, **kwargs)
 
     # ------------------------------------------------------------------ observability
-    def _publish(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._stats.last_publish < 0.5:
-            return
-        self._stats.last_publish = now
-        try:
-            atomic_write_bytes(os.path.join(self._stats_dir, f"stats-{self._stats.token}.json"),
-                               json.dumps(self._stats.as_dict(self._decoders)).encode())
-        except OSError:
-            pass
-
-    def _collect(self) -> list[dict]:
-        self._stats.check_fork()
-        if self._stats.frames_emitted or self._stats.fetch.files_fetched:
-            self._publish(force=True)
-        out = []
-        for path in glob.glob(os.path.join(self._stats_dir, "stats-*.json")):
-            try:
-                with open(path) as f:
-                    out.append(json.load(f))
-            except (OSError, ValueError):
-                pass
-        return out
+    def stats(self) -> dict:
+        """Counters summed over this process and its DataLoader workers (`episodic.counters`): fetch,
+        decode, cache and pipeline seconds, bytes, frames emitted, ...; 'processes' counts contributors."""
+        return self.counters.snapshot()
 
     def timing_stats(self) -> dict:
-        """Totals over this process and every DataLoader worker process it started (workers publish their
-        counters to a temporary directory at most every 0.5 s and when they finish): fetch seconds,
-        decode seconds, bytes fetched, frames emitted, retries, ... plus 'processes'."""
-        per = self._collect()
-        out = {k: sum(p.get(k, 0) for p in per) for k in _SUM_KEYS}
-        firsts = [p["first_item_seconds"] for p in per if p.get("first_item_seconds") is not None]
-        out["first_item_seconds"] = min(firsts) if firsts else None
-        out["processes"] = len(per)
-        return out
+        """Same as `stats()` (the name earlier versions used)."""
+        return self.stats()
 
     def video_decoder_cache_stats(self) -> dict:
-        """DecoderCache hits/misses/evictions summed over this process and its workers ('open' summed too)."""
-        per = [p.get("decoder") or {} for p in self._collect()]
-        out = {k: sum(d.get(k, 0) for d in per) for k in ("hits", "misses", "evictions", "open")}
+        """Decoder-cache hits/misses/evictions/open summed over this process and its workers."""
+        s = self.stats()
+        out = {"hits": s["decoder_hits"], "misses": s["decoder_misses"], "evictions": s["decoder_evictions"],
+               "open": s["decoder_open"]}
         total = out["hits"] + out["misses"]
         out["hit_rate"] = out["hits"] / total if total else 0.0
         return out
 
     # ------------------------------------------------------------------ iteration
-    def _consumer(self) -> tuple[int, int, int, int]:
-        rank, ws = resolve_topology(self.rank, self.world_size)
-        info = torch.utils.data.get_worker_info()
-        wid, nw = (info.id, info.num_workers) if info is not None else (0, 1)
-        return rank, ws, wid, nw
-
-    def _fresh_source(self) -> Source:
+    def _source(self) -> Source:
         """The source for this process: a forked worker must not use its parent's async HTTP session."""
         if self.source.is_local:
             return self.source
@@ -527,71 +199,40 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
         fs, root = fsspec.core.url_to_fs(self._location, **self._storage_options)
         return Source(fs=fs, root=root.rstrip("/"))
 
-    def _my_plan(self) -> tuple[np.ndarray, list[np.ndarray], int, int, int, int, int]:
-        """This consumer's episodes, their frames to emit, seed, epoch, the segment index and the items to skip."""
-        rank, ws, wid, nw = self._consumer()
-        state = self._iter_state
-        self._iter_state = None
-        loader_workers = None
-        if state is None:  # iterated directly (not through `loader()`): continue or close the open segment
-            nwk = 0 if torch.utils.data.get_worker_info() is None else nw
-            seg = self._segment
-            history = [list(h) for h in self._history]
-            consumed = self._consumed
-            if seg is not None and consumed > 0 and (seg[0], seg[1]) != (ws, nwk):
-                history.append([*seg, consumed])
-                consumed = 0
-            state = {"seed": self.seed, "epoch": self.epoch, "history": history,
-                     "segment": seg if consumed else (ws, nwk, 1), "batches_consumed": consumed}
-        seed, epoch, history = state["seed"], state["epoch"], state["history"]
-        seg_ws, seg_nw, seg_bs = state["segment"]
-        loader_workers = max(seg_nw, 1)
-        if (seg_ws, loader_workers) != (ws, nw):
-            raise RuntimeError(f"stream segment topology {(seg_ws, loader_workers)} != this process's {(ws, nw)}")
-        remaining = self._remaining(seed, epoch, history)
-        segment = len(history)
-        cand, plans, frames = _segment_plan(remaining, ws, nw, seed, epoch, segment, self.shuffle)
-        took, nxt = _consumed_items(frames[rank * nw:(rank + 1) * nw], max(seg_bs, 1), state["batches_consumed"])
-        # a new DataLoader iterator starts its round-robin at worker 0: worker w plays the part of the
-        # worker that was w places after the one due to hand out the next batch
-        logical = (nxt + wid) % nw
-        if wid == 0 and rank == 0:
-            _warn_uneven(len(cand), frames, ws, nw, ranks=not state.get("even_batches"))
-        eps = cand[plans[rank * nw + logical]]
-        return eps, [remaining[int(e)] for e in eps], seed, epoch, segment, took[logical], rank * nw + logical
-
     def __iter__(self) -> Iterator[dict]:
-        self._stats.check_fork()
+        """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
+        when the topology matches; counts nothing (use `loader()` for that)."""
+        _, ws = resolve_topology(self.rank, self.world_size)
+        history, segment, consumed = self.state.direct(ws, runtime.worker()[1] if runtime.in_worker() else 0)
+        state = StreamState(seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment,
+                            history=history)
+        return self.iterate(_Iteration(state, chunk_size=self.options.chunk_size))
+
+    def iterate(self, it: _Iteration) -> Iterator:
+        """This process's consumer of the iteration `it`: items, or whole batches with `it.whole_batches`."""
         t_start = time.perf_counter()
-        rank, ws, wid, nw = self._consumer()
-        whole = bool((self._iter_state or {}).get("whole_batches"))
-        eps, frames, seed, epoch, segment, skip, consumer = self._my_plan()
-        rng = _consumer_rng(seed, epoch, segment, consumer)
-        order = PoolOrder([len(f) for f in frames], self.episode_pool_size, rng, self.shuffle)
-        order.take(skip)  # fast-forward through the order only: nothing is read, decoded or fetched
-        self._stats.fast_forward_seconds += time.perf_counter() - t_start
-        run = _Run(self, eps, frames, rank, wid)
-        run.release(order.finished)  # consumed before the resume point (or empty): never loaded
-        order.finished.clear()
-        try:
-            while order.pos < order.total:
-                kk, jj = order.take(self.chunk_size)
-                batch = run.batch(kk, jj, order.admitted)
-                run.release(order.finished)
-                order.finished.clear()
-                if self._stats.first_item_seconds is None and batch.size:
-                    self._stats.first_item_seconds = time.perf_counter() - t_start
-                self._stats.frames_emitted += batch.size
-                self._publish()
-                if whole:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
-                    yield batch.for_transport() if in_worker() else batch.collated()
-                else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
-                    yield from unbatch(batch, self.image_transforms, self.camera_keys)
-        finally:
-            run.close()
-            if sys.is_finalizing():  # an iterator collected at interpreter exit: nobody will read the stats
-                return
-            self._publish(force=True)
+        rank, ws = resolve_topology(self.rank, self.world_size)
+        wid, nw = runtime.worker() or (0, 1)
+        st = it.state
+        seg_ws, seg_nw, seg_bs = st.segment
+        if (seg_ws, max(seg_nw, 1)) != (ws, nw):
+            raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
+        plan = consumer_plan(self._lengths(), st.seed, st.epoch, st.history, ws, nw, seg_bs, st.batches_consumed,
+                             self.episode_pool_size, self.shuffle, rank, wid)
+        if wid == 0 and rank == 0:
+            _warn_uneven(plan.candidates, plan.consumer_frames, ws, nw, ranks=not it.even_batches)
+        order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
+                          _consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
+        order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
+        self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
+        pipeline = ConsumerPipeline(self.meta, self.spec, self._source(), self.options, self.counters, self.decoders,
+                                    plan.episodes, plan.frames, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
+        for arrays in iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start):
+            batch = to_torch(arrays, self.camera_keys, self.return_uint8, sharing=it.sharing, channels_first=True)
+            if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
+                yield deliver(batch)
+            else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
+                yield from unbatch(batch, self.image_transforms, self.camera_keys)
 
 
 def _warn_uneven(episodes: int, frames: Sequence[int], ws: int, nw: int, ranks: bool = True) -> None:
@@ -606,232 +247,71 @@ def _warn_uneven(episodes: int, frames: Sequence[int], ws: int, nw: int, ranks: 
                       f"loader(even_batches=True), or expect a hang in collective ops)", stacklevel=3)
 
 
-class _Run:
-    """One consumer's iteration: loads tabular blocks and prefetches videos ahead, builds items."""
+class _LoaderView(torch.utils.data.IterableDataset):
+    """The dataset as a StreamingLoader hands it to its DataLoader: one iteration snapshot, no state."""
 
-    def __init__(self, ds: StreamingLeRobotDataset, eps: np.ndarray, frames: list[np.ndarray], rank: int, wid: int):
-        self.ds, self.eps, self.frames = ds, eps, frames
-        source = ds._fresh_source()
-        self.local = source.is_local
-        self.mirror = None
-        if not self.local:
-            base = os.path.join(ds.cache_dir, f"r{rank}w{wid}")
-            os.makedirs(base, exist_ok=True)
-            self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=base)
-        self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, ds.cache_max_bytes, self.local,
-                                     threads=ds.prefetch_threads, retries=ds.fetch_retries, backoff_s=ds.fetch_backoff_s,
-                                     max_backoff_s=ds.fetch_max_backoff_s, stats=ds._stats.fetch)
-        if self.local:
-            self.meta = self.remote_meta = ds.meta
-            engine_source = source
-        else:
-            from fsspec.implementations.local import LocalFileSystem
+    def __init__(self, dataset: StreamingLeRobotDataset, iteration: _Iteration):
+        self.dataset, self.iteration = dataset, iteration
 
-            self.meta = replace(ds.meta, fs=LocalFileSystem(), root=self.mirror)
-            self.remote_meta = replace(ds.meta, fs=source.fs, root=source.root)  # data files: range reads
-            engine_source = Source(fs=LocalFileSystem(), root=self.mirror)
-        self.template = copy.copy(ds._template)
-        self.template.source = engine_source
-        self.template.meta = self.meta
-        self.template.decoders = ds._decoders
-        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
-        self.blocks: dict[int, Future] = {}
-        self.engines: dict[int, FrameEngine] = {}
-        self.videos: dict[int, list[str]] = {}  # list position -> acquired video files
-        self.video_futs: dict[int, list[Future]] = {}
-        self.reader_gen: dict[str, int] = {}  # video file -> mirror generation its reader may have seen
-        self.prefetched = 0  # list positions [0, prefetched) have been submitted
-        self.released = np.zeros(len(eps), dtype=bool)
-        self.data_keys = ds._template.data_keys
-        self.video_keys = ds._template.video_keys
-
-    # ---------------------------------------------------------------- loading
-    def _submit_until(self, upto: int) -> None:
-        upto = min(upto, len(self.eps))
-        G = self.ds.tabular_block
-        while self.prefetched < upto:
-            k = self.prefetched
-            self.prefetched += 1
-            if self.released[k]:
-                continue
-            b = k // G
-            if b not in self.blocks:
-                lo, hi = b * G, min((b + 1) * G, len(self.eps))
-                wanted = self.eps[lo:hi][~self.released[lo:hi]]
-                self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
-            if not self.local:
-                ep = int(self.eps[k])
-                rels = [self.meta.video_file_of(ep, key) for key in self.video_keys]
-                cams = [self.meta.episodes.cameras[key] for key in self.video_keys]
-                self.videos[k] = rels
-                self.video_futs[k] = [self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
-                                      for r, c in zip(rels, cams)]
-
-    def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
-        t0 = time.perf_counter()
-        block_eps = np.unique(wanted)
-        cols = None
-        if self.local:
-            cols = load_columns(self.meta, block_eps, self.data_keys)
-        elif self.prefetcher.ranges:  # read in place through retried range requests (footer + needed row groups)
-            try:
-                cols = load_columns(self.remote_meta, block_eps, self.data_keys, open_file=self.prefetcher.open_remote)
-            except RangesIgnored:
-                self.prefetcher.ranges = False
-        if cols is None:  # a server without range requests: whole files into the mirror
-            rels = sorted({self.meta.data_file_of(int(e)) for e in block_eps})
-            futs = [self.prefetcher.acquire(r) for r in rels]
-            try:
-                for f in futs:
-                    f.result()
-                cols = load_columns(self.meta, block_eps, self.data_keys)
-            finally:
-                for r in rels:
-                    self.prefetcher.release(r)
-        out = {}
-        for i, e in enumerate(block_eps.tolist()):
-            s, t = int(cols.starts[i]), int(cols.starts[i + 1])
-            out[e] = Columns(episodes=np.asarray([e], dtype=np.int64), starts=np.asarray([0, t - s], dtype=np.int64),
-                             arrays={n: a[s:t] for n, a in cols.arrays.items()},
-                             images={n: v[s:t] for n, v in cols.images.items()})
-        self.ds._stats.tabular_seconds += time.perf_counter() - t0
-        return out
-
-    def _engine(self, k: int) -> FrameEngine:
-        eng = self.engines.get(k)
-        if eng is not None:
-            return eng
-        t0 = time.perf_counter()
-        G = self.ds.tabular_block
-        ep = int(self.eps[k])
-        cols = self.blocks[k // G].result()[ep]
-        for f in self.video_futs.get(k, ()):
-            f.result()
-        self._discard_stale_readers(self.videos.get(k, ()))
-        self.ds._stats.wait_seconds += time.perf_counter() - t0
-        eng = copy.copy(self.template)
-        eng.columns = cols
-        eng.episodes = np.asarray([ep], dtype=np.int64)
-        self.engines[k] = eng
-        self.ds._stats.episodes_admitted += 1
-        return eng
-
-    def _discard_stale_readers(self, rels: Sequence[str]) -> None:
-        """Close the decoders of mirror files written to since they may have been opened: FFmpeg may have
-        buffered zeros of a hole that now holds this episode's bytes (consumer thread only: the decoder
-        cache is not thread-safe)."""
-        for rel in rels:
-            gen = self.prefetcher.generation(rel)
-            if self.reader_gen.get(rel) != gen:
-                self.template.decoders.discard(self.template.source.local_path(rel))
-                self.reader_gen[rel] = gen
-
-    # ---------------------------------------------------------------- items
-    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> Batch:
-        """The batch of items for (list episode, frame) pairs; `admitted` list episodes have entered the pool
-        so far."""
-        self._submit_until(admitted + self.ds.prefetch_episodes)
-        ds = self.ds
-        # the pooled episodes this chunk draws from, side by side in one Columns: one vectorised engine call
-        # (the engine decodes file by file, forward in time)
-        groups = np.unique(ks)
-        parts = [self._engine(int(k)).columns for k in groups]
-        starts = np.concatenate([[0], np.cumsum([len(c) for c in parts])]).astype(np.int64)
-        cols = Columns(episodes=self.eps[groups].astype(np.int64), starts=starts,
-                       arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
-                       images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images})
-        eng = copy.copy(self.template)
-        eng.columns, eng.episodes = cols, cols.episodes
-        g = np.searchsorted(groups, ks)
-        rows = starts[g] + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())), np.int64, len(ks))
-        t0 = time.perf_counter()
-        merged = eng.batch(rows, channels_first=True)
-        ds._stats.decode_seconds += time.perf_counter() - t0
-        return to_torch(merged, ds.camera_keys, ds.return_uint8, shared=in_worker(), channels_first=True)
-
-    def release(self, done: Sequence[int]) -> None:
-        """Release finished list episodes: their rows, decoders' claim and video files."""
-        for k in done:
-            if self.released[k]:
-                continue
-            self.released[k] = True
-            if k >= self.prefetched:  # never loaded
-                continue
-            self.engines.pop(k, None)
-            for r in self.videos.pop(k, ()):
-                self.prefetcher.release(r)
-            self.video_futs.pop(k, None)
-            G = self.ds.tabular_block
-            b = k // G
-            lo, hi = b * G, min((b + 1) * G, len(self.eps))
-            if self.released[lo:hi].all():
-                self.blocks.pop(b, None)
-
-    def close(self) -> None:
-        self.tab_pool.shutdown(wait=True, cancel_futures=True)
-        self.prefetcher.close()
-        self.engines.clear()
-        self.blocks.clear()
-        if self.mirror is not None:
-            shutil.rmtree(self.mirror, ignore_errors=True)
+    def __iter__(self):
+        return self.dataset.iterate(self.iteration)
 
 
 class StreamingLoader:
     """A DataLoader over a StreamingLeRobotDataset that counts the batches it hands out.
 
     Iterate it like a DataLoader; `state_dict()` / `load_state_dict()` are the dataset's. Workers are not
-    persistent: each iteration snapshots the dataset's state (epoch, resume position) into fresh workers.
-    When an iteration runs to its end, the dataset moves to the next epoch."""
+    persistent: each iteration hands a snapshot of the dataset's state (epoch, resume position) to fresh
+    workers. When an iteration runs to its end, the dataset moves to the next epoch."""
 
     def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 32, num_workers: int = 0,
-                 even_batches: bool | None = None, **kwargs):
+                 even_batches: bool | None = None, sharing: str = "auto", **kwargs):
         if kwargs.get("persistent_workers"):
             raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.num_workers = int(num_workers)
         self.even_batches = even_batches
+        self.sharing = TensorSharing(sharing)
         self.kwargs = kwargs
 
     def __iter__(self):
         ds = self.dataset
-        state = ds._begin(self.batch_size, self.num_workers)
-        ds.chunk_size = self.batch_size  # chunks then coincide with the loader's batches
         rank, ws = resolve_topology(ds.rank, ds.world_size)
+        ds.state = state = ds.state.open_segment(ws, self.num_workers, self.batch_size)
+        even = self.even_batches if self.even_batches is not None else ws > 1
         limit = None
-        if self.even_batches if self.even_batches is not None else ws > 1:
-            state["even_batches"] = True
-            per_rank = ds._segment_batches(state)
+        if even:
+            per_rank = segment_batches(ds._lengths(), state.seed, state.epoch, state.history, ws, self.num_workers,
+                                       self.batch_size, ds.episode_pool_size, ds.shuffle)
             limit = min(per_rank)
-            if max(per_rank) > limit and rank == 0 and ds._consumed < limit:
+            if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:
                 warnings.warn(f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
                               f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
                               f"epoch", stacklevel=2)
         kw = dict(self.kwargs)
         # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
         # one by one
-        state["whole_batches"] = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
-        if state["whole_batches"]:
+        whole = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
+        view = _LoaderView(ds, _Iteration(state, chunk_size=self.batch_size, whole_batches=whole,
+                                          sharing=self.sharing, even_batches=even))
+        if whole:
             kw.pop("drop_last", None)
-            dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=self.num_workers, **kw)
+            dl = torch.utils.data.DataLoader(view, batch_size=None, num_workers=self.num_workers, **kw)
         else:
-            dl = torch.utils.data.DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
+            dl = torch.utils.data.DataLoader(view, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
         it = iter(dl)
-        if self.num_workers > 0:
-            ds._iter_state = None  # the forked workers hold their snapshot now (num_workers=0 takes it in __iter__)
         try:
-            while limit is None or ds._consumed < limit:
+            while limit is None or ds.state.batches_consumed < limit:
                 try:
                     batch = next(it)
                 except StopIteration:
                     break
-                ds._consumed += 1
+                ds.state = ds.state.advanced(1)
                 yield batch
         finally:  # also when the caller stops early (close()): stop the workers now, not at garbage collection
-            stop = getattr(it, "_shutdown_workers", None)
-            if stop is not None:
-                stop()
-        ds._end_epoch()
+            runtime.shutdown_workers(it)
+        ds.set_epoch(ds.epoch + 1)
 
     def state_dict(self) -> dict:
         return self.dataset.state_dict()

@@ -40,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from ..counters import Counters
 from ..format.errors import DatasetFormatError
 from .cache import atomic_write_bytes
 from .ranges import (
@@ -56,36 +57,13 @@ T = TypeVar("T")
 RANGE_CHUNK = 8 << 20  # a long range is fetched in requests of at most this many bytes
 
 
-class FetchStats:
-    """Counters of one process (thread-safe increments)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.bytes_fetched = 0
-        self.fetch_seconds = 0.0
-        self.files_fetched = 0
-        self.ranges_fetched = 0
-        self.retries = 0
-        self.evictions = 0
-
-    def add(self, **kw) -> None:
-        with self._lock:
-            for k, v in kw.items():
-                setattr(self, k, getattr(self, k) + v)
-
-    def as_dict(self) -> dict:
-        return {"bytes_fetched": self.bytes_fetched, "fetch_seconds": self.fetch_seconds,
-                "files_fetched": self.files_fetched, "ranges_fetched": self.ranges_fetched,
-                "retries": self.retries, "cache_evictions": self.evictions}
-
-
 class RangesIgnored(Exception):
     """The server answered a range request with more bytes than asked for (it ignores Range headers, like
     Python's http.server): not retried; the prefetcher falls back to whole files."""
 
 
 def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: FetchStats | None = None, rng: random.Random | None = None) -> T:
+                 stats: Counters | None = None, rng: random.Random | None = None) -> T:
     """`call()`, retried on transient failures with capped exponential backoff + full jitter. "Not found"
     is permanent at once; every permanent failure raises DatasetFormatError naming `url`."""
     rng = rng or random.Random()
@@ -107,7 +85,7 @@ def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: f
 
 
 def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                stats: FetchStats | None = None, rng: random.Random | None = None, start: int | None = None,
+                stats: Counters | None = None, rng: random.Random | None = None, start: int | None = None,
                 end: int | None = None) -> bytes:
     """The whole file (checked against its size when the filesystem reports one), or with `start`/`end`
     the byte range [start, end) (checked to be exactly that long); transient failures are retried with
@@ -152,7 +130,7 @@ class Prefetcher:
 
     def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
                  threads: int = 4, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: FetchStats | None = None, seed: int | None = None, ranges: bool = True,
+                 stats: Counters | None = None, seed: int | None = None, ranges: bool = True,
                  max_idle_files: int = 32):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
@@ -162,7 +140,7 @@ class Prefetcher:
         self._tails: OrderedDict[str, tuple[int, int, bytes]] = OrderedDict()  # path -> (size, start, bytes)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.ranges = ranges
-        self.stats = stats or FetchStats()
+        self.stats = stats if stats is not None else Counters()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._refs: dict[str, int] = {}
@@ -412,7 +390,7 @@ class Prefetcher:
                 except FileNotFoundError:
                     pass
             self._gen[rel] = self._gen.get(rel, 0) + 1
-            self.stats.add(evictions=1)
+            self.stats.add(cache_evictions=1)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -36,6 +36,22 @@ class Columns:
         """Position of each row's episode in `episodes` (O(log E) per row)."""
         return np.searchsorted(self.starts, rows, side="right") - 1
 
+    def episode(self, i: int) -> "Columns":
+        """The rows of the i-th selected episode alone (views, no copy)."""
+        s, t = int(self.starts[i]), int(self.starts[i + 1])
+        return Columns(episodes=self.episodes[i:i + 1].astype(np.int64), starts=np.asarray([0, t - s], dtype=np.int64),
+                       arrays={n: a[s:t] for n, a in self.arrays.items()},
+                       images={n: v[s:t] for n, v in self.images.items()})
+
+    @staticmethod
+    def concat(parts: "list[Columns]") -> "Columns":
+        """The rows of several Columns side by side (their episodes in the given order)."""
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in parts])]).astype(np.int64)
+        starts = np.concatenate([c.starts[:-1] + o for c, o in zip(parts, offsets)] + [offsets[-1:]]).astype(np.int64)
+        return Columns(episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64), starts=starts,
+                       arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
+                       images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images})
+
 
 def _arrow_to_numpy(col: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
     if isinstance(col, pa.ChunkedArray):

@@ -8,7 +8,6 @@ than decoding on from where the decoder already is.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -16,6 +15,8 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from .. import runtime
+from ..counters import Counters
 from ..format.errors import FrameTimestampError, VideoDecodeError
 
 
@@ -183,34 +184,34 @@ _INHERITED: list = []
 
 class DecoderCache:
     """A bounded LRU of open VideoReaders for this process. After a fork, a child starts empty: it never
-    touches a container its parent opened (not even to close it)."""
+    touches a container its parent opened (not even to close it). Hits, misses, evictions and the number of
+    open readers go to `counters` (the dataset's, or a private one)."""
 
-    def __init__(self, max_open: int = 32, thread_count: int = 1):
+    def __init__(self, max_open: int = 32, thread_count: int = 1, counters: Counters | None = None):
+        if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
+            raise ValueError(f"decoder_cache_size must be an int >= 1, got {max_open!r}")
         self.max_open = max_open
         self.thread_count = thread_count
-        self._pid = os.getpid()
+        self.counters = counters if counters is not None else Counters()
         self._readers: dict[str, VideoReader] = {}
-        self.hits = self.misses = self.evictions = 0
+        runtime.after_fork(self)
 
-    def _check_fork(self) -> None:
-        if os.getpid() != self._pid:  # forked: set the parent's readers aside without touching them
-            self._pid = os.getpid()
-            _INHERITED.append(self._readers)
-            self._readers = {}
-            self.hits = self.misses = self.evictions = 0
+    def _after_fork(self) -> None:  # set the parent's readers aside without touching them
+        _INHERITED.append(self._readers)
+        self._readers = {}
 
     def get(self, path: str) -> VideoReader:
-        self._check_fork()
         reader = self._readers.pop(path, None)
         if reader is not None:
-            self.hits += 1
+            self.counters.add(decoder_hits=1)
         else:
-            self.misses += 1
             reader = VideoReader(path, thread_count=self.thread_count)
+            evicted = 0
             while len(self._readers) >= self.max_open:
                 old = self._readers.pop(next(iter(self._readers)))
                 old.close()
-                self.evictions += 1
+                evicted += 1
+            self.counters.add(decoder_misses=1, decoder_evictions=evicted, decoder_open=len(self._readers) + 1)
         self._readers[path] = reader  # most recent last
         return reader
 
@@ -218,19 +219,22 @@ class DecoderCache:
         """Close and drop this process's reader of `path`, if open (the next `get` reopens the file): for a
         file whose bytes changed since the reader opened it (FFmpeg may have buffered the old bytes).
         Readers inherited from a parent process are never touched. True when a reader was dropped."""
-        self._check_fork()
         reader = self._readers.pop(path, None)
         if reader is None:
             return False
         reader.close()
+        self.counters.add(decoder_open=len(self._readers))
         return True
 
     def stats(self) -> dict:
-        total = self.hits + self.misses
-        return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
-                "hit_rate": (self.hits / total) if total else 0.0, "open": len(self._readers)}
+        """This process's hits, misses, evictions, hit rate and open readers."""
+        c = self.counters.local()
+        hits, misses = c["decoder_hits"], c["decoder_misses"]
+        return {"hits": hits, "misses": misses, "evictions": c["decoder_evictions"],
+                "hit_rate": (hits / (hits + misses)) if hits + misses else 0.0, "open": len(self._readers)}
 
     def clear(self) -> None:
         for r in self._readers.values():
             r.close()
         self._readers.clear()
+        self.counters.add(decoder_open=0)
