@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
+from .. import config
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata, load_metadata
 from ..storage.cache import FileCache
@@ -50,6 +51,9 @@ class EpisodicDataset(torch.utils.data.Dataset):
         delta_timestamps: {key: [seconds, ...]} windows; each item gets `<key>_is_pad` masks.
         video_keys: cameras to decode (default all); others are never opened.
         return_uint8: cameras as uint8 instead of float32 in [0, 1].
+        cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
+            `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
+        decoder_cache_size: open video decoders per process.
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -67,8 +71,9 @@ class EpisodicDataset(torch.utils.data.Dataset):
         self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
         self.counters = Counters()
+        cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
-                               mmap_dir=os.path.join(cache_dir, "tabular") if cache_dir else None)
+                               mmap_dir=cache_root / "tabular")
         self.engine = FrameEngine(self.spec, self.meta, self.source, columns, counters=self.counters,
                                   decoders=DecoderCache(max_open=decoder_cache_size, counters=self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None

@@ -1,0 +1,81 @@
+"""runtime.py: process facts, fork hooks and the one place that uses torch's private API."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from episodic import runtime
+from episodic.datasets.collate import Item, collate_items
+
+
+def test_collate_is_registered_in_torchs_table():
+    # fails loudly if torch moves or renames the table default_collate dispatches on
+    from torch.utils.data._utils.collate import default_collate_fn_map
+
+    assert default_collate_fn_map.get(Item) is collate_items
+
+
+def test_layers_below_datasets_do_not_import_torch():
+    code = ("import sys, episodic.runtime, episodic.config, episodic.counters, episodic.format, episodic.order, "
+            "episodic.storage; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_main_process_facts():
+    assert runtime.worker() is None and not runtime.in_worker() and runtime.slot() == 0
+    assert 1 <= runtime.decode_threads() <= 8
+
+
+def test_decode_threads_override_is_validated(monkeypatch):
+    monkeypatch.setenv("EPISODIC_DECODE_THREADS", "3")
+    assert runtime.decode_threads() == 3
+    monkeypatch.setenv("EPISODIC_DECODE_THREADS", "0")
+    with pytest.raises(ValueError, match="EPISODIC_DECODE_THREADS must be a positive integer, got '0'"):
+        runtime.decode_threads()
+
+
+class _Probe:
+    def __init__(self):
+        self.forked = False
+
+    def _after_fork(self):
+        self.forked = True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_after_fork_hooks_run_in_the_child_only():
+    probe = runtime.after_fork(_Probe())
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report what the hook did, then leave at once
+        os.write(w, b"1" if probe.forked else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    assert not probe.forked
+
+
+class _Numbers(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        w = runtime.worker()
+        return torch.tensor([i, -1 if w is None else w[0], runtime.slot()])
+
+
+def test_worker_facts_inside_dataloader_workers():
+    rows = torch.cat(list(torch.utils.data.DataLoader(_Numbers(), batch_size=2, num_workers=2)))
+    assert sorted(rows[:, 1].tolist()) == [0, 0, 1, 1]
+    assert (rows[:, 2] == rows[:, 1] + 1).all()
+
+
+def test_set_tensor_sharing_rejects_unknown_strategies():
+    with pytest.raises(ValueError, match="sharing must be one of"):
+        runtime.set_tensor_sharing("shm")
