@@ -19,6 +19,7 @@ from ..storage.source import Source, is_url, open_source
 from ..tabular import load_columns
 from ..video import DecoderCache
 from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
+from .facts import DatasetFacts
 from .engine import FrameEngine, ItemSpec, select_episodes
 
 
@@ -38,7 +39,7 @@ def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision
     return open_source(local, cache=cache)
 
 
-class EpisodicDataset(torch.utils.data.Dataset):
+class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot-format dataset, one batch at a time.
 
     `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
@@ -94,13 +95,6 @@ class EpisodicDataset(torch.utils.data.Dataset):
     def num_episodes(self) -> int:
         return len(self.engine.episodes)
 
-    @property
-    def fps(self) -> int:
-        return self.meta.fps
-
-    @property
-    def features(self) -> dict:
-        return self.meta.features
 
     # ------------------------------------------------------------------ access
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:

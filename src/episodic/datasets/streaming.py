@@ -27,6 +27,7 @@ from ..order.stream_state import StreamState
 from ..storage.source import Source
 from ..video import DecoderCache
 from .collate import TensorSharing, deliver, to_torch, unbatch
+from .facts import DatasetFacts
 from .engine import ItemSpec, select_episodes
 from .map_style import resolve_source
 from .stream_options import StreamOptions
@@ -47,7 +48,7 @@ class _Iteration:
     even_batches: bool = False
 
 
-class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
+class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
     """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
 
     Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Each consumer
@@ -123,13 +124,6 @@ class StreamingLeRobotDataset(torch.utils.data.IterableDataset):
     def num_episodes(self) -> int:
         return len(self.selected)
 
-    @property
-    def fps(self) -> int:
-        return self.meta.fps
-
-    @property
-    def features(self) -> dict:
-        return self.meta.features
 
     # ------------------------------------------------------------------ state
     @property
