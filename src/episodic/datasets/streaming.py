@@ -16,7 +16,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
-import numpy as np
 import torch
 
 from .. import config, runtime
