@@ -35,6 +35,17 @@ def unit_float(u8: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def own_storage(t: torch.Tensor) -> torch.Tensor:
+    """`t` (contiguous) on a storage of its own: a slice of the storage it shares with other tensors (no copy;
+    the slice keeps the whole block alive). To a user it is then an ordinary tensor: `torch.save`, pickle and
+    deepcopy see one storage per tensor, not one block viewed with several dtypes."""
+    storage = t.untyped_storage()
+    start, nbytes = t.storage_offset() * t.element_size(), t.numel() * t.element_size()
+    if start == 0 and nbytes == storage.nbytes():
+        return t
+    return torch.empty(0, dtype=t.dtype).set_(storage[start:start + nbytes], 0, t.shape, t.stride())
+
+
 class UnitFloat:
     """A uint8 camera batch that unpickles as its float32 [0, 1] tensor (in the receiving process)."""
 
@@ -45,6 +56,18 @@ class UnitFloat:
 
     def __reduce__(self):
         return unit_float, (self.u8,)
+
+
+class Own:
+    """A tensor of a shared block that unpickles on a storage of its own (`own_storage`)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+
+    def __reduce__(self):
+        return own_storage, (self.t,)
 
 
 class Batch:
@@ -69,8 +92,10 @@ class Batch:
         return {k: (self.float(k) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
 
     def for_transport(self) -> dict:
-        """The same, for a worker to send: float cameras become float32 in the receiving process."""
-        return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
+        """The same, for a worker to send: float cameras become float32 in the receiving process, and every
+        other tensor gets a storage of its own there (they travel as views of one shared block)."""
+        return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else Own(v))
+                for k, v in self.tensors.items()}
 
     def item(self, b: int) -> "Item":
         # in a worker, items are rarely looked at (the batch travels whole): convert only this one
