@@ -8,7 +8,10 @@
 - Everything that touches torch's private API lives here and nowhere else, each with the reason:
   `register_collate` (torch's `default_collate` dispatch table, `torch.utils.data._utils.collate`; torch has
   no public way to teach `default_collate` a new type), `shutdown_workers` (a DataLoader iterator's
-  `_shutdown_workers`: the only way to stop workers now rather than at garbage collection).
+  `_shutdown_workers`: the only way to stop workers now rather than at garbage collection), and
+  `stop_workers_at_exit` (the same for every DataLoader iterator still alive when the interpreter exits:
+  left to torch's own teardown, a worker that shares tensors through the file system dies with
+  "terminate called after throwing an instance of 'std::system_error' what(): Broken pipe").
 - The tensor-sharing strategy of DataLoader workers (`set_tensor_sharing`), chosen by the loader that
   starts them.
 
@@ -26,7 +29,7 @@ from typing import Any, Callable
 from . import config
 
 __all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
-           "shutdown_workers", "set_tensor_sharing", "MAX_SLOTS"]
+           "shutdown_workers", "stop_workers_at_exit", "set_tensor_sharing", "MAX_SLOTS"]
 
 MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
 
@@ -115,6 +118,42 @@ def shutdown_workers(iterator: Any) -> None:
     stop = getattr(iterator, "_shutdown_workers", None) or getattr(iterator, "close", None)
     if stop is not None:
         stop()
+
+
+_EXIT_HOOK: list = []
+
+
+def stop_workers_at_exit() -> None:
+    """Once per process (the main one): at interpreter exit, stop the workers of every DataLoader iterator
+    still alive, while the interpreter still runs normally. Registered after torch.utils.data, so it runs
+    before torch's own exit flag is set (atexit runs last-registered first)."""
+    if _EXIT_HOOK or in_worker():
+        return
+    import atexit
+
+    import torch.utils.data  # noqa: F401 -- its atexit hook first, so ours runs before it
+
+    atexit.register(_stop_live_workers)
+    _EXIT_HOOK.append(True)
+
+
+def _stop_live_workers() -> None:
+    import gc
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    # an exception that ends the interpreter (printed already) keeps its frames, and the batches they hold,
+    # until after the workers are gone: drop it now, while their shared-memory manager can still free them
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    if hasattr(sys, "last_exc"):
+        sys.last_exc = None
+    gc.collect()
+    for obj in gc.get_objects():
+        if issubclass(type(obj), _MultiProcessingDataLoaderIter):  # type(): no __class__ property runs
+            try:
+                obj._shutdown_workers()
+            except Exception:  # noqa: BLE001 -- exiting anyway; nothing left to report to
+                pass
 
 
 def set_tensor_sharing(strategy: str) -> None:

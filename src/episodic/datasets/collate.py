@@ -261,3 +261,4 @@ def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Seque
 
 
 runtime.register_collate(Item, collate_items)
+runtime.stop_workers_at_exit()
