@@ -6,15 +6,26 @@
   any topology from ``{"seed", "epoch", "consumed"}``; :class:`TrackedLoader` counts
   consumed batches.
 - :func:`simulate`: topology simulator for tests.
+- Streaming order (one consumer per rank x DataLoader worker, whole episodes each):
+  :func:`plan_episodes` splits episodes over consumers, :class:`PoolOrder` is one
+  consumer's emission order, :func:`worker_batches_consumed` / :func:`round_robin` /
+  :func:`consumed_items` model the DataLoader's round-robin over workers,
+  :func:`segment_plan` / :func:`remaining_after` compose them over the topologies
+  ("segments") of one epoch, keyed by :func:`segment_seed` / :func:`consumer_rng`.
 """
 
 from episodic.order.batch_sampler import EpisodicBatchSampler, TrackedLoader
+from episodic.order.episode_split import plan_episodes
 from episodic.order.frames import EpisodeFrames
 from episodic.order.permutation import permute, unpermute
+from episodic.order.pool_order import PoolOrder
+from episodic.order.round_robin import consumed_items, round_robin, worker_batches_consumed
 from episodic.order.sampler import EpisodeAwareSampler
 from episodic.order.shard import advance, rank_positions, resolve_topology, step_positions, steps_in_epoch
 from episodic.order.simulate import ConsumedBatch, Simulation, Topology, simulate
 from episodic.order.state import OrderState
+from episodic.order.stream_keys import consumer_rng, segment_seed
+from episodic.order.stream_plan import remaining_after, segment_plan
 
 __all__ = [
     "ConsumedBatch",
@@ -22,15 +33,24 @@ __all__ = [
     "EpisodeFrames",
     "EpisodicBatchSampler",
     "OrderState",
+    "PoolOrder",
     "Simulation",
     "Topology",
     "TrackedLoader",
     "advance",
+    "consumed_items",
+    "consumer_rng",
     "permute",
+    "plan_episodes",
     "rank_positions",
+    "remaining_after",
     "resolve_topology",
+    "round_robin",
+    "segment_plan",
+    "segment_seed",
     "simulate",
     "step_positions",
     "steps_in_epoch",
     "unpermute",
+    "worker_batches_consumed",
 ]
