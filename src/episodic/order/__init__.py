@@ -5,7 +5,7 @@
 - :class:`EpisodicBatchSampler`: per-rank batches of one global order, resumable on
   any topology from ``{"seed", "epoch", "consumed"}``; :class:`TrackedLoader` counts
   consumed batches.
-- :func:`simulate`: topology simulator for tests.
+- :func:`simulate`: topology simulator for tests; :func:`simulate_stream` its streaming counterpart.
 - Streaming order (one consumer per rank x DataLoader worker, whole episodes each):
   :func:`plan_episodes` splits episodes over consumers, :class:`PoolOrder` is one
   consumer's emission order, :func:`worker_batches_consumed` / :func:`round_robin` /
@@ -23,6 +23,7 @@ from episodic.order.round_robin import consumed_items, round_robin, worker_batch
 from episodic.order.sampler import EpisodeAwareSampler
 from episodic.order.shard import advance, rank_positions, resolve_topology, step_positions, steps_in_epoch
 from episodic.order.simulate import ConsumedBatch, Simulation, Topology, simulate
+from episodic.order.simulate_stream import StreamBatch, StreamSimulation, simulate_stream
 from episodic.order.state import OrderState
 from episodic.order.stream_keys import consumer_rng, segment_seed
 from episodic.order.stream_plan import remaining_after, segment_plan
@@ -35,6 +36,8 @@ __all__ = [
     "OrderState",
     "PoolOrder",
     "Simulation",
+    "StreamBatch",
+    "StreamSimulation",
     "Topology",
     "TrackedLoader",
     "advance",
@@ -49,6 +52,7 @@ __all__ = [
     "segment_plan",
     "segment_seed",
     "simulate",
+    "simulate_stream",
     "step_positions",
     "steps_in_epoch",
     "unpermute",
