@@ -12,12 +12,10 @@ import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from episodic import LeRobotDataset
-from episodic.datasets.stream_plan_tmp import PoolOrder, consumer_order, plan_episodes, worker_batches_consumed
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
 
@@ -37,8 +35,6 @@ def indices(batches) -> list[int]:
     return [int(i) for b in batches for i in b["index"]]
 
 
-# ------------------------------------------------------------------------------------------ pure order
-
 def assert_items_equal(want: dict, got: dict) -> None:
     assert set(want) == set(got)
     for key, value in want.items():
@@ -46,49 +42,6 @@ def assert_items_equal(want: dict, got: dict) -> None:
             assert value == got[key]
         else:
             assert value.dtype == got[key].dtype and torch.equal(value, got[key]), key
-
-def test_plan_splits_episodes_evenly_and_deterministically():
-    counts = np.array([30, 10, 25, 17, 22, 15, 29, 11])
-    a = plan_episodes(counts, 3, seed=1, epoch=2)
-    b = plan_episodes(counts, 3, seed=1, epoch=2)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b))
-    assert sorted(np.concatenate(a).tolist()) == list(range(8))
-    frames = [int(counts[x].sum()) for x in a]
-    assert max(frames) - min(frames) <= counts.max()
-    c = plan_episodes(counts, 3, seed=1, epoch=3)
-    assert any(not np.array_equal(x, y) for x, y in zip(a, c))
-    assert all(len(x) > 0 for x in plan_episodes(counts, 8, seed=0, epoch=0))  # no idle consumer
-
-
-def test_consumer_order_is_a_permutation_within_the_pool():
-    counts = [5, 3, 7, 4]
-    k, j, admit = consumer_order(counts, 2, np.random.default_rng(0))
-    pairs = sorted(zip(k.tolist(), j.tolist()))
-    assert pairs == [(e, f) for e, n in enumerate(counts) for f in range(n)]
-    for p in range(len(k)):  # at most 2 episodes admitted and unfinished at any time
-        live = {int(e) for e in range(4) if admit[e] <= p and (k[p:] == e).any()}
-        assert len(live) <= 2
-    k0, j0, _ = consumer_order(counts, 2, None, shuffle=False)
-    assert k0.tolist() == sorted(k0.tolist()) and j0[:5].tolist() == list(range(5))
-
-
-def test_pool_order_does_not_depend_on_how_it_is_taken():
-    counts = [int(c) for c in np.random.default_rng(5).integers(0, 40, 30)]
-    whole_k, whole_j, _ = consumer_order(counts, 4, np.random.default_rng(9))
-    order = PoolOrder(counts, 4, np.random.default_rng(9))
-    parts, sizes = [], np.random.default_rng(1).integers(1, 50, 100)
-    for m in sizes:
-        parts.append(order.take(int(m)))
-    k = np.concatenate([p[0] for p in parts])
-    j = np.concatenate([p[1] for p in parts])
-    assert np.array_equal(k, whole_k) and np.array_equal(j, whole_j) and len(k) == sum(counts)
-    assert sorted(order.finished) == list(range(len(counts)))  # every episode reported finished once
-
-
-def test_worker_batches_round_robin_skips_exhausted_workers():
-    assert worker_batches_consumed(5, [3, 3]) == [3, 2]
-    assert worker_batches_consumed(5, [1, 4]) == [1, 4]
-    assert worker_batches_consumed(4, [1, 4, 0]) == [1, 3, 0]
 
 
 # ------------------------------------------------------------------------------------------ items

@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent("""
         it = iter(episodic.StreamingLeRobotDataset("x", root=root).loader(batch_size=4, num_workers=2))
     for _ in range(6):  # past the workers' switch to file-system sharing
         batch = next(it)
-    print("workers", *[p.pid for p in getattr(it, "_workers", [])] or [0], flush=True)
+    kids = [c for t in os.listdir("/proc/self/task") for c in open(f"/proc/self/task/{t}/children").read().split()]
+    print("workers", *kids, flush=True)
     if how == "sigint":
         os.kill(os.getpid(), signal.SIGINT)
         for batch in it:
@@ -34,17 +35,18 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _shm_files() -> set[str]:
+def _shm_files(pids) -> list[str]:
+    """torch's shared-memory files made by these processes (named torch_<pid>_...)."""
     try:
-        return {f for f in os.listdir("/dev/shm") if f.startswith("torch_")}
+        names = os.listdir("/dev/shm")
     except FileNotFoundError:
-        return set()
+        return []
+    return [f for f in names if f.startswith("torch_") and f.split("_")[1] in {str(p) for p in pids}]
 
 
 @pytest.mark.parametrize("mode, how", [("map", "exit"), ("native", "exit"), ("stream", "exit"), ("map", "sigint"),
                                        ("stream", "abandon")])
 def test_no_noise_no_leaks(small_root, tmp_path, mode, how):
-    before = _shm_files()
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     out = subprocess.run([sys.executable, str(script), mode, how, str(small_root)], capture_output=True, text=True,
@@ -56,7 +58,7 @@ def test_no_noise_no_leaks(small_root, tmp_path, mode, how):
         assert out.returncode == 0, out.stderr
     pids = [int(p) for p in out.stdout.split("workers", 1)[1].split()] if "workers" in out.stdout else []
     deadline = time.time() + 10
-    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids if p):
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
         time.sleep(0.1)
-    assert not [p for p in pids if p and os.path.exists(f"/proc/{p}")], "worker processes outlived the script"
-    assert _shm_files() <= before
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}")], "worker processes outlived the script"
+    assert pids and not _shm_files(pids)

@@ -21,7 +21,10 @@ import torch
 from .. import config, runtime
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata, load_metadata
+from ..order.pool_order import PoolOrder
 from ..order.shard import resolve_topology
+from ..order.stream_keys import consumer_rng
+from ..order.stream_plan import consumer_plan, segment_batches
 from ..order.stream_state import StreamState
 from ..storage.source import Source
 from ..video import DecoderCache
@@ -31,7 +34,6 @@ from .engine import ItemSpec, select_episodes
 from .map_style import resolve_source
 from .stream_options import StreamOptions
 from .stream_pipeline import ConsumerPipeline, iterate_consumer
-from .stream_plan_tmp import PoolOrder, _consumer_rng, consumer_plan, segment_batches
 
 __all__ = ["StreamingLeRobotDataset", "StreamingLoader"]
 
@@ -215,7 +217,7 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         if wid == 0 and rank == 0:
             _warn_uneven(plan.candidates, plan.consumer_frames, ws, nw, ranks=not it.even_batches)
         order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
-                          _consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
+                          consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
         order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
         pipeline = ConsumerPipeline(self.meta, self.spec, self._source(), self.options, self.counters, self.decoders,

@@ -5,32 +5,61 @@
 - :class:`EpisodicBatchSampler`: per-rank batches of one global order, resumable on
   any topology from ``{"seed", "epoch", "consumed"}``; :class:`TrackedLoader` counts
   consumed batches.
-- :func:`simulate`: topology simulator for tests.
+- :func:`simulate`: topology simulator for tests; :func:`simulate_stream` its streaming counterpart.
+- Streaming order (one consumer per rank x DataLoader worker, whole episodes each):
+  :func:`plan_episodes` splits episodes over consumers, :class:`PoolOrder` is one
+  consumer's emission order, :func:`worker_batches_consumed` / :func:`round_robin` /
+  :func:`consumed_items` model the DataLoader's round-robin over workers,
+  :func:`segment_plan` / :func:`remaining_after` compose them over the topologies
+  ("segments") of one epoch, keyed by :func:`segment_seed` / :func:`consumer_rng`.
 """
 
 from episodic.order.batch_sampler import EpisodicBatchSampler, TrackedLoader
+from episodic.order.episode_split import plan_episodes
 from episodic.order.frames import EpisodeFrames
 from episodic.order.permutation import permute, unpermute
+from episodic.order.pool_order import PoolOrder
+from episodic.order.round_robin import consumed_items, round_robin, worker_batches_consumed
 from episodic.order.sampler import EpisodeAwareSampler
 from episodic.order.shard import advance, rank_positions, resolve_topology, step_positions, steps_in_epoch
 from episodic.order.simulate import ConsumedBatch, Simulation, Topology, simulate
+from episodic.order.simulate_stream import StreamBatch, StreamSimulation, simulate_stream
 from episodic.order.state import OrderState
+from episodic.order.stream_keys import consumer_rng, segment_seed
+from episodic.order.stream_plan import ConsumerPlan, consumer_plan, remaining_after, segment_batches, segment_plan
+from episodic.order.stream_state import StreamState
 
 __all__ = [
     "ConsumedBatch",
+    "ConsumerPlan",
     "EpisodeAwareSampler",
     "EpisodeFrames",
     "EpisodicBatchSampler",
     "OrderState",
+    "PoolOrder",
     "Simulation",
+    "StreamBatch",
+    "StreamSimulation",
+    "StreamState",
     "Topology",
     "TrackedLoader",
     "advance",
+    "consumed_items",
+    "consumer_plan",
+    "consumer_rng",
     "permute",
+    "plan_episodes",
     "rank_positions",
+    "remaining_after",
     "resolve_topology",
+    "round_robin",
+    "segment_batches",
+    "segment_plan",
+    "segment_seed",
     "simulate",
+    "simulate_stream",
     "step_positions",
     "steps_in_epoch",
     "unpermute",
+    "worker_batches_consumed",
 ]

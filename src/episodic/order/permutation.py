@@ -19,20 +19,25 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["permute", "unpermute", "round_keys", "ROUNDS"]
+__all__ = ["GOLDEN", "MASK64", "MIX1", "MIX2", "ROUNDS", "permute", "round_keys", "unpermute"]
 
 ROUNDS = 6
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
+# SplitMix64's constants, shared by every key derivation of the order package (Python ints)
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15  # the increment (2**64 / golden ratio)
+MIX1 = 0xBF58476D1CE4E5B9  # first multiplier of the finalizer
+MIX2 = 0x94D049BB133111EB  # second multiplier of the finalizer
+_MASK64 = MASK64
+_GOLDEN = GOLDEN
+_C1 = np.uint64(MIX1)
+_C2 = np.uint64(MIX2)
 
 
 def _mix64(x: int) -> int:
     """SplitMix64 (increment + finalizer) on a Python int, modulo 2**64."""
-    x = (x + _GOLDEN) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x = (x + GOLDEN) & MASK64
+    x = ((x ^ (x >> 30)) * MIX1) & MASK64
+    x = ((x ^ (x >> 27)) * MIX2) & MASK64
     return x ^ (x >> 31)
 
 
