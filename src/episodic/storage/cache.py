@@ -9,14 +9,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import config
 from ..format.errors import DatasetFormatError
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("EPISODIC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic"
-    )
-    return Path(base)
+    """Root of episodic's cache (see `episodic.config.cache_dir`)."""
+    return config.cache_dir()
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

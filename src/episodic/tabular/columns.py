@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import config
 from ..format.errors import DatasetFormatError
 from ..format.metadata import DatasetMetadata
 
@@ -134,7 +135,7 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
 
     nbytes = sum(total * int(np.prod(shape_of(n) or (1,))) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
                  for n in numeric)
-    use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or bool(os.environ.get("EPISODIC_FORCE_MMAP")))
+    use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
     mmap_paths: dict[str, Path] = {}
     if use_mmap:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner at every encoder start otherwise
 from fractions import Fraction
 
 import av
 import numpy as np
+
+from .. import config
 
 CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
           "hevc": "libx265", "h265": "libx265", "libx265": "libx265"}
@@ -38,6 +38,7 @@ class VideoFileWriter:
         if crf is not None:
             options["crf"] = str(crf)
         if name == "libsvtav1":
+            config.quiet_svt_av1()  # before the encoder starts: it reads SVT_LOG when it opens
             options["preset"] = str(preset if preset is not None else 10)
         elif preset is not None:
             options["preset"] = str(preset)
