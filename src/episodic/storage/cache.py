@@ -5,34 +5,17 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import tempfile
 import time
 from pathlib import Path
 
 from .. import config
 from ..format.errors import DatasetFormatError
+from .atomic import atomic_write_bytes  # noqa: F401 -- also imported from here by datasets/streaming.py
 
 
 def default_cache_dir() -> Path:
     """Root of episodic's cache (see `episodic.config.cache_dir`)."""
     return config.cache_dir()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class FileCache:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..format.errors import DatasetFormatError
-from .cache import atomic_write_bytes
+from .atomic import atomic_write_bytes
 from .ranges import (
     Mp4Layout,
     RangeFile,

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from .. import config
 from ..format.errors import DatasetFormatError
 from ..format.metadata import DatasetMetadata
+from ..storage.atomic import AtomicFile
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -137,20 +138,40 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
                  for n in numeric)
     use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
-    mmap_paths: dict[str, Path] = {}
+    images: dict[str, list] = {n: [None] * total for n in image_names}
+    mmap_files: dict[str, AtomicFile] = {}  # memory-mapped columns: written under temporary names, then renamed
     if use_mmap:
         key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
         base = Path(mmap_dir) / key
-        base.mkdir(parents=True, exist_ok=True)
-    for n in numeric:
-        dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
-        if use_mmap and dt is not object:
-            mmap_paths[n] = base / f"{n}.npy"
-            arrays[n] = np.lib.format.open_memmap(base / f".{n}.npy.tmp", mode="w+", dtype=dt, shape=(total, *shape_of(n)))
-        else:
-            arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
-    images: dict[str, list] = {n: [None] * total for n in image_names}
+    try:
+        for n in numeric:
+            dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
+            if use_mmap and dt is not object:
+                mmap_files[n] = AtomicFile(base / f"{n}.npy")
+                arrays[n] = np.lib.format.open_memmap(mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n)))
+            else:
+                arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+        _read_files(meta, episodes, starts, names, arrays, images, progress, open_file)
+        for n, f in mmap_files.items():
+            arrays[n].flush()
+            del arrays[n]
+            arrays[n] = np.load(f.commit(), mmap_mode="r")
+    except BaseException:
+        arrays.clear()  # the maps go before their files
+        for f in mmap_files.values():
+            f.discard()
+        raise
+    return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)
 
+
+def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray, names: list[str],
+                arrays: dict[str, np.ndarray], images: dict[str, list], progress: bool,
+                open_file: Callable[[str], Any] | None) -> None:
+    """Fill `arrays` and `images` (rows `starts[p]:starts[p + 1]` for `episodes[p]`) from the data files."""
+    table, feats = meta.episodes, meta.info.features
+    lengths = np.diff(starts)
+    numeric = [n for n in names if n in arrays]
+    image_names = [n for n in names if n in images]
     file_ids = table.data_file_id[episodes]
     order = np.unique(file_ids)
     it = order
@@ -189,10 +210,3 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
             data = col.field("bytes").to_pylist() if pa.types.is_struct(col.type) else col.to_pylist()
             for r, b in zip(dst, data):
                 images[n][int(r)] = b
-    for n, final in mmap_paths.items():
-        arrays[n].flush()
-        tmp = arrays[n].filename
-        del arrays[n]
-        os.replace(tmp, final)
-        arrays[n] = np.load(final, mmap_mode="r")
-    return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)

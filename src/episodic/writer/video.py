@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from fractions import Fraction
 
 import av
 import numpy as np
 
 from .. import config
+from ..storage.atomic import AtomicFile
 
 CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
           "hevc": "libx265", "h265": "libx265", "libx265": "libx265"}
@@ -28,8 +28,6 @@ class VideoFileWriter:
     def __init__(self, final_path: str, width: int, height: int, fps: int, vcodec: str = "av1", gop: int = 2,
                  crf: int | None = 30, pix_fmt: str = "yuv420p", preset: int | str | None = None):
         self.final_path = final_path
-        os.makedirs(os.path.dirname(final_path), exist_ok=True)
-        self.tmp_path = os.path.join(os.path.dirname(final_path), f".{os.path.basename(final_path)}.{os.getpid()}.tmp")
         self.fps = fps
         self.frames = 0
         self.bytes = 0  # encoded bytes so far (the file on disk lags behind the muxer's buffer)
@@ -44,12 +42,18 @@ class VideoFileWriter:
             options["preset"] = str(preset)
         if name in ("libx264", "libx265"):
             options.setdefault("bf", "0")  # no B-frames: presentation order == decode order, cheap seeks
-        self._container = av.open(self.tmp_path, mode="w", format="mp4")
-        self._stream = self._container.add_stream(name, rate=fps, options=options)
-        self._stream.width, self._stream.height, self._stream.pix_fmt = width, height, pix_fmt
-        self._stream.time_base = Fraction(1, fps)
-        if name == "libx265":
-            self._stream.codec_context.options = {**options, "x265-params": f"log-level=error:keyint={gop}:min-keyint={gop}"}
+        self._file = AtomicFile(final_path)
+        self.tmp_path = self._file.tmp
+        try:
+            self._container = av.open(self.tmp_path, mode="w", format="mp4")
+            self._stream = self._container.add_stream(name, rate=fps, options=options)
+            self._stream.width, self._stream.height, self._stream.pix_fmt = width, height, pix_fmt
+            self._stream.time_base = Fraction(1, fps)
+            if name == "libx265":
+                self._stream.codec_context.options = {**options, "x265-params": f"log-level=error:keyint={gop}:min-keyint={gop}"}
+        except BaseException:
+            self._file.discard()
+            raise
         self.codec = INFO_CODEC[name]
         self.pix_fmt = pix_fmt
 
@@ -70,17 +74,18 @@ class VideoFileWriter:
         return self.bytes
 
     def close(self) -> None:
-        for packet in self._stream.encode(None):
-            self._container.mux(packet)
-        self._container.close()
-        os.replace(self.tmp_path, self.final_path)
+        try:
+            for packet in self._stream.encode(None):
+                self._container.mux(packet)
+            self._container.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._file.commit()
 
     def abort(self) -> None:
         try:
             self._container.close()
         except Exception:
             pass
-        try:
-            os.unlink(self.tmp_path)
-        except FileNotFoundError:
-            pass
+        self._file.discard()
