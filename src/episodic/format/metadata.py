@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from .errors import DatasetFormatError, EpisodeIndexError
 from .info import DatasetInfo
 from .stats import Stats, aggregate_stats, stats_from_json
+from .timebase import frames_to_seconds
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -379,7 +380,7 @@ def _load_v21(fs, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str]
     for key in info.video_keys:
         files = [video_tpl.format(episode_chunk=int(c), video_key=key, episode_index=int(e)) for c, e in zip(chunk, ep_index)]
         cameras[key] = CameraFiles(files=files, file_id=np.arange(len(rows), dtype=np.int32),
-                                   from_ts=np.zeros(len(rows)), to_ts=length / float(info.fps))
+                                   from_ts=np.zeros(len(rows)), to_ts=frames_to_seconds(length, info.fps))
     episodes = EpisodeTable(
         length=length, dataset_from_index=from_index, dataset_to_index=to_index,
         tasks=[list(r.get("tasks") or []) for r in rows], data_files=data_files,

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, span_window
+
 Range = tuple[int, int]  # [start, end)
 
 
@@ -174,12 +176,11 @@ class Mp4Layout:
     key: np.ndarray
     frame_s: float
 
-    def span(self, from_s: float, to_s: float, before: int = 1, after: int = 2) -> Range:
-        """[start, end) of the samples with times in [from_s - before frames, to_s + after frames],
-        extended back to the key frame at or before the first of them."""
-        eps = 1e-6
-        sel = np.flatnonzero((self.times >= from_s - before * self.frame_s - eps)
-                             & (self.times <= to_s + after * self.frame_s + eps))
+    def span(self, from_s: float, to_s: float, before: int = SPAN_FRAMES_BEFORE, after: int = SPAN_FRAMES_AFTER) -> Range:
+        """[start, end) of the samples with times in [from_s - before frames, to_s + after frames]
+        (`timebase.span_window`), extended back to the key frame at or before the first of them."""
+        lo, hi = span_window(from_s, to_s, self.frame_s, before, after)
+        sel = np.flatnonzero((self.times >= lo) & (self.times <= hi))
         if not len(sel):
             return (0, 0)
         first = int(sel[0])

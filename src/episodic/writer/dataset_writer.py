@@ -15,6 +15,7 @@ from ..format.features import DEFAULT_FEATURES, Feature
 from ..format.info import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, V30, DatasetInfo
 from ..format.metadata import EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from ..format.stats import aggregate_stats, array_stats, stats_to_json
+from ..format.timebase import frames_to_seconds, timestamp_column
 from ..storage.atomic import AtomicFile, atomic_path, atomic_write_bytes
 from .video import VideoFileWriter
 
@@ -150,7 +151,7 @@ class DatasetWriter:
                 raise ValueError(f"episode {ep}: camera {k!r} needs uint8 frames of shape (T, {h}, {w}, {c}), got {a.dtype} {a.shape}")
         columns = {k: np.asarray(frames[k]) for k in user if k not in self.video_keys}
         frame_index = np.arange(n, dtype=np.int64)
-        columns.update(timestamp=(frame_index / self.fps).astype(np.float32), frame_index=frame_index,
+        columns.update(timestamp=timestamp_column(frame_index, self.fps), frame_index=frame_index,
                        episode_index=np.full(n, ep, np.int64),
                        index=np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
                        task_index=np.array([self.tasks[t] for t in tasks], dtype=np.int64))
@@ -236,7 +237,7 @@ class DatasetWriter:
             self._video_info[key] = {"video.codec": w.codec, "video.pix_fmt": w.pix_fmt}
         start = w.add(frames)
         where = {f"videos/{key}/chunk_index": pos.chunk, f"videos/{key}/file_index": pos.file,
-                 f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": start + len(frames) / self.fps}
+                 f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": start + frames_to_seconds(len(frames), self.fps)}
         if w.size() >= self.video_limit:
             self._close_video(key)
         return where

@@ -8,6 +8,7 @@ import av
 import numpy as np
 
 from .. import config
+from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
 
 CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
@@ -59,7 +60,7 @@ class VideoFileWriter:
 
     def add(self, frames: np.ndarray) -> float:
         """Append HWC uint8 frames; returns the time (seconds) of the first one inside this file."""
-        start = self.frames / self.fps
+        start = frames_to_seconds(self.frames, self.fps)
         for img in frames:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = self.frames
