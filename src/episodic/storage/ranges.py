@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, span_window
+from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, frames_to_seconds, span_window
 
 Range = tuple[int, int]  # [start, end)
 
@@ -214,7 +214,7 @@ def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
     if (pos < 0).any() or ((pos + nbytes) > rf.size).any():
         return None
     key[0] = True
-    frame_s = 1.0 / rate if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
+    frame_s = frames_to_seconds(1, rate) if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
     return Mp4Layout(size=rf.size, header=sorted(rf.pieces.items()), pos=pos, nbytes=nbytes, times=times,
                      key=key, frame_s=frame_s)
 
