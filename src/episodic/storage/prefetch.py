@@ -48,7 +48,9 @@ from .ranges import (
     SparseFile,
     add_range,
     missing_ranges,
+    open_ranged,
     probe_mp4,
+    read_tail,
 )
 
 T = TypeVar("T")
@@ -254,22 +256,13 @@ class Prefetcher:
                 self.stats.add(bytes_fetched=len(data))
                 return io.BytesIO(data)
             # a server that ignores Range headers shows here (RangesIgnored), not in the middle of a read
-            start = max(0, size - (64 << 10))
-            data = self._fetch_range(path, url, start, size)
-            if len(data) >= 8 and data[-4:] == b"PAR1":  # parquet: 4-byte footer length, then the magic
-                need = int.from_bytes(data[-8:-4], "little") + 8
-                if len(data) < need <= size:
-                    data = self._fetch_range(path, url, size - need, start) + data
-                    start = size - need
-            tail = (size, start, data)
+            tail = (size, *read_tail(lambda s, e: self._fetch_range(path, url, s, e), size))
             with self._lock:
                 self._tails[path] = tail
                 while len(self._tails) > self.max_tails:
                     self._tails.popitem(last=False)
         size, start, data = tail
-        rf = RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
-        rf.add_piece(start, data)
-        return rf
+        return open_ranged(lambda s, e: self._fetch_range(path, url, s, e), size, (start, data), min_read=min_read)
 
     # ------------------------------------------------------------------ whole files
     def _run_once(self, table: dict[str, Future], rel: str, fn: Callable[[], T]) -> T:

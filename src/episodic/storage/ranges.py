@@ -1,5 +1,6 @@
-"""Byte ranges of remote files: a read-only remote file over a range-fetch function, the sample layout of
-an mp4 (which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
+"""Byte ranges of remote files: a read-only remote file over a range-fetch function (`RangeFile`), where a
+parquet file's footer and row groups lie, the sample layout of an mp4
+(which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
 
 A consumer of a remote dataset fetches the mp4 header once (whatever FFmpeg reads to open the file, recorded
 by `RangeFile`), then per episode only the samples of its time span (`Mp4Layout.span`), and writes them at
@@ -160,6 +161,61 @@ class RangeFile(io.RawIOBase):
                 break
         assert pos == end, (start, end, pos)
         return bytes(out)
+
+
+def open_ranged(fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, bytes] | None = None,
+                min_read: int = 0) -> RangeFile:
+    """A RangeFile of `size` bytes over `fetch(start, end)` with the file's tail in place: `tail`
+    ((start, bytes), from `read_tail`, e.g. kept from an earlier open) or fetched now."""
+    start, data = tail if tail is not None else read_tail(fetch, size)
+    rf = RangeFile(fetch, size, min_read=min_read)
+    rf.add_piece(start, data)
+    return rf
+
+
+# ---------------------------------------------------------------------------------------------- parquet
+TAIL_BYTES = 64 << 10  # the first read of a remote file's end: most parquet footers fit in it
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_footer_length(tail: bytes) -> int | None:
+    """Bytes of a parquet file's footer (its metadata, then a 4-byte little-endian length and the magic
+    "PAR1"), read from the file's last bytes; None when they do not end a parquet file."""
+    if len(tail) < 8 or tail[-4:] != PARQUET_MAGIC:
+        return None
+    return int.from_bytes(tail[-8:-4], "little") + 8
+
+
+def read_tail(fetch: Callable[[int, int], bytes], size: int, first: int = TAIL_BYTES) -> tuple[int, bytes]:
+    """(start, bytes) of the end of a file of `size` bytes through `fetch(start, end)`: its last `first`
+    bytes, extended back (one more request) to the whole footer of a parquet file whose footer is longer.
+    A server that ignores Range headers shows here (RangesIgnored), not in the middle of a read."""
+    start = max(0, size - first)
+    data = fetch(start, size)
+    need = parquet_footer_length(data)
+    if need is not None and len(data) < need <= size:
+        data = fetch(size - need, start) + data
+        start = size - need
+    return start, data
+
+
+def row_group_spans(metadata, groups: list[int]) -> list[Range]:
+    """Byte span [start, end) of each row group's column chunks, from a parquet file's metadata
+    (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`)."""
+    spans = []
+    for g in groups:
+        rg = metadata.row_group(g)
+        lo, hi = None, None
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            start = c.data_page_offset
+            if c.has_dictionary_page and c.dictionary_page_offset:
+                start = min(start, c.dictionary_page_offset)
+            lo = start if lo is None else min(lo, start)
+            hi = start + c.total_compressed_size if hi is None else max(hi, start + c.total_compressed_size)
+        if lo is not None:
+            spans.append((int(lo), int(hi)))
+    return spans
 
 
 # ---------------------------------------------------------------------------------------------- mp4 layout

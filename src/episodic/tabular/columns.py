@@ -18,6 +18,7 @@ from .. import config
 from ..format.errors import DatasetFormatError
 from ..format.metadata import DatasetMetadata
 from ..storage.atomic import AtomicFile
+from ..storage.ranges import row_group_spans
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -85,7 +86,7 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
             cols = list(dict.fromkeys(names + ["episode_index"]))
             groups = _row_groups_for(pf, file_lengths, wanted)
             if groups is not None and hasattr(f, "prefetch"):  # a remote file: all row groups in one round trip
-                f.prefetch(_row_group_spans(pf, groups))
+                f.prefetch(row_group_spans(pf.metadata, groups))
             t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
     except FileNotFoundError:
         raise DatasetFormatError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
@@ -96,25 +97,6 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
         if not mask.all():
             t = t.filter(pa.array(mask))
     return t
-
-
-def _row_group_spans(pf: pq.ParquetFile, groups: list[int]) -> list[tuple[int, int]]:
-    """Byte span [start, end) of each row group's column chunks in the file."""
-    md = pf.metadata
-    spans = []
-    for g in groups:
-        rg = md.row_group(g)
-        lo, hi = None, None
-        for j in range(rg.num_columns):
-            c = rg.column(j)
-            start = c.data_page_offset
-            if c.has_dictionary_page and c.dictionary_page_offset:
-                start = min(start, c.dictionary_page_offset)
-            lo = start if lo is None else min(lo, start)
-            hi = start + c.total_compressed_size if hi is None else max(hi, start + c.total_compressed_size)
-        if lo is not None:
-            spans.append((int(lo), int(hi)))
-    return spans
 
 
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
