@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 
+import fsspec
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from episodic.demo import write_demo_dataset
-from episodic.storage.ranges import open_ranged, parquet_footer_length, read_tail, row_group_spans
+from episodic.storage.ranges import (RangeFile, open_for_read, open_ranged, parquet_footer_length,
+                                     read_tail, row_group_spans)
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +73,10 @@ def test_row_group_spans_hold_everything_a_row_group_read_needs(data_file):
     rf = open_ranged(fetch, len(data), (footer, data[footer:]))
     rf.prefetch(spans, merge_gap=0)
     assert fetch.requests == spans
+
+
+def test_open_for_read_of_a_local_file_is_the_file(data_file):
+    with open_for_read(fsspec.filesystem("file"), str(data_file)) as f:
+        assert not isinstance(f, RangeFile)
+        assert np.array_equal(pq.ParquetFile(f).read().column("index").to_numpy(),
+                              pq.read_table(data_file).column("index").to_numpy())

@@ -1,6 +1,9 @@
 """Storage layer: where bytes come from (local paths, fsspec URLs, the Hugging Face Hub) and the local cache."""
 
+from .atomic import AtomicFile, atomic_path, atomic_write_bytes
 from .cache import FileCache, default_cache_dir
+from .fetch import FetchPolicy, FetchStats, with_retries
 from .source import Source, open_source
 
-__all__ = ["FileCache", "Source", "default_cache_dir", "open_source"]
+__all__ = ["AtomicFile", "FetchPolicy", "FetchStats", "FileCache", "Source", "atomic_path", "atomic_write_bytes",
+           "default_cache_dir", "open_source", "with_retries"]

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from .. import config
-from ..format.errors import DatasetFormatError
 from .atomic import atomic_write_bytes  # noqa: F401 -- also imported from here by datasets/streaming.py
+from .fetch import FetchPolicy, FetchStats, fetch_bytes
 
 
 def default_cache_dir() -> Path:
@@ -20,48 +20,39 @@ def default_cache_dir() -> Path:
 
 class FileCache:
     """Whole-file cache keyed by URL. Concurrent fetches of one file by several processes are harmless: each
-    writes its own temporary file and the renames are atomic."""
+    writes its own temporary file and the renames are atomic. Fetches follow `policy` (default
+    `FetchPolicy()`) and are counted in `stats`."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, retries: int = 5, backoff_s: float = 0.1):
+    def __init__(self, directory: str | os.PathLike | None = None, policy: FetchPolicy | None = None,
+                 stats: FetchStats | None = None):
         self.directory = Path(directory) if directory else default_cache_dir() / "files"
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.bytes_fetched = 0
-        self.fetch_seconds = 0.0
-        self.retry_count = 0
+        self.policy = policy
+        self.stats = stats if stats is not None else FetchStats()
+
+    @property
+    def bytes_fetched(self) -> int:
+        return self.stats.bytes_fetched
+
+    @property
+    def fetch_seconds(self) -> float:
+        return self.stats.fetch_seconds
+
+    @property
+    def retry_count(self) -> int:
+        return self.stats.retries
 
     def key_path(self, url: str) -> Path:
         digest = hashlib.sha1(url.encode()).hexdigest()[:16]
         return self.directory / digest[:2] / f"{digest}-{posixpath.basename(url)}"
 
-    def fetch(self, fs, path: str) -> str:
+    def fetch(self, fs, path: str, policy: FetchPolicy | None = None) -> str:
+        """A local copy of `path` on `fs` (fetched once, under `policy`, else the cache's own)."""
         url = fs.unstrip_protocol(path)
         local = self.key_path(url)
         if local.exists():
             return str(local)
         t0 = time.perf_counter()
-        data = self._read_with_retries(fs, path, url)
+        data = fetch_bytes(fs, path, url, policy or self.policy, self.stats)
         atomic_write_bytes(local, data)
-        self.bytes_fetched += len(data)
-        self.fetch_seconds += time.perf_counter() - t0
+        self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, files_fetched=1)
         return str(local)
-
-    def _read_with_retries(self, fs, path: str, url: str) -> bytes:
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                with fs.open(path, "rb") as f:
-                    data = f.read()
-                size = fs.size(path) if hasattr(fs, "size") else None
-                if size is not None and len(data) != size:
-                    raise OSError(f"truncated read: {len(data)} of {size} bytes")
-                return data
-            except FileNotFoundError:
-                raise DatasetFormatError(f"{url}: file not found") from None
-            except Exception as e:  # transient network errors: retry with capped exponential backoff
-                if attempt == self.retries:
-                    raise DatasetFormatError(f"{url}: cannot fetch after {attempt + 1} attempts ({e})") from None
-                self.retry_count += 1
-                time.sleep(delay * (0.5 + os.urandom(1)[0] / 255))
-                delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")

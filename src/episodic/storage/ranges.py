@@ -1,5 +1,5 @@
-"""Byte ranges of remote files: a read-only remote file over a range-fetch function (`RangeFile`), where a
-parquet file's footer and row groups lie, the sample layout of an mp4
+"""Byte ranges of remote files: a read-only remote file over a range-fetch function (`RangeFile`, opened
+with `open_for_read`), where a parquet file's footer and row groups lie, the sample layout of an mp4
 (which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
 
 A consumer of a remote dataset fetches the mp4 header once (whatever FFmpeg reads to open the file, recorded
@@ -16,10 +16,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, frames_to_seconds, span_window
+from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size, is_local
 
 Range = tuple[int, int]  # [start, end)
 
@@ -171,6 +173,27 @@ def open_ranged(fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, 
     rf = RangeFile(fetch, size, min_read=min_read)
     rf.add_piece(start, data)
     return rf
+
+
+def open_for_read(fs, path: str, policy: FetchPolicy | None = None, counters: Any = None,
+                  min_read: int = 0) -> BinaryIO:
+    """A seekable read-only binary file of `path` on `fs`. A local file is opened directly. A remote file
+    is a `RangeFile` whose reads are range requests retried under `policy` (its tail, for a parquet file
+    the whole footer, fetched at once); the whole file (retried) when its size is unknown or the server
+    ignores Range headers."""
+    if is_local(fs):
+        return fs.open(path, "rb")
+    url = fs.unstrip_protocol(path)
+    size = file_size(fs, path, url, policy, counters)
+    if size is not None:
+        def fetch(s: int, e: int) -> bytes:
+            return fetch_bytes(fs, path, url, policy, counters, start=s, end=e)
+
+        try:
+            return open_ranged(fetch, size, min_read=min_read)
+        except RangesIgnored:
+            pass
+    return io.BytesIO(fetch_bytes(fs, path, url, policy, counters))
 
 
 # ---------------------------------------------------------------------------------------------- parquet

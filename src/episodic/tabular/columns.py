@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import posixpath
@@ -15,10 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import config
-from ..format.errors import DatasetFormatError
+from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import DatasetMetadata
 from ..storage.atomic import AtomicFile
-from ..storage.ranges import row_group_spans
+from ..storage.fetch import is_local
+from ..storage.ranges import open_for_read, row_group_spans
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -88,8 +90,10 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
             if groups is not None and hasattr(f, "prefetch"):  # a remote file: all row groups in one round trip
                 f.prefetch(row_group_spans(pf.metadata, groups))
             t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
-    except FileNotFoundError:
-        raise DatasetFormatError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
+    except (FileNotFoundError, MissingFileError):
+        raise MissingFileError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
+    except EpisodicError:  # e.g. a remote read that gave up (FetchError, an OSError): it names the URL already
+        raise
     except (pa.ArrowException, OSError) as e:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
     if groups is None:
@@ -102,9 +106,11 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
                  progress: bool = False, open_file: Callable[[str], Any] | None = None) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
-    one row group per episode, only the row groups) that hold them. `open_file(path)` (default
-    `meta.fs.open(path, "rb")`) opens a data file for reading."""
+    one row group per episode, only the row groups) that hold them. `open_file(path)` opens a data file for
+    reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads)."""
     info, table = meta.info, meta.episodes
+    if open_file is None and not is_local(meta.fs):
+        open_file = functools.partial(open_for_read, meta.fs)
     episodes = np.asarray(episodes, dtype=np.int64)
     lengths = table.length[episodes]
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
