@@ -37,12 +37,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .format import load_metadata
     from .storage import open_source
     from .tools.info import summary
 
     src = open_source(args.path)
-    print(summary(load_metadata(src.fs, src.root)))
+    print(summary(src.load_metadata()))
     return 0
 
 

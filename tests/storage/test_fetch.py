@@ -11,11 +11,14 @@ import threading
 import time
 
 import fsspec
+import numpy as np
 import pytest
 
-from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError
-from episodic.storage import FetchPolicy, FetchStats, with_retries
+from episodic.demo import write_demo_dataset
+from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
+from episodic.storage import FetchPolicy, FetchStats, open_source, with_retries
 from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size
+from episodic.tabular import load_columns
 
 pytest.importorskip("aiohttp")
 
@@ -259,3 +262,53 @@ def test_backoff_is_capped_exponential_with_full_jitter():
     for retry, bound in [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (9, 1.0)]:
         waits = [policy.backoff(retry, rng) for _ in range(200)]
         assert 0 <= min(waits) and max(waits) <= bound and max(waits) > 0.8 * bound
+
+
+# ------------------------------------------------------------------------------------------ sources
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_demo_dataset(tmp_path_factory.mktemp("fetch") / "ds", num_episodes=4, min_length=10, max_length=20,
+                              height=48, width=64, progress=False, data_files_size_in_mb=0.004)
+
+
+def _serve_dataset(server, root) -> str:
+    server.files = {f"/ds/{p.relative_to(root).as_posix()}": p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    return server.base + "/ds"
+
+
+def test_metadata_reads_are_retried(server, dataset):
+    url = _serve_dataset(server, dataset)
+    local = load_metadata(fsspec.filesystem("file"), str(dataset))
+    server.faults = ["503", "reset", "500"]
+    source = open_source(url, policy=FAST)
+    meta = source.load_metadata()
+    assert meta.info.total_frames == local.info.total_frames and meta.tasks == local.tasks
+    assert np.array_equal(meta.episodes.length, local.episodes.length)
+    assert not server.faults  # every fault was met and retried
+    server.faults = ["503"]
+    with pytest.raises(Exception, match="503"):  # the plain reader has no retries
+        load_metadata(source.fs, source.root)
+
+
+def test_missing_remote_metadata_names_the_url(server, dataset):
+    url = _serve_dataset(server, dataset) + "-nope"
+    with pytest.raises(DatasetFormatError, match=re.escape(f"{url}/meta/info.json: file not found")):
+        open_source(url, policy=FAST).load_metadata()
+    assert len(server.requests) == 1
+
+
+def test_map_style_parquet_reads_over_http_are_retried(server, dataset):
+    url = _serve_dataset(server, dataset)
+    local = open_source(dataset).load_metadata()
+    names = ["action", "observation.state", "index"]
+    want = load_columns(local, np.arange(4), names)
+    source = open_source(url, policy=FetchPolicy(retries=12, backoff_s=0.001, max_backoff_s=0.005))
+    remote = source.load_metadata()
+    server.faults = ["503", "truncate", "reset", "500", "short"] * 2  # ten failures in a row
+    got = load_columns(remote, np.arange(4), names, open_file=source.open_for_read)
+    assert all(np.array_equal(want.arrays[n], got.arrays[n]) for n in names)
+    assert not server.faults
+    server.faults = ["503", "short"]  # the default reader of a remote filesystem: retried too (default policy)
+    got = load_columns(remote, np.arange(4), names)
+    assert all(np.array_equal(want.arrays[n], got.arrays[n]) for n in names)
+    assert not server.faults

@@ -234,11 +234,10 @@ def environment() -> dict:
 
 # ---------------------------------------------------------------------------------------------- run
 def _make_dataset(cfg: BenchConfig, root: str):
-    from ..format import load_metadata
     from ..storage import open_source
 
     src = open_source(root)
-    meta = load_metadata(src.fs, src.root)
+    meta = src.load_metadata()
     cams = _resolve_cameras(cfg.cameras, list(meta.info.video_keys))
     dt = bench_delta_timestamps(meta.fps, list(meta.features), cfg.action_window, cfg.state_window)
     if cfg.mode == "map":

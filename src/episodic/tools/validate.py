@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..format.errors import EpisodicError
-from ..format.metadata import DatasetMetadata, load_metadata
+from ..format.metadata import DatasetMetadata
 from ..format.timebase import TIME_EPS_S, end_clamp_s, frames_to_seconds, off_grid
 from ..storage.source import Source, open_source
 from ..video import DecoderCache
@@ -37,7 +37,7 @@ def validate(location: str, progress: bool = True, tolerance_s: float = 1e-4, de
     report = Report(root=str(location))
     try:
         source = open_source(location)
-        meta = load_metadata(source.fs, source.root)
+        meta = source.load_metadata()
     except EpisodicError as e:
         report.add(str(e))
         return report
