@@ -16,7 +16,7 @@ import pytest
 
 from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
-from episodic.storage import FetchPolicy, FetchStats, open_source, with_retries
+from episodic.storage import FetchPolicy, FetchStats, open_source, reopen, with_retries
 from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size
 from episodic.tabular import load_columns
 
@@ -312,3 +312,14 @@ def test_map_style_parquet_reads_over_http_are_retried(server, dataset):
     got = load_columns(remote, np.arange(4), names)
     assert all(np.array_equal(want.arrays[n], got.arrays[n]) for n in names)
     assert not server.faults
+
+
+def test_reopen_keeps_location_options_and_policy(server, dataset):
+    url = _serve_dataset(server, dataset)
+    source = open_source(url, storage_options={"headers": {"X-Test": "1"}}, policy=FAST)
+    again = reopen(source)
+    assert again.location == url and again.storage_options == {"headers": {"X-Test": "1"}}
+    assert again.policy is FAST and again.root == source.root
+    assert again.read_bytes("meta/info.json") == (dataset / "meta/info.json").read_bytes()
+    local = open_source(dataset)
+    assert reopen(local) is local
