@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+import time
 
 import pytest
 
@@ -124,15 +125,14 @@ def test_concurrent_writers_from_two_processes(tmp_path):
     for p in procs:
         p.start()
     start.set()
-    seen = set()
-    while any(p.is_alive() for p in procs):  # a reader only ever sees one whole content
+    deadline = time.monotonic() + 120
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:  # a reader sees whole contents only
         try:
             with open(final, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             continue
         assert data in (b"\x01" * 200_000, b"\x02" * 200_000)
-        seen.add(data[0])
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
