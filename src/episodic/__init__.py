@@ -13,6 +13,7 @@ _LAZY = {
     "load_metadata": "episodic.format",
     "DatasetFormatError": "episodic.format",
     "EpisodicError": "episodic.format",
+    "FetchError": "episodic.format",
     "FrameTimestampError": "episodic.format",
     "VideoDecodeError": "episodic.format",
 }

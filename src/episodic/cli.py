@@ -13,6 +13,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     from .datasets import LeRobotDataset
     from .demo import write_demo_dataset
+    from .format.timebase import frames_to_seconds
     from .storage.cache import default_cache_dir
 
     root = default_cache_dir() / "demo" / f"demo-{args.episodes}ep"
@@ -20,8 +21,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"writing the demo dataset ({args.episodes} episodes, 2 cameras) to {root}")
         write_demo_dataset(root, num_episodes=args.episodes, progress=not args.quiet)
     fps = 30
-    ds = LeRobotDataset("demo", root=root, delta_timestamps={"action": [i / fps for i in range(16)],
-                                                             "observation.state": [-1 / fps, 0.0]})
+    ds = LeRobotDataset("demo", root=root, delta_timestamps={"action": [frames_to_seconds(i, fps) for i in range(16)],
+                                                             "observation.state": [frames_to_seconds(-1, fps), 0.0]})
     print(ds)
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     frames, t0 = 0, time.perf_counter()
@@ -36,12 +37,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .format import load_metadata
     from .storage import open_source
     from .tools.info import summary
 
     src = open_source(args.path)
-    print(summary(load_metadata(src.fs, src.root)))
+    print(summary(src.load_metadata()))
     return 0
 
 

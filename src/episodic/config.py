@@ -8,6 +8,7 @@
 | `EPISODIC_DECODE_THREADS` | video decode threads per process | the process's share of the cores |
 | `EPISODIC_WORKER_SHARING` | tensor sharing of DataLoader workers when a loader says `sharing="auto"` | `file_system` |
 | `EPISODIC_FORCE_MMAP` | memory-map tabular columns (in the cache) whatever their size (tests, small machines) | off (memory-map from 1 GiB) |
+| `EPISODIC_FETCH_TIMEOUT` | seconds one remote request (a file, a byte range, a size) may take before it counts as a transient failure and is retried; `0`: no limit | `60` |
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
 variable is unset (the encoder prints a banner at every start otherwise).
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "quiet_svt_av1"]
+__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s", "quiet_svt_av1"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -61,6 +62,20 @@ def worker_sharing() -> str:
 def force_mmap() -> bool:
     """$EPISODIC_FORCE_MMAP set to anything but '' or '0'."""
     return os.environ.get("EPISODIC_FORCE_MMAP", "") not in ("", "0")
+
+
+def fetch_timeout_s() -> float | None:
+    """$EPISODIC_FETCH_TIMEOUT in seconds (default 60); None when set to 0 (no limit)."""
+    value = os.environ.get("EPISODIC_FETCH_TIMEOUT")
+    if not value:
+        return 60.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"EPISODIC_FETCH_TIMEOUT must be a number of seconds in [0, 3600], got {value!r}")
+    return seconds or None
 
 
 def quiet_svt_av1() -> None:

@@ -12,31 +12,14 @@ import torch
 
 from .. import config
 from ..counters import Counters
-from ..format.metadata import DatasetMetadata, load_metadata
-from ..storage.cache import FileCache
-from ..storage.hub import download, hub_root
-from ..storage.source import Source, is_url, open_source
+from ..format.metadata import DatasetMetadata
+from ..storage.resolve import resolve_source
+from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..video import DecoderCache
 from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
 from .facts import DatasetFacts
 from .engine import FrameEngine, ItemSpec, select_episodes
-
-
-def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
-                   episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
-                   storage_options: dict | None = None, cache_dir: str | None = None) -> Source:
-    """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
-    when given, else into the cache)."""
-    cache = FileCache(Path(cache_dir) / "files") if cache_dir else None
-    if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
-        return open_source(root, storage_options=storage_options, cache=cache)
-    if repo_id is None:
-        return open_source(root, storage_options=storage_options, cache=cache)  # raises: not found
-    local = Path(root) if root is not None else hub_root(repo_id, revision)
-    if not (local / "meta" / "info.json").exists() or episodes is not None or video_keys is not None:
-        download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys)
-    return open_source(local, cache=cache)
 
 
 class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
@@ -69,12 +52,13 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
             _source = resolve_source(None if local_or_url else src, src if local_or_url else None, revision,
                                      episodes, video_keys, storage_options, cache_dir)
         self.source = _source
-        self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
+        self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
         self.counters = Counters()
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
-                               mmap_dir=cache_root / "tabular")
+                               mmap_dir=cache_root / "tabular",
+                               open_file=None if self.source.is_local else self.source.open_for_read)
         self.engine = FrameEngine(self.spec, self.meta, self.source, columns, counters=self.counters,
                                   decoders=DecoderCache(max_open=decoder_cache_size, counters=self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None

@@ -53,8 +53,7 @@ class ConsumerPipeline:
             self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
         o = options
         self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, o.cache_max_bytes, self.local,
-                                     threads=o.prefetch_threads, retries=o.fetch_retries, backoff_s=o.fetch_backoff_s,
-                                     max_backoff_s=o.fetch_max_backoff_s, stats=counters)
+                                     threads=o.prefetch_threads, policy=o.fetch, stats=counters)
         if self.local:
             self.meta = self.remote_meta = meta
             self.source = source

@@ -20,18 +20,19 @@ import torch
 
 from .. import config, runtime
 from ..counters import Counters
-from ..format.metadata import DatasetMetadata, load_metadata
+from ..format.metadata import DatasetMetadata
 from ..order.pool_order import PoolOrder
 from ..order.shard import resolve_topology
 from ..order.stream_keys import consumer_rng
 from ..order.stream_plan import consumer_plan, segment_batches
 from ..order.stream_state import StreamState
+from ..storage.fetch import FetchPolicy
+from ..storage.resolve import reopen, resolve_source
 from ..storage.source import Source
 from ..video import DecoderCache
 from .collate import TensorSharing, deliver, to_torch, unbatch
 from .facts import DatasetFacts
 from .engine import ItemSpec, select_episodes
-from .map_style import resolve_source
 from .stream_options import StreamOptions
 from .stream_pipeline import ConsumerPipeline, iterate_consumer
 
@@ -82,13 +83,13 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self.options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
                                      prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
                                      tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
-                                     decoder_cache_size=decoder_cache_size, fetch_retries=fetch_retries,
-                                     fetch_backoff_s=fetch_backoff_s, fetch_max_backoff_s=fetch_max_backoff_s)
+                                     decoder_cache_size=decoder_cache_size,
+                                     fetch=FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
+                                                       max_backoff_s=fetch_max_backoff_s))
         self.repo_id, self.root, self.episodes = repo_id, root, episodes
-        self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None)
-        self._location = self.source.url("") if not self.source.is_local else self.source.root
-        self._storage_options = dict(storage_options or {})
-        self.meta: DatasetMetadata = load_metadata(self.source.fs, self.source.root)
+        self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None,
+                                             policy=self.options.fetch)
+        self.meta: DatasetMetadata = self.source.load_metadata()
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.shuffle = bool(shuffle)
@@ -185,15 +186,6 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         return out
 
     # ------------------------------------------------------------------ iteration
-    def _source(self) -> Source:
-        """The source for this process: a forked worker must not use its parent's async HTTP session."""
-        if self.source.is_local:
-            return self.source
-        import fsspec
-
-        fs, root = fsspec.core.url_to_fs(self._location, **self._storage_options)
-        return Source(fs=fs, root=root.rstrip("/"))
-
     def __iter__(self) -> Iterator[dict]:
         """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
         when the topology matches; counts nothing (use `loader()` for that)."""
@@ -220,7 +212,7 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                           consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
         order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
-        pipeline = ConsumerPipeline(self.meta, self.spec, self._source(), self.options, self.counters, self.decoders,
+        pipeline = ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
                                     plan.episodes, plan.frames, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
         for arrays in iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start):
             batch = to_torch(arrays, self.camera_keys, self.return_uint8, sharing=it.sharing, channels_first=True)

@@ -1,11 +1,12 @@
 """Format layer: LeRobot dataset metadata, paths, schemas and stats. Depends on numpy, pyarrow; never on torch."""
 
-from .errors import DatasetFormatError, EpisodeIndexError, EpisodicError, FrameTimestampError, VideoDecodeError
+from .errors import (DatasetFormatError, EpisodeIndexError, EpisodicError, FetchError, FrameTimestampError,
+                     MissingFileError, VideoDecodeError)
 from .features import Feature
 from .info import DatasetInfo
 from .metadata import DatasetMetadata, EpisodeTable, load_metadata
 
 __all__ = [
     "DatasetFormatError", "DatasetInfo", "DatasetMetadata", "EpisodeIndexError", "EpisodeTable", "EpisodicError",
-    "Feature", "FrameTimestampError", "VideoDecodeError", "load_metadata",
+    "Feature", "FetchError", "FrameTimestampError", "MissingFileError", "VideoDecodeError", "load_metadata",
 ]

@@ -1,15 +1,20 @@
 """Dataset metadata (info, episodes, tasks, stats) for the v3.0 and v2.x layouts, in one compact model.
 
 Everything here reads through an fsspec filesystem and a root path, so local directories and remote URLs
-load the same way. Episodes are held as numpy columns (one entry per episode), never as a dict per episode.
+load the same way. Files are read with a `read(rel) -> bytes` function: by default a plain read of
+`fs`; `episodic.storage` passes one that retries remote reads under its fetch policy (`Source.load_metadata`)
+(this layer does not import storage). Episodes are held as numpy columns (one entry per episode), never as
+a dict per episode.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import posixpath
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DatasetFormatError, EpisodeIndexError
+from .errors import DatasetFormatError, EpisodeIndexError, MissingFileError
 from .info import DatasetInfo
 from .stats import Stats, aggregate_stats, stats_from_json
+from .timebase import frames_to_seconds
 
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
@@ -29,22 +35,30 @@ V21_EPISODES = "meta/episodes.jsonl"
 V21_TASKS = "meta/tasks.jsonl"
 V21_EPISODE_STATS = "meta/episodes_stats.jsonl"
 
+Reader = Callable[[str], bytes]  # rel -> the file's bytes; raises MissingFileError when there is no such file
+
 
 def read_bytes(fs, root: str, rel: str) -> bytes:
+    """The plain reader: `root/rel` read through `fs` (no retries)."""
     path = posixpath.join(root, rel)
     try:
         with fs.open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
-        raise DatasetFormatError(f"{path}: file not found") from None
+        raise MissingFileError(f"{path}: file not found") from None
     except OSError as e:
         raise DatasetFormatError(f"{path}: cannot read ({e})") from None
 
 
-def read_parquet(fs, root: str, rel: str, columns=None) -> pa.Table:
-    """Read a parquet file; `columns` is a list of names or a predicate on a column name."""
+def plain_reader(fs, root: str) -> Reader:
+    """`read(rel)` for `root` on `fs`: the default of `load_metadata`."""
+    return functools.partial(read_bytes, fs, root)
+
+
+def read_parquet(read: Reader, root: str, rel: str, columns=None) -> pa.Table:
+    """Read a parquet file with `read`; `columns` is a list of names or a predicate on a column name."""
     path = posixpath.join(root, rel)
-    data = read_bytes(fs, root, rel)
+    data = read(rel)
     try:
         pf = pq.ParquetFile(io.BytesIO(data))
         if callable(columns):
@@ -54,8 +68,8 @@ def read_parquet(fs, root: str, rel: str, columns=None) -> pa.Table:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
 
 
-def _jsonl(fs, root: str, rel: str) -> list[dict]:
-    text = read_bytes(fs, root, rel).decode("utf-8")
+def _jsonl(read: Reader, root: str, rel: str) -> list[dict]:
+    text = read(rel).decode("utf-8")
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -201,14 +215,16 @@ class DatasetMetadata:
         cam = self.episodes.cameras[key]
         return cam.files[cam.file_id[episode]]
 
-    def episode_stats(self, episode: int) -> Stats:
-        """Per-episode stats, read on demand (they are not kept in memory)."""
+    def episode_stats(self, episode: int, read: Reader | None = None) -> Stats:
+        """Per-episode stats, read on demand (they are not kept in memory) with `read` (default: a plain
+        read of `fs`)."""
+        read = read or plain_reader(self.fs, self.root)
         if self.info.is_v21:
-            for row in _jsonl(self.fs, self.root, V21_EPISODE_STATS):
+            for row in _jsonl(read, self.root, V21_EPISODE_STATS):
                 if int(row.get("episode_index", -1)) == episode:
                     return stats_from_json(row.get("stats", {}))
             return {}
-        table = _read_v30_episode_tables(self.fs, self.root, self.info, stats=True)
+        table = _read_v30_episode_tables(read, self.root, self.info, stats=True)
         row = table.slice(episode, 1).to_pylist()[0]
         out: Stats = {}
         for name, value in row.items():
@@ -218,13 +234,17 @@ class DatasetMetadata:
         return out
 
 
-def load_metadata(fs, root: str) -> DatasetMetadata:
+def load_metadata(fs, root: str, read: Reader | None = None) -> DatasetMetadata:
+    """The metadata of the dataset at `root` on `fs`. `read(rel) -> bytes` reads one file of it (default: a
+    plain read of `fs`; `Source.load_metadata` passes one that retries remote reads); it must raise
+    MissingFileError for a file that does not exist."""
     root = root.rstrip("/") or "/"
-    info = DatasetInfo.from_json(read_bytes(fs, root, INFO_PATH), source=posixpath.join(root, INFO_PATH))
+    read = read or plain_reader(fs, root)
+    info = DatasetInfo.from_json(read(INFO_PATH), source=posixpath.join(root, INFO_PATH))
     if info.is_v21:
-        episodes, tasks, stats = _load_v21(fs, root, info)
+        episodes, tasks, stats = _load_v21(read, root, info)
     else:
-        episodes, tasks, stats = _load_v30(fs, root, info)
+        episodes, tasks, stats = _load_v30(read, root, info)
     _warn_unknown_tasks(episodes, tasks, posixpath.join(root, "meta"))
     return DatasetMetadata(fs=fs, root=root, info=info, episodes=episodes, tasks=tasks, stats=stats)
 
@@ -240,9 +260,9 @@ def _warn_unknown_tasks(episodes: EpisodeTable, tasks: list[str], source: str) -
         )
 
 
-def _read_stats_json(fs, root: str) -> Stats | None:
+def _read_stats_json(read: Reader, root: str) -> Stats | None:
     try:
-        raw = json.loads(read_bytes(fs, root, STATS_PATH))
+        raw = json.loads(read(STATS_PATH))
     except DatasetFormatError:
         return None
     except json.JSONDecodeError as e:
@@ -251,23 +271,30 @@ def _read_stats_json(fs, root: str) -> Stats | None:
 
 
 # ----------------------------------------------------------------------------- v3.0
-def _read_v30_episode_tables(fs, root: str, info: DatasetInfo, stats: bool = False) -> pa.Table:
+def _read_v30_episode_tables(read: Reader, root: str, info: DatasetInfo, stats: bool = False) -> pa.Table:
     """Read meta/episodes/*.parquet in order. Files are found by walking the path template, so no listing
-    is needed (HTTP servers cannot list)."""
+    is needed (HTTP servers cannot list): after a missing file other than a chunk's first, the next chunk's
+    first file."""
+    columns = None if stats else (lambda c: not c.startswith("stats/"))
+
+    def table_or_none(chunk: int, file: int) -> pa.Table | None:
+        try:
+            return read_parquet(read, root, EPISODES_PATH.format(chunk_index=chunk, file_index=file), columns)
+        except MissingFileError:
+            return None
+
     tables: list[pa.Table] = []
     rows, chunk, file = 0, 0, 0
     while rows < info.total_episodes:
-        rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
-        if not fs.exists(posixpath.join(root, rel)):
-            nxt = EPISODES_PATH.format(chunk_index=chunk + 1, file_index=0)
-            if file > 0 and fs.exists(posixpath.join(root, nxt)):
-                chunk, file = chunk + 1, 0
-                continue
-            raise DatasetFormatError(
+        t = table_or_none(chunk, file)
+        if t is None and file > 0 and (t := table_or_none(chunk + 1, 0)) is not None:
+            chunk, file = chunk + 1, 0
+        if t is None:
+            rel = EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+            raise MissingFileError(
                 f"{posixpath.join(root, rel)}: file not found; episodes files hold {rows} of the "
                 f"{info.total_episodes} episodes that info.json announces"
             )
-        t = read_parquet(fs, root, rel, columns=None if stats else (lambda c: not c.startswith("stats/")))
         tables.append(t)
         rows += t.num_rows
         file += 1
@@ -290,9 +317,9 @@ def _int_col(table: pa.Table, name: str, source: str) -> np.ndarray:
         raise DatasetFormatError(f"{source}: column {name!r} is not integer ({e})") from None
 
 
-def _load_v30(fs, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
+def _load_v30(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, "meta/episodes")
-    table = _read_v30_episode_tables(fs, root, info)
+    table = _read_v30_episode_tables(read, root, info)
     ep_index = _int_col(table, "episode_index", source)
     order = np.argsort(ep_index, kind="stable")
     if not np.array_equal(ep_index[order], np.arange(len(ep_index))):
@@ -331,14 +358,14 @@ def _load_v30(fs, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str]
         extra=extra,
     )
     episodes.check(source, info.total_frames)
-    tasks = _load_tasks_parquet(fs, root)
-    stats = _read_stats_json(fs, root) or {}
+    tasks = _load_tasks_parquet(read, root)
+    stats = _read_stats_json(read, root) or {}
     return episodes, tasks, stats
 
 
-def _load_tasks_parquet(fs, root: str) -> list[str]:
+def _load_tasks_parquet(read: Reader, root: str) -> list[str]:
     source = posixpath.join(root, TASKS_PATH)
-    t = read_parquet(fs, root, TASKS_PATH)
+    t = read_parquet(read, root, TASKS_PATH)
     names = [c for c in t.column_names if c != "task_index"]
     text_col = "task" if "task" in names else next((c for c in names if pa.types.is_string(t.schema.field(c).type)
                                                      or pa.types.is_large_string(t.schema.field(c).type)), None)
@@ -359,9 +386,9 @@ V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parq
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
 
-def _load_v21(fs, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
+def _load_v21(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, V21_EPISODES)
-    rows = sorted(_jsonl(fs, root, V21_EPISODES), key=lambda r: int(r.get("episode_index", -1)))
+    rows = sorted(_jsonl(read, root, V21_EPISODES), key=lambda r: int(r.get("episode_index", -1)))
     ep_index = np.array([int(r.get("episode_index", -1)) for r in rows], dtype=np.int64)
     if not np.array_equal(ep_index, np.arange(len(rows))):
         raise DatasetFormatError(f"{source}: episode_index must run 0..{len(rows) - 1} without gaps")
@@ -379,18 +406,23 @@ def _load_v21(fs, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str]
     for key in info.video_keys:
         files = [video_tpl.format(episode_chunk=int(c), video_key=key, episode_index=int(e)) for c, e in zip(chunk, ep_index)]
         cameras[key] = CameraFiles(files=files, file_id=np.arange(len(rows), dtype=np.int32),
-                                   from_ts=np.zeros(len(rows)), to_ts=length / float(info.fps))
+                                   from_ts=np.zeros(len(rows)), to_ts=frames_to_seconds(length, info.fps))
     episodes = EpisodeTable(
         length=length, dataset_from_index=from_index, dataset_to_index=to_index,
         tasks=[list(r.get("tasks") or []) for r in rows], data_files=data_files,
         data_file_id=np.arange(len(rows), dtype=np.int32), cameras=cameras,
     )
     episodes.check(source, info.total_frames)
-    task_rows = _jsonl(fs, root, V21_TASKS)
+    task_rows = _jsonl(read, root, V21_TASKS)
     tasks = [""] * (max((int(r["task_index"]) for r in task_rows), default=-1) + 1)
     for r in task_rows:
         tasks[int(r["task_index"])] = r["task"]
-    stats = _read_stats_json(fs, root)
-    if stats is None and fs.exists(posixpath.join(root, V21_EPISODE_STATS)):
-        stats = aggregate_stats(stats_from_json(r.get("stats", {})) for r in _jsonl(fs, root, V21_EPISODE_STATS))
+    stats = _read_stats_json(read, root)
+    if stats is None:
+        try:
+            per_episode = _jsonl(read, root, V21_EPISODE_STATS)
+        except MissingFileError:
+            per_episode = None
+        if per_episode is not None:
+            stats = aggregate_stats(stats_from_json(r.get("stats", {})) for r in per_episode)
     return episodes, tasks, stats or {}

@@ -5,81 +5,55 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import tempfile
 import time
 from pathlib import Path
 
-from ..format.errors import DatasetFormatError
+from .. import config
+from .atomic import atomic_write_bytes  # noqa: F401 -- also imported from here by datasets/streaming.py
+from ..counters import Counters
+from .fetch import FetchPolicy, fetch_bytes
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("EPISODIC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic"
-    )
-    return Path(base)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file in the same directory and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Root of episodic's cache (see `episodic.config.cache_dir`)."""
+    return config.cache_dir()
 
 
 class FileCache:
     """Whole-file cache keyed by URL. Concurrent fetches of one file by several processes are harmless: each
-    writes its own temporary file and the renames are atomic."""
+    writes its own temporary file and the renames are atomic. Fetches follow `policy` (default
+    `FetchPolicy()`) and are counted in `stats`."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, retries: int = 5, backoff_s: float = 0.1):
+    def __init__(self, directory: str | os.PathLike | None = None, policy: FetchPolicy | None = None,
+                 stats: Counters | None = None):
         self.directory = Path(directory) if directory else default_cache_dir() / "files"
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.bytes_fetched = 0
-        self.fetch_seconds = 0.0
-        self.retry_count = 0
+        self.policy = policy
+        self.stats = stats if stats is not None else Counters()
+
+    @property
+    def bytes_fetched(self) -> int:
+        return self.stats.bytes_fetched
+
+    @property
+    def fetch_seconds(self) -> float:
+        return self.stats.fetch_seconds
+
+    @property
+    def retry_count(self) -> int:
+        return self.stats.retries
 
     def key_path(self, url: str) -> Path:
         digest = hashlib.sha1(url.encode()).hexdigest()[:16]
         return self.directory / digest[:2] / f"{digest}-{posixpath.basename(url)}"
 
-    def fetch(self, fs, path: str) -> str:
+    def fetch(self, fs, path: str, policy: FetchPolicy | None = None) -> str:
+        """A local copy of `path` on `fs` (fetched once, under `policy`, else the cache's own)."""
         url = fs.unstrip_protocol(path)
         local = self.key_path(url)
         if local.exists():
             return str(local)
         t0 = time.perf_counter()
-        data = self._read_with_retries(fs, path, url)
+        data = fetch_bytes(fs, path, url, policy or self.policy, self.stats)
         atomic_write_bytes(local, data)
-        self.bytes_fetched += len(data)
-        self.fetch_seconds += time.perf_counter() - t0
+        self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, files_fetched=1)
         return str(local)
-
-    def _read_with_retries(self, fs, path: str, url: str) -> bytes:
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                with fs.open(path, "rb") as f:
-                    data = f.read()
-                size = fs.size(path) if hasattr(fs, "size") else None
-                if size is not None and len(data) != size:
-                    raise OSError(f"truncated read: {len(data)} of {size} bytes")
-                return data
-            except FileNotFoundError:
-                raise DatasetFormatError(f"{url}: file not found") from None
-            except Exception as e:  # transient network errors: retry with capped exponential backoff
-                if attempt == self.retries:
-                    raise DatasetFormatError(f"{url}: cannot fetch after {attempt + 1} attempts ({e})") from None
-                self.retry_count += 1
-                time.sleep(delay * (0.5 + os.urandom(1)[0] / 255))
-                delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from fsspec.implementations.local import LocalFileSystem
 
+from .. import config
 from ..format.errors import DatasetFormatError
 from ..format.metadata import load_metadata
 from .cache import default_cache_dir
@@ -21,9 +22,9 @@ from .cache import default_cache_dir
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
     """Where a Hub dataset lives locally: $HF_LEROBOT_HOME/<repo_id> when set (LeRobot's place), else the
     episodic cache."""
-    base = os.environ.get("HF_LEROBOT_HOME")
-    root = Path(base) / repo_id if base else default_cache_dir() / "hub" / repo_id
-    return root / revision if revision and not base else root
+    base = config.hub_home()
+    root = base / repo_id if base is not None else default_cache_dir() / "hub" / repo_id
+    return root / revision if revision and base is None else root
 
 
 def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:

@@ -22,9 +22,10 @@ never evicted, so the budget is a soft cap when the pool's own files exceed it. 
 whenever bytes are written to (or removed with) a mirror file: a decoder opened on a sparse file before
 then may have buffered zeros from a hole that is now filled, and must be reopened.
 
-Transient errors (anything but "not found") are retried with capped exponential backoff and full jitter;
-after `retries` retries the error is permanent and names the URL. A range whose body is shorter or longer
-than asked for counts as a transient error.
+Every remote read goes through the one fetch policy (`storage.fetch`: transient failures retried with
+capped exponential backoff and full jitter, "not found" at once, FetchError naming the URL when retries
+run out); a range whose body is shorter than asked for is retried, a longer one means the server ignores
+Range headers (`RangesIgnored`): from then on whole files are fetched.
 """
 
 from __future__ import annotations
@@ -40,82 +41,25 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from .atomic import atomic_write_bytes
 from ..counters import Counters
-from ..format.errors import DatasetFormatError
-from .cache import atomic_write_bytes
+from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size
 from .ranges import (
     Mp4Layout,
     RangeFile,
     SparseFile,
     add_range,
     missing_ranges,
+    open_ranged,
     probe_mp4,
+    read_tail,
 )
+
+__all__ = ["Prefetcher", "RangesIgnored"]  # RangesIgnored: from storage.fetch
 
 T = TypeVar("T")
 
 RANGE_CHUNK = 8 << 20  # a long range is fetched in requests of at most this many bytes
-
-
-class RangesIgnored(Exception):
-    """The server answered a range request with more bytes than asked for (it ignores Range headers, like
-    Python's http.server): not retried; the prefetcher falls back to whole files."""
-
-
-def with_retries(call: Callable[[], T], url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: Counters | None = None, rng: random.Random | None = None) -> T:
-    """`call()`, retried on transient failures with capped exponential backoff + full jitter. "Not found"
-    is permanent at once; every permanent failure raises DatasetFormatError naming `url`."""
-    rng = rng or random.Random()
-    for attempt in range(retries + 1):
-        try:
-            return call()
-        except FileNotFoundError:
-            raise DatasetFormatError(f"{url}: file not found") from None
-        except (DatasetFormatError, RangesIgnored):
-            raise
-        except Exception as e:  # noqa: BLE001 -- transient: 5xx, resets, truncated bodies, timeouts
-            if attempt == retries:
-                raise DatasetFormatError(f"{url}: cannot fetch after {attempt + 1} attempts "
-                                         f"({type(e).__name__}: {e})") from None
-            if stats is not None:
-                stats.add(retries=1)
-            time.sleep(rng.uniform(0, min(max_backoff_s, backoff_s * (2 ** attempt))))
-    raise AssertionError("unreachable")
-
-
-def fetch_bytes(fs, path: str, url: str, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                stats: Counters | None = None, rng: random.Random | None = None, start: int | None = None,
-                end: int | None = None) -> bytes:
-    """The whole file (checked against its size when the filesystem reports one), or with `start`/`end`
-    the byte range [start, end) (checked to be exactly that long); transient failures are retried with
-    capped exponential backoff + full jitter. Raises DatasetFormatError naming `url`."""
-    state = {"attempt": 0}
-
-    def whole() -> bytes:
-        state["attempt"] += 1
-        size = None
-        try:
-            size = fs.info(path).get("size")
-        except FileNotFoundError:
-            raise
-        except Exception:
-            if state["attempt"] <= retries:  # the size is a check only; a failed HEAD is retried like a failed GET
-                raise
-        data = fs.cat_file(path)
-        if size is not None and len(data) != size:
-            raise OSError(f"truncated body: {len(data)} of {size} bytes")
-        return data
-
-    def ranged() -> bytes:
-        data = fs.cat_file(path, start=start, end=end)
-        if len(data) > end - start:
-            raise RangesIgnored(f"{url}: asked for bytes {start}-{end}, got {len(data)} bytes")
-        if len(data) != end - start:
-            raise OSError(f"bytes {start}-{end}: got {len(data)} of {end - start} bytes")
-        return data
-
-    return with_retries(whole if start is None else ranged, url, retries, backoff_s, max_backoff_s, stats, rng)
 
 
 class Prefetcher:
@@ -125,20 +69,21 @@ class Prefetcher:
     `acquire*` returns a Future of the local path (fetching in a background thread if needed) and takes a
     reference; `release(rel)` drops it. The future is done once every byte the caller asked for is written.
     For a local filesystem the files are used in place: `acquire*` return a finished future of the original
-    path and nothing is copied or counted.
+    path and nothing is copied or counted. Remote reads follow `policy` (default: a FetchPolicy of
+    `retries`, `backoff_s` and `max_backoff_s`).
     """
 
     def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
                  threads: int = 4, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  stats: Counters | None = None, seed: int | None = None, ranges: bool = True,
-                 max_idle_files: int = 32):
+                 max_idle_files: int = 32, policy: FetchPolicy | None = None):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
         self.max_idle_files = int(max_idle_files)
         self.max_tails = 16
         self._tails: OrderedDict[str, tuple[int, int, bytes]] = OrderedDict()  # path -> (size, start, bytes)
-        self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
+        self.policy = policy or FetchPolicy(retries=retries, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
         self.ranges = ranges
         self.stats = stats if stats is not None else Counters()
         self._rng = random.Random(seed)
@@ -204,15 +149,12 @@ class Prefetcher:
     # ------------------------------------------------------------------ remote reads
     def _fetch_range(self, path: str, url: str, start: int, end: int) -> bytes:
         t0 = time.perf_counter()
-        data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats,
-                           self._rng, start=start, end=end)
+        data = fetch_bytes(self.fs, path, url, self.policy, self.stats, start=start, end=end, rng=self._rng)
         self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, ranges_fetched=1)
         return data
 
     def _size(self, path: str, url: str) -> int | None:
-        size = with_retries(lambda: self.fs.info(path).get("size"), url, self.retries, self.backoff_s,
-                            self.max_backoff_s, self.stats, self._rng)
-        return int(size) if size is not None else None
+        return file_size(self.fs, path, url, self.policy, self.stats, rng=self._rng)
 
     def open_remote(self, path: str, min_read: int = 0) -> io.RawIOBase:
         """A seekable read-only file of `path` (on this prefetcher's filesystem) whose reads are retried range
@@ -227,27 +169,17 @@ class Prefetcher:
         if tail is None:
             size = self._size(path, url)
             if size is None:
-                data = fetch_bytes(self.fs, path, url, self.retries, self.backoff_s, self.max_backoff_s, self.stats,
-                                   self._rng)
+                data = fetch_bytes(self.fs, path, url, self.policy, self.stats, rng=self._rng)
                 self.stats.add(bytes_fetched=len(data))
                 return io.BytesIO(data)
             # a server that ignores Range headers shows here (RangesIgnored), not in the middle of a read
-            start = max(0, size - (64 << 10))
-            data = self._fetch_range(path, url, start, size)
-            if len(data) >= 8 and data[-4:] == b"PAR1":  # parquet: 4-byte footer length, then the magic
-                need = int.from_bytes(data[-8:-4], "little") + 8
-                if len(data) < need <= size:
-                    data = self._fetch_range(path, url, size - need, start) + data
-                    start = size - need
-            tail = (size, start, data)
+            tail = (size, *read_tail(lambda s, e: self._fetch_range(path, url, s, e), size))
             with self._lock:
                 self._tails[path] = tail
                 while len(self._tails) > self.max_tails:
                     self._tails.popitem(last=False)
         size, start, data = tail
-        rf = RangeFile(lambda s, e: self._fetch_range(path, url, s, e), size, min_read=min_read)
-        rf.add_piece(start, data)
-        return rf
+        return open_ranged(lambda s, e: self._fetch_range(path, url, s, e), size, (start, data), min_read=min_read)
 
     # ------------------------------------------------------------------ whole files
     def _run_once(self, table: dict[str, Future], rel: str, fn: Callable[[], T]) -> T:
@@ -271,8 +203,7 @@ class Prefetcher:
     def _fetch_whole(self, rel: str) -> str:
         local = self.directory / rel
         t0 = time.perf_counter()
-        data = fetch_bytes(self.fs, f"{self.root}/{rel}", self.url(rel), self.retries, self.backoff_s,
-                           self.max_backoff_s, self.stats, self._rng)
+        data = fetch_bytes(self.fs, f"{self.root}/{rel}", self.url(rel), self.policy, self.stats, rng=self._rng)
         atomic_write_bytes(local, data)
         self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, files_fetched=1)
         with self._lock:

@@ -1,5 +1,6 @@
-"""Byte ranges of remote files: a read-only remote file over a range-fetch function, the sample layout of
-an mp4 (which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
+"""Byte ranges of remote files: a read-only remote file over a range-fetch function (`RangeFile`, opened
+with `open_for_read`), where a parquet file's footer and row groups lie, the sample layout of an mp4
+(which bytes an episode's frames need), and sparse local files that hold only fetched ranges.
 
 A consumer of a remote dataset fetches the mp4 header once (whatever FFmpeg reads to open the file, recorded
 by `RangeFile`), then per episode only the samples of its time span (`Mp4Layout.span`), and writes them at
@@ -15,8 +16,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
+
+from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, frames_to_seconds, span_window
+from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size, is_local
 
 Range = tuple[int, int]  # [start, end)
 
@@ -160,6 +165,82 @@ class RangeFile(io.RawIOBase):
         return bytes(out)
 
 
+def open_ranged(fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, bytes] | None = None,
+                min_read: int = 0) -> RangeFile:
+    """A RangeFile of `size` bytes over `fetch(start, end)` with the file's tail in place: `tail`
+    ((start, bytes), from `read_tail`, e.g. kept from an earlier open) or fetched now."""
+    start, data = tail if tail is not None else read_tail(fetch, size)
+    rf = RangeFile(fetch, size, min_read=min_read)
+    rf.add_piece(start, data)
+    return rf
+
+
+def open_for_read(fs, path: str, policy: FetchPolicy | None = None, counters: Any = None,
+                  min_read: int = 0) -> BinaryIO:
+    """A seekable read-only binary file of `path` on `fs`. A local file is opened directly. A remote file
+    is a `RangeFile` whose reads are range requests retried under `policy` (its tail, for a parquet file
+    the whole footer, fetched at once); the whole file (retried) when its size is unknown or the server
+    ignores Range headers."""
+    if is_local(fs):
+        return fs.open(path, "rb")
+    url = fs.unstrip_protocol(path)
+    size = file_size(fs, path, url, policy, counters)
+    if size is not None:
+        def fetch(s: int, e: int) -> bytes:
+            return fetch_bytes(fs, path, url, policy, counters, start=s, end=e)
+
+        try:
+            return open_ranged(fetch, size, min_read=min_read)
+        except RangesIgnored:
+            pass
+    return io.BytesIO(fetch_bytes(fs, path, url, policy, counters))
+
+
+# ---------------------------------------------------------------------------------------------- parquet
+TAIL_BYTES = 64 << 10  # the first read of a remote file's end: most parquet footers fit in it
+PARQUET_MAGIC = b"PAR1"
+
+
+def parquet_footer_length(tail: bytes) -> int | None:
+    """Bytes of a parquet file's footer (its metadata, then a 4-byte little-endian length and the magic
+    "PAR1"), read from the file's last bytes; None when they do not end a parquet file."""
+    if len(tail) < 8 or tail[-4:] != PARQUET_MAGIC:
+        return None
+    return int.from_bytes(tail[-8:-4], "little") + 8
+
+
+def read_tail(fetch: Callable[[int, int], bytes], size: int, first: int = TAIL_BYTES) -> tuple[int, bytes]:
+    """(start, bytes) of the end of a file of `size` bytes through `fetch(start, end)`: its last `first`
+    bytes, extended back (one more request) to the whole footer of a parquet file whose footer is longer.
+    A server that ignores Range headers shows here (RangesIgnored), not in the middle of a read."""
+    start = max(0, size - first)
+    data = fetch(start, size)
+    need = parquet_footer_length(data)
+    if need is not None and len(data) < need <= size:
+        data = fetch(size - need, start) + data
+        start = size - need
+    return start, data
+
+
+def row_group_spans(metadata, groups: list[int]) -> list[Range]:
+    """Byte span [start, end) of each row group's column chunks, from a parquet file's metadata
+    (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`)."""
+    spans = []
+    for g in groups:
+        rg = metadata.row_group(g)
+        lo, hi = None, None
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            start = c.data_page_offset
+            if c.has_dictionary_page and c.dictionary_page_offset:
+                start = min(start, c.dictionary_page_offset)
+            lo = start if lo is None else min(lo, start)
+            hi = start + c.total_compressed_size if hi is None else max(hi, start + c.total_compressed_size)
+        if lo is not None:
+            spans.append((int(lo), int(hi)))
+    return spans
+
+
 # ---------------------------------------------------------------------------------------------- mp4 layout
 @dataclass
 class Mp4Layout:
@@ -174,12 +255,11 @@ class Mp4Layout:
     key: np.ndarray
     frame_s: float
 
-    def span(self, from_s: float, to_s: float, before: int = 1, after: int = 2) -> Range:
-        """[start, end) of the samples with times in [from_s - before frames, to_s + after frames],
-        extended back to the key frame at or before the first of them."""
-        eps = 1e-6
-        sel = np.flatnonzero((self.times >= from_s - before * self.frame_s - eps)
-                             & (self.times <= to_s + after * self.frame_s + eps))
+    def span(self, from_s: float, to_s: float, before: int = SPAN_FRAMES_BEFORE, after: int = SPAN_FRAMES_AFTER) -> Range:
+        """[start, end) of the samples with times in [from_s - before frames, to_s + after frames]
+        (`timebase.span_window`), extended back to the key frame at or before the first of them."""
+        lo, hi = span_window(from_s, to_s, self.frame_s, before, after)
+        sel = np.flatnonzero((self.times >= lo) & (self.times <= hi))
         if not len(sel):
             return (0, 0)
         first = int(sel[0])
@@ -213,7 +293,7 @@ def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
     if (pos < 0).any() or ((pos + nbytes) > rf.size).any():
         return None
     key[0] = True
-    frame_s = 1.0 / rate if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
+    frame_s = frames_to_seconds(1, rate) if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
     return Mp4Layout(size=rf.size, header=sorted(rf.pieces.items()), pos=pos, nbytes=nbytes, times=times,
                      key=key, frame_s=frame_s)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import posixpath
@@ -14,8 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..format.errors import DatasetFormatError
+from .. import config
+from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import DatasetMetadata
+from ..storage.atomic import AtomicFile
+from ..storage.fetch import is_local
+from ..storage.ranges import open_for_read, row_group_spans
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -99,10 +104,12 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
             cols = list(dict.fromkeys(names + ["episode_index"]))
             groups = _row_groups_for(pf, file_lengths, wanted)
             if groups is not None and hasattr(f, "prefetch"):  # a remote file: all row groups in one round trip
-                f.prefetch(_row_group_spans(pf, groups))
+                f.prefetch(row_group_spans(pf.metadata, groups))
             t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
-    except FileNotFoundError:
-        raise DatasetFormatError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
+    except (FileNotFoundError, MissingFileError):
+        raise MissingFileError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
+    except EpisodicError:  # e.g. a remote read that gave up (FetchError, an OSError): it names the URL already
+        raise
     except (pa.ArrowException, OSError) as e:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
     if groups is None:
@@ -112,31 +119,14 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
     return t
 
 
-def _row_group_spans(pf: pq.ParquetFile, groups: list[int]) -> list[tuple[int, int]]:
-    """Byte span [start, end) of each row group's column chunks in the file."""
-    md = pf.metadata
-    spans = []
-    for g in groups:
-        rg = md.row_group(g)
-        lo, hi = None, None
-        for j in range(rg.num_columns):
-            c = rg.column(j)
-            start = c.data_page_offset
-            if c.has_dictionary_page and c.dictionary_page_offset:
-                start = min(start, c.dictionary_page_offset)
-            lo = start if lo is None else min(lo, start)
-            hi = start + c.total_compressed_size if hi is None else max(hi, start + c.total_compressed_size)
-        if lo is not None:
-            spans.append((int(lo), int(hi)))
-    return spans
-
-
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
                  progress: bool = False, open_file: Callable[[str], Any] | None = None) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
-    one row group per episode, only the row groups) that hold them. `open_file(path)` (default
-    `meta.fs.open(path, "rb")`) opens a data file for reading."""
+    one row group per episode, only the row groups) that hold them. `open_file(path)` opens a data file for
+    reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads)."""
     info, table = meta.info, meta.episodes
+    if open_file is None and not is_local(meta.fs):
+        open_file = functools.partial(open_for_read, meta.fs)
     episodes = np.asarray(episodes, dtype=np.int64)
     lengths = table.length[episodes]
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -150,22 +140,42 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
 
     nbytes = sum(total * int(np.prod(shape_of(n) or (1,))) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
                  for n in numeric)
-    use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or bool(os.environ.get("EPISODIC_FORCE_MMAP")))
+    use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
-    mmap_paths: dict[str, Path] = {}
+    images: dict[str, list] = {n: [None] * total for n in image_names}
+    mmap_files: dict[str, AtomicFile] = {}  # memory-mapped columns: written under temporary names, then renamed
     if use_mmap:
         key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
         base = Path(mmap_dir) / key
-        base.mkdir(parents=True, exist_ok=True)
-    for n in numeric:
-        dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
-        if use_mmap and dt is not object:
-            mmap_paths[n] = base / f"{n}.npy"
-            arrays[n] = np.lib.format.open_memmap(base / f".{n}.npy.tmp", mode="w+", dtype=dt, shape=(total, *shape_of(n)))
-        else:
-            arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
-    images: dict[str, list] = {n: [None] * total for n in image_names}
+    try:
+        for n in numeric:
+            dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
+            if use_mmap and dt is not object:
+                mmap_files[n] = AtomicFile(base / f"{n}.npy")
+                arrays[n] = np.lib.format.open_memmap(mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n)))
+            else:
+                arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+        _read_files(meta, episodes, starts, names, arrays, images, progress, open_file)
+        for n, f in mmap_files.items():
+            arrays[n].flush()
+            del arrays[n]
+            arrays[n] = np.load(f.commit(), mmap_mode="r")
+    except BaseException:
+        arrays.clear()  # the maps go before their files
+        for f in mmap_files.values():
+            f.discard()
+        raise
+    return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)
 
+
+def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray, names: list[str],
+                arrays: dict[str, np.ndarray], images: dict[str, list], progress: bool,
+                open_file: Callable[[str], Any] | None) -> None:
+    """Fill `arrays` and `images` (rows `starts[p]:starts[p + 1]` for `episodes[p]`) from the data files."""
+    table, feats = meta.episodes, meta.info.features
+    lengths = np.diff(starts)
+    numeric = [n for n in names if n in arrays]
+    image_names = [n for n in names if n in images]
     file_ids = table.data_file_id[episodes]
     order = np.unique(file_ids)
     it = order
@@ -204,10 +214,3 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
             data = col.field("bytes").to_pylist() if pa.types.is_struct(col.type) else col.to_pylist()
             for r, b in zip(dst, data):
                 images[n][int(r)] = b
-    for n, final in mmap_paths.items():
-        arrays[n].flush()
-        tmp = arrays[n].filename
-        del arrays[n]
-        os.replace(tmp, final)
-        arrays[n] = np.load(final, mmap_mode="r")
-    return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)

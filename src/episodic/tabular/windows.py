@@ -6,6 +6,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..format.timebase import off_grid, seconds_to_frames
+
 
 def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: int, tolerance_s: float,
                   known_keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -20,8 +22,8 @@ def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: i
         s = np.asarray(list(seconds), dtype=np.float64)
         if s.ndim != 1 or len(s) == 0:
             raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {seconds!r}")
-        off = np.round(s * fps)
-        bad = np.abs(s - off / fps) > tolerance_s
+        off = seconds_to_frames(s, fps)
+        bad = off_grid(s, off, fps, tolerance_s)
         if bad.any():
             raise ValueError(
                 f"delta_timestamps[{key!r}]: {s[bad].tolist()} are not multiples of 1/fps (fps={fps}) within "

@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from ..format.errors import EpisodicError
+from ..format.timebase import frames_to_seconds
 
 SCHEMA = "episodic.bench/1"
 DEMO_EPISODES = 20
@@ -83,9 +84,9 @@ def bench_delta_timestamps(fps: int, features: Sequence[str], action_window: int
     + current. Keys the dataset lacks are left out."""
     dt: dict[str, list[float]] = {}
     if action_window > 0 and "action" in features:
-        dt["action"] = [i / fps for i in range(action_window)]
+        dt["action"] = [frames_to_seconds(i, fps) for i in range(action_window)]
     if state_window > 0 and "observation.state" in features:
-        dt["observation.state"] = [(i - state_window + 1) / fps for i in range(state_window)]
+        dt["observation.state"] = [frames_to_seconds(i - state_window + 1, fps) for i in range(state_window)]
     return dt or None
 
 
@@ -233,11 +234,10 @@ def environment() -> dict:
 
 # ---------------------------------------------------------------------------------------------- run
 def _make_dataset(cfg: BenchConfig, root: str):
-    from ..format import load_metadata
     from ..storage import open_source
 
     src = open_source(root)
-    meta = load_metadata(src.fs, src.root)
+    meta = src.load_metadata()
     cams = _resolve_cameras(cfg.cameras, list(meta.info.video_keys))
     dt = bench_delta_timestamps(meta.fps, list(meta.features), cfg.action_window, cfg.state_window)
     if cfg.mode == "map":

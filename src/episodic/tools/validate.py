@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..format.errors import EpisodicError
-from ..format.metadata import DatasetMetadata, load_metadata
+from ..format.metadata import DatasetMetadata
+from ..format.timebase import TIME_EPS_S, end_clamp_s, frames_to_seconds, off_grid
 from ..storage.source import Source, open_source
 from ..video import DecoderCache
 
@@ -36,7 +37,7 @@ def validate(location: str, progress: bool = True, tolerance_s: float = 1e-4, de
     report = Report(root=str(location))
     try:
         source = open_source(location)
-        meta = load_metadata(source.fs, source.root)
+        meta = source.load_metadata()
     except EpisodicError as e:
         report.add(str(e))
         return report
@@ -90,10 +91,11 @@ def _check_data(meta: DatasetMetadata, report: Report, progress: bool, tolerance
                 report.add(f"{path}: episode {e}: column 'index' is not the contiguous range {lo}..{hi - 1}")
             if not np.array_equal(frame_index[rows], np.arange(n)):
                 report.add(f"{path}: episode {e}: column 'frame_index' does not run 0..{n - 1}")
-            bad = np.abs(ts[rows] - np.arange(n) / fps) > tolerance_s
+            bad = off_grid(ts[rows], np.arange(n), fps, tolerance_s)
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                report.add(f"{path}: episode {e}: column 'timestamp' at frame {r} is {ts[rows][r]:.6f}, expected {r / fps:.6f}")
+                report.add(f"{path}: episode {e}: column 'timestamp' at frame {r} is {ts[rows][r]:.6f}, "
+                           f"expected {frames_to_seconds(r, fps):.6f}")
         stray = np.setdiff1d(np.unique(ep_col), owners)
         if len(stray):
             report.add(f"{path}: holds rows of episodes {stray.tolist()[:10]} that the metadata places elsewhere")
@@ -113,15 +115,16 @@ def _check_videos(meta: DatasetMetadata, source: Source, report: Report, progres
             report.add(f"{e} (camera {key!r}, episodes {owners.tolist()[:10]})")
             continue
         report.count("video files")
-        frame_t = 1.0 / meta.fps
+        frame_t = frames_to_seconds(1, meta.fps)
         last = reader.index.times[-1]
         for e in owners:
             lo, hi, n = float(cam.from_ts[e]), float(cam.to_ts[e]), int(eps.length[e])
-            if hi - lo < n * frame_t - tolerance_s - 1e-6 or abs((hi - lo) - n * frame_t) > frame_t + tolerance_s:
+            length_s = frames_to_seconds(n, meta.fps)
+            if hi - lo < length_s - tolerance_s - TIME_EPS_S or abs((hi - lo) - length_s) > frame_t + tolerance_s:
                 report.add(f"{path}: episode {e}, camera {key!r}: from/to timestamps {lo:.4f}..{hi:.4f}s span "
-                           f"{hi - lo:.4f}s but the episode has {n} frames ({n * frame_t:.4f}s)")
-            end = lo + (n - 1) * frame_t
-            if end > last + frame_t + tolerance_s:
+                           f"{hi - lo:.4f}s but the episode has {n} frames ({length_s:.4f}s)")
+            end = lo + frames_to_seconds(n - 1, meta.fps)
+            if end > last + end_clamp_s(meta.fps, tolerance_s):  # the decoder would not clamp it to the last frame
                 report.add(f"{path}: episode {e}, camera {key!r}: video ends at {last:.4f}s, before the episode's "
                            f"last frame at {end:.4f}s (video shorter than its metadata)")
                 continue

@@ -18,6 +18,7 @@ from av.video.reformatter import VideoReformatter
 from .. import runtime
 from ..counters import Counters
 from ..format.errors import FrameTimestampError, VideoDecodeError
+from ..format.timebase import end_clamp_s
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,12 @@ class VideoReader:
         return self._stream.codec_context.height, self._stream.codec_context.width
 
     def locate(self, times: np.ndarray, tolerance_s: float, clamp_s: float | None = None) -> np.ndarray:
-        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default one frame)
-        are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
+        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default
+        `timebase.end_clamp_s`: one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
         times = np.asarray(times, dtype=np.float64)
         idx, dist = self.index.nearest(times)
         last = self.index.times[-1]
-        clamp_s = 1.0 / self.index.fps + tolerance_s if clamp_s is None else clamp_s
+        clamp_s = end_clamp_s(self.index.fps, tolerance_s) if clamp_s is None else clamp_s
         clamped = (times > last) & (times <= last + clamp_s)
         bad = (dist >= tolerance_s) & ~clamped
         if bad.any():

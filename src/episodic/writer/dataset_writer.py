@@ -15,7 +15,8 @@ from ..format.features import DEFAULT_FEATURES, Feature
 from ..format.info import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, V30, DatasetInfo
 from ..format.metadata import EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
 from ..format.stats import aggregate_stats, array_stats, stats_to_json
-from ..storage.cache import atomic_write_bytes
+from ..format.timebase import frames_to_seconds, timestamp_column
+from ..storage.atomic import AtomicFile, atomic_path, atomic_write_bytes
 from .video import VideoFileWriter
 
 MB = 1024 * 1024
@@ -113,7 +114,7 @@ class DatasetWriter:
         self.total_frames = 0
         self._data_pos = _Rotating(chunks_size)
         self._data_writer: pq.ParquetWriter | None = None
-        self._data_tmp = self._data_final = ""
+        self._data_file: AtomicFile | None = None
         self._schema = pa.schema([pa.field(k, _arrow_type(feats[k])) for k in self.data_keys],
                                  metadata={"huggingface": json.dumps({"info": {"features": {k: _hf_type(feats[k]) for k in self.data_keys}}})})
         self._video_pos = {k: _Rotating(chunks_size) for k in self.video_keys}
@@ -150,7 +151,7 @@ class DatasetWriter:
                 raise ValueError(f"episode {ep}: camera {k!r} needs uint8 frames of shape (T, {h}, {w}, {c}), got {a.dtype} {a.shape}")
         columns = {k: np.asarray(frames[k]) for k in user if k not in self.video_keys}
         frame_index = np.arange(n, dtype=np.int64)
-        columns.update(timestamp=(frame_index / self.fps).astype(np.float32), frame_index=frame_index,
+        columns.update(timestamp=timestamp_column(frame_index, self.fps), frame_index=frame_index,
                        episode_index=np.full(n, ep, np.int64),
                        index=np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
                        task_index=np.array([self.tasks[t] for t in tasks], dtype=np.int64))
@@ -189,8 +190,8 @@ class DatasetWriter:
         """Drop the files being written (nothing that looks complete is left)."""
         if self._data_writer is not None:
             self._data_writer.close()
-            os.unlink(self._data_tmp)
-            self._data_writer = None
+            self._data_file.discard()
+            self._data_writer = self._data_file = None
         for k, w in self._video_writers.items():
             if w is not None:
                 w.abort()
@@ -209,22 +210,20 @@ class DatasetWriter:
     def _write_data(self, columns: dict[str, np.ndarray], n: int) -> dict[str, int]:
         if self._data_writer is None:
             rel = DEFAULT_DATA_PATH.format(chunk_index=self._data_pos.chunk, file_index=self._data_pos.file)
-            self._data_final = os.path.join(self.root, rel)
-            os.makedirs(os.path.dirname(self._data_final), exist_ok=True)
-            self._data_tmp = os.path.join(os.path.dirname(self._data_final), f".{os.path.basename(rel)}.{os.getpid()}.tmp")
-            self._data_writer = pq.ParquetWriter(self._data_tmp, self._schema, compression="snappy")
+            self._data_file = AtomicFile(os.path.join(self.root, rel))
+            self._data_writer = pq.ParquetWriter(self._data_file.tmp, self._schema, compression="snappy")
         table = pa.Table.from_arrays([_column(columns[k], self.features[k]) for k in self.data_keys], schema=self._schema)
         self._data_writer.write_table(table, row_group_size=max(n, 1))  # one row group per episode
         where = {"data/chunk_index": self._data_pos.chunk, "data/file_index": self._data_pos.file}
-        if os.path.getsize(self._data_tmp) >= self.data_limit:
+        if os.path.getsize(self._data_file.tmp) >= self.data_limit:
             self._close_data()
         return where
 
     def _close_data(self) -> None:
         if self._data_writer is not None:
             self._data_writer.close()
-            os.replace(self._data_tmp, self._data_final)
-            self._data_writer = None
+            self._data_file.commit()
+            self._data_writer = self._data_file = None
             self._data_pos.advance()
 
     # ------------------------------------------------------------------ videos
@@ -238,7 +237,7 @@ class DatasetWriter:
             self._video_info[key] = {"video.codec": w.codec, "video.pix_fmt": w.pix_fmt}
         start = w.add(frames)
         where = {f"videos/{key}/chunk_index": pos.chunk, f"videos/{key}/file_index": pos.file,
-                 f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": start + len(frames) / self.fps}
+                 f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": start + frames_to_seconds(len(frames), self.fps)}
         if w.size() >= self.video_limit:
             self._close_video(key)
         return where
@@ -297,8 +296,5 @@ class DatasetWriter:
         atomic_write_bytes(os.path.join(self.root, INFO_PATH), json.dumps(info.to_dict(), indent=4).encode())
 
     def _write_parquet(self, rel: str, table: pa.Table) -> None:
-        path = os.path.join(self.root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        with atomic_path(os.path.join(self.root, rel)) as tmp:
+            pq.write_table(table, tmp)

@@ -1,0 +1,43 @@
+"""Which `Source` a dataset argument means (a local directory, an fsspec URL or a Hub repo id), and the same
+source opened afresh in another process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from .cache import FileCache
+from .fetch import FetchPolicy
+from .hub import download, hub_root
+from .source import Source, is_url, open_source
+
+__all__ = ["reopen", "resolve_source"]
+
+
+def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
+                   episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
+                   storage_options: dict | None = None, cache_dir: str | None = None,
+                   policy: FetchPolicy | None = None) -> Source:
+    """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
+    when given, else into the cache). Remote reads of the source follow `policy` (default FetchPolicy())."""
+    cache = FileCache(Path(cache_dir) / "files", policy=policy) if cache_dir else None
+    if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
+        return open_source(root, storage_options=storage_options, cache=cache, policy=policy)
+    if repo_id is None:
+        return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
+    local = Path(root) if root is not None else hub_root(repo_id, revision)
+    if not (local / "meta" / "info.json").exists() or episodes is not None or video_keys is not None:
+        download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys)
+    return open_source(local, cache=cache, policy=policy)
+
+
+def reopen(source: Source) -> Source:
+    """`source` for the calling process: a remote source gets the filesystem of this process for its
+    location and storage options (a forked DataLoader worker must not use its parent's async HTTP session:
+    fsspec keeps one filesystem instance per process); cache and policy are kept. A local source is
+    returned as it is."""
+    if source.is_local:
+        return source
+    location = source.location or source.url("")
+    return open_source(location, source.storage_options, cache=source.cache, policy=source.policy)

@@ -1,0 +1,80 @@
+"""resolve_source and reopen in storage/: local directories, URLs (a real HTTP server on 127.0.0.1), where
+Hub datasets land, and a source reopened in a forked process."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import multiprocessing
+import threading
+from pathlib import Path
+
+import pytest
+
+from episodic.format import DatasetFormatError
+from episodic.storage import FetchPolicy, reopen, resolve_source
+from episodic.storage.hub import hub_root
+
+pytest.importorskip("aiohttp")
+
+
+@pytest.fixture()
+def http_root(small_root):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(small_root.parent))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{small_root.name}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_local_directory(small_root, tmp_path):
+    src = resolve_source(None, small_root, cache_dir=str(tmp_path / "c"))
+    assert src.is_local and src.root == str(small_root) and src.location == str(small_root)
+    assert src.cache is not None and src.cache.directory == tmp_path / "c" / "files"
+    assert src.local_path("meta/info.json") == str(small_root / "meta/info.json")
+    assert reopen(src) is src
+    with pytest.raises(DatasetFormatError, match="dataset directory not found"):
+        resolve_source(None, tmp_path / "nothing")
+
+
+def test_url_keeps_location_options_and_policy(http_root, small_root, tmp_path):
+    policy = FetchPolicy(retries=2, backoff_s=0.001, max_backoff_s=0.001)
+    src = resolve_source("ignored/when-root-is-a-url", http_root, storage_options={"headers": {"X-A": "1"}},
+                         cache_dir=str(tmp_path), policy=policy)
+    assert not src.is_local and src.location == http_root and src.storage_options == {"headers": {"X-A": "1"}}
+    assert src.policy is policy and src.cache.policy is policy
+    meta = src.load_metadata()
+    assert meta.info.total_frames == resolve_source(None, small_root).load_metadata().info.total_frames
+    cached = src.local_path("meta/info.json")
+    assert Path(cached).read_bytes() == (small_root / "meta/info.json").read_bytes() and str(tmp_path) in cached
+
+
+def _child(src, out) -> None:
+    fresh = reopen(src)
+    out.put((fresh.fs is not src.fs, fresh.location, fresh.read_bytes("meta/info.json")))
+
+
+def test_reopen_in_a_forked_process_gets_its_own_filesystem(http_root, small_root):
+    src = resolve_source(None, http_root)
+    src.read_bytes("meta/info.json")  # the parent's HTTP session is live when the child forks
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    p = ctx.Process(target=_child, args=(src, out))
+    p.start()
+    got = out.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0
+    assert got == (True, http_root, (small_root / "meta/info.json").read_bytes())
+
+
+def test_hub_root_follows_config(monkeypatch, tmp_path):
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_LEROBOT_HOME", raising=False)
+    assert hub_root("user/ds") == tmp_path / "cache" / "hub" / "user/ds"
+    assert hub_root("user/ds", "v1") == tmp_path / "cache" / "hub" / "user/ds" / "v1"
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot"))
+    assert hub_root("user/ds", "v1") == tmp_path / "lerobot" / "user/ds"
