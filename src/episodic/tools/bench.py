@@ -1,18 +1,20 @@
 """`episodic bench`: loading throughput, latency, decode time, decoder-cache hits and peak memory of one
 loader configuration, measured the way a training loop sees it.
 
-How the figures are taken (all on the consumer side, `time.perf_counter`):
+How the figures are taken (times on the consumer side with `time.perf_counter`, except the counters):
 
 * frames/s: samples of the measured batches / wall-clock seconds from the arrival of the last warm-up
   batch (or from the start of iteration when --warmup 0) to the arrival of the last measured batch.
 * time to first batch: from the start of dataset construction (metadata read included) to the arrival of
   the first batch.
 * batch latency p50/p95/p99: gaps between the arrivals of consecutive batches (measured batches only).
-* fetch / decode seconds: time spent building items (`__getitems__`, decode included) and decoding video
-  (or image) frames, measured where it happens (in the DataLoader workers when workers > 0) and sent back
-  with each batch; with workers > 0 they are summed over workers and can exceed the wall-clock time.
-* decoder-cache hits/misses: per-batch deltas of each process's `DecoderCache` counters, sent back the
-  same way, so worker caches are counted too.
+* fetch / decode seconds, decoder-cache hits/misses/evictions: the dataset's own counters (`ds.stats()`,
+  summed over the main process and its DataLoader workers, live in shared memory), snapshot when warm-up
+  ends and after the last measured batch; the record holds the differences (all of them under
+  `results.counters`). Fetch is `item_seconds` (building batches of items, decode included), decode is
+  `decode_seconds` (video and image frames). With workers > 0 the seconds add up over processes and can
+  exceed the wall-clock time, and both snapshots also count batches the workers had prefetched but not yet
+  handed over (`results.counters_scope` says so).
 * peak RSS: the process tree (main process + workers), sampled every 50 ms.
 
 A decode error aborts the run: `BenchError`/`EpisodicError` with the file and episode, and no result.
@@ -111,84 +113,6 @@ def _resolve_cameras(wanted: list[str] | None, available: list[str]) -> list[str
             raise BenchError(f"--cameras: {c!r} is not a camera of this dataset (cameras: {available})")
         out.append(short[0])
     return out
-
-
-# ---------------------------------------------------------------------------------------------- instrumentation
-from ..datasets.engine import FrameEngine  # noqa: E402
-
-
-class _TimedEngine(FrameEngine):
-    """FrameEngine that adds up the seconds spent decoding frames (video and image cameras). Installed on an
-    existing engine by class swap, so the dataset code is untouched."""
-
-    decode_s = 0.0
-
-    def _decode(self, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return super()._decode(*args, **kwargs)
-        finally:
-            self.decode_s += time.perf_counter() - t
-
-    def _images(self, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return super()._images(*args, **kwargs)
-        finally:
-            self.decode_s += time.perf_counter() - t
-
-
-class _Instrumented:
-    """Wraps a map-style dataset: times `__getitems__` and keeps per-process counter snapshots so each
-    batch can carry the deltas of the process (worker) that built it."""
-
-    def __init__(self, ds):
-        self.ds = ds
-        if isinstance(ds.engine, FrameEngine) and not isinstance(ds.engine, _TimedEngine):
-            ds.engine.__class__ = _TimedEngine
-        self.fetch_s = 0.0
-        self._last = (0.0, 0.0, 0, 0, 0)
-        self._pid = os.getpid()
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, idx):
-        return self.__getitems__([idx])[0]
-
-    def __getitems__(self, indices):
-        t = time.perf_counter()
-        try:
-            return self.ds.__getitems__(list(indices))
-        finally:
-            self.fetch_s += time.perf_counter() - t
-
-    def take_stats(self) -> dict:
-        """Counter deltas since the previous call in this process."""
-        if os.getpid() != self._pid:  # forked into a worker: counters restart there
-            self._pid, self.fetch_s, self._last = os.getpid(), 0.0, (0.0, 0.0, 0, 0, 0)
-            self.ds.engine.decode_s = 0.0
-        c = self.ds.video_decoder_cache_stats()
-        now = (self.fetch_s, float(getattr(self.ds.engine, "decode_s", 0.0)), c["hits"], c["misses"], c["evictions"])
-        d = [a - b for a, b in zip(now, self._last)]
-        self._last = now
-        return {"fetch_s": d[0], "decode_s": d[1], "hits": d[2], "misses": d[3], "evictions": d[4], "pid": os.getpid()}
-
-
-class _Collate:
-    """default_collate + the building process's counter deltas under '_bench' (runs where the batch is built)."""
-
-    def __init__(self, wrapped: _Instrumented):
-        self.wrapped = wrapped
-
-    def __call__(self, items):
-        import torch
-
-        info = torch.utils.data.get_worker_info()
-        wrapped = info.dataset if info is not None else self.wrapped
-        batch = torch.utils.data.default_collate(items)
-        batch["_bench"] = wrapped.take_stats()
-        return batch
 
 
 # ---------------------------------------------------------------------------------------------- environment
@@ -336,6 +260,31 @@ def _shutdown(it) -> None:
             pass
 
 
+def counter_deltas(before: dict, after: dict) -> dict:
+    """What the dataset's counters (`ds.stats()`) added between two snapshots: "sum" counters as the
+    difference, "gauge" and "min" counters (open decoders, first item time) and 'processes' as they stand at
+    `after`."""
+    from ..counters import FIELDS
+
+    out = {}
+    for name, value in after.items():
+        if FIELDS.get(name) == "sum" and isinstance(value, (int, float)):
+            out[name] = value - before.get(name, 0)
+        else:
+            out[name] = value
+    return out
+
+
+def _counters_scope(cfg: BenchConfig) -> str:
+    scope = "measured batches (dataset counters from the end of warm-up to the last measured batch)"
+    if cfg.workers > 0:
+        scope += ("; with DataLoader workers they also include batches prefetched but not yet consumed at "
+                  "either snapshot")
+    if cfg.mode == "stream":
+        scope += "; stream mode also counts files fetched ahead of the items"
+    return scope
+
+
 def run_bench(cfg: BenchConfig) -> dict:
     """Run one configuration; returns the result record (see module doc). Raises BenchError or the
     dataset's own EpisodicError (e.g. VideoDecodeError) when nothing could be measured."""
@@ -352,30 +301,27 @@ def run_bench(cfg: BenchConfig) -> dict:
     total = cfg.warmup + cfg.batches
     arrivals: list[float] = []
     sizes: list[int] = []
-    stats: list[dict] = []
     with PeakRSS() as rss:
         t_start = time.perf_counter()
         ds = _make_dataset(cfg, root)
-        if cfg.mode == "map":
-            wrapped = _Instrumented(ds)
-            loader = make_loader(wrapped, cfg, collate_fn=_Collate(wrapped))
-        else:
-            loader = make_loader(ds, cfg)
+        loader = make_loader(ds, cfg)
         bar = tqdm(total=total, desc=f"bench {cfg.label()}", unit="batch", disable=None if cfg.progress else True,
                    file=sys.stderr, leave=False)
         it = None
         try:
+            start = ds.stats()  # replaced when warm-up ends
             it = iter(loader)
             t_iter = time.perf_counter()
             for batch in it:
                 arrivals.append(time.perf_counter())
-                st = batch.pop("_bench", None) if isinstance(batch, dict) else None
-                stats.append(st or {})
                 sizes.append(_batch_size(batch))
                 del batch
+                if len(arrivals) == cfg.warmup:
+                    start = ds.stats()
                 bar.update(1)
                 if len(arrivals) >= total:
                     break
+            end = ds.stats()
         finally:
             bar.close()
             _shutdown(it)
@@ -390,23 +336,11 @@ def run_bench(cfg: BenchConfig) -> dict:
     if samples <= 0 or elapsed <= 0:
         raise BenchError(f"no frame measured ({samples} samples in {elapsed:.3f} s)")
     gaps = np.diff(np.asarray([t0] + arrivals[measured])).tolist()
-    ms = stats[measured]
     frames_total = int(getattr(ds, "num_frames", None) or len(ds))
-    if cfg.mode == "map":  # counters sent back with each batch: measured batches only
-        hits, misses = sum(s.get("hits", 0) for s in ms), sum(s.get("misses", 0) for s in ms)
-        cache = {"hits": int(hits), "misses": int(misses), "evictions": int(sum(s.get("evictions", 0) for s in ms)),
-                 "processes": len({s["pid"] for s in stats if "pid" in s})}
-        fetch_s = float(sum(s.get("fetch_s", 0.0) for s in ms))
-        decode_s = float(sum(s.get("decode_s", 0.0) for s in ms))
-        scope = "measured batches"
-    else:  # the streaming dataset's own counters (workers publish them): whole run, warm-up included
-        ts, cs = ds.timing_stats(), ds.video_decoder_cache_stats()
-        hits, misses = int(cs.get("hits", 0)), int(cs.get("misses", 0))
-        cache = {"hits": hits, "misses": misses, "evictions": int(cs.get("evictions", 0)),
-                 "processes": int(ts.get("processes", 0))}
-        fetch_s, decode_s = float(ts.get("fetch_seconds", 0.0)), float(ts.get("decode_seconds", 0.0))
-        scope = "whole run (warm-up included)"
-    cache["hit_rate"] = (hits / (hits + misses)) if hits + misses else None
+    d = counter_deltas(start, end)
+    hits, misses = int(d["decoder_hits"]), int(d["decoder_misses"])
+    cache = {"hits": hits, "misses": misses, "evictions": int(d["decoder_evictions"]),
+             "processes": int(d["processes"]), "hit_rate": (hits / (hits + misses)) if hits + misses else None}
     results = {
         "frames_per_s": samples / elapsed,
         "samples": samples,
@@ -414,10 +348,13 @@ def run_bench(cfg: BenchConfig) -> dict:
         "elapsed_s": elapsed,
         "time_to_first_batch_s": arrivals[0] - t_start,
         "latency_ms": _percentiles_ms(gaps),
-        "fetch_s": fetch_s,
-        "decode_s": decode_s,
+        # item_seconds: building batches of items (engine + tensor conversion); None where the dataset
+        # does not count it
+        "fetch_s": float(d["item_seconds"]) if d.get("items_built") else None,
+        "decode_s": float(d["decode_seconds"]),
         "decoder_cache": cache,
-        "counters_scope": scope,
+        "counters_scope": _counters_scope(cfg),
+        "counters": d,
         "peak_rss_mb": rss.peak / 2**20,
     }
     cams = list(getattr(ds, "camera_keys", []))
