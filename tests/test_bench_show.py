@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -158,6 +160,44 @@ def test_summarize_writes_chart(tiny_root, tmp_path, capsys):
     img = _png(png)
     assert img.shape[0] >= 250 and img.shape[1] == 1200
     _assert_not_blank(img)
+
+
+# a result file as bench wrote it before the dataset counters (no results.counters, per-batch deltas)
+OLD_RESULT = {
+    "schema": "episodic.bench/1", "label": "map w2 b16 a16 s2 cams=all",
+    "config": {"dataset": "/data/ds", "mode": "map", "workers": 2, "batch_size": 16, "action_window": 16,
+               "state_window": 2, "cameras": ["observation.images.top"], "batches": 100, "warmup": 5, "seed": 0,
+               "torch_threads": None, "progress": False},
+    "dataset": {"root": "/data/ds", "frames": 1846, "episodes": 20, "fps": 30, "cameras": ["observation.images.top"]},
+    "results": {"frames_per_s": 2100.5, "samples": 1600, "batches": 100, "elapsed_s": 0.76,
+                "time_to_first_batch_s": 0.9, "latency_ms": {"p50": 6.1, "p95": 14.0, "p99": 20.2, "mean": 7.6,
+                                                             "max": 25.0},
+                "fetch_s": 1.2, "decode_s": 0.9, "decoder_cache": {"hits": 190, "misses": 10, "evictions": 0,
+                                                                    "processes": 2, "hit_rate": 0.95},
+                "counters_scope": "measured batches", "peak_rss_mb": 900.0},
+    "environment": {"hostname": "old-host"},
+}
+
+
+def test_summarize_imports_no_torch(tiny_root, tmp_path):
+    """bench-summarize only reads result files: in a fresh interpreter it never imports torch (nor the
+    datasets), and result files written before the dataset counters still summarize."""
+    new, old, png = tmp_path / "new.json", tmp_path / "old.json", tmp_path / "sum.png"
+    assert main(["bench", str(tiny_root), "--batches", "2", "--warmup", "1", "--batch-size", "8",
+                 "--json", str(new), "-q"]) == 0
+    old.write_text(json.dumps(OLD_RESULT))
+    code = ("import sys\n"
+            "from episodic.cli import main\n"
+            "assert 'torch' not in sys.modules, 'episodic.cli imports torch'\n"
+            "rc = main(['bench-summarize', *sys.argv[1:]])\n"
+            "assert rc == 0, rc\n"
+            "loaded = [m for m in ('torch', 'episodic.datasets') if m in sys.modules]\n"
+            "assert not loaded, loaded\n")
+    out = subprocess.run([sys.executable, "-c", code, str(new), str(old), "-o", str(png)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "map w0 b8" in out.stdout and "map w2 b16" in out.stdout and "95%" in out.stdout
+    _assert_not_blank(_png(png))
 
 
 def test_summarize_rejects_non_results(tmp_path, capsys):

@@ -88,7 +88,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_summarize(args: argparse.Namespace) -> int:
-    from .tools.bench import load_results, summary_table
+    from .tools.bench.report import load_results, summary_table  # no torch: summarizing reads JSON files only
     from .tools.plots import bench_summary_chart
 
     rows = load_results(args.results)
