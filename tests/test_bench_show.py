@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import shutil
@@ -17,7 +18,8 @@ import torch
 from episodic import LeRobotDataset
 from episodic.cli import main
 from episodic.demo import write_demo_dataset
-from episodic.tools.bench import BenchConfig, bench_delta_timestamps, make_loader, run_bench
+from episodic.tools.bench import (BenchConfig, bench_delta_timestamps, default_lerobot_python, lerobot_side_script,
+                                  make_loader, run_bench)
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +207,70 @@ def test_summarize_rejects_non_results(tmp_path, capsys):
     p.write_text("{}")
     assert main(["bench-summarize", str(p), "-o", str(tmp_path / "x.png")]) != 0
     assert "not an episodic bench result" in capsys.readouterr().err
+
+
+def test_lerobot_side_script_is_packaged_and_standalone(tmp_path):
+    """The LeRobot-side script ships inside the package, imports nothing of episodic (it runs in LeRobot's
+    venv), is imported by no episodic module, and runs by path (its `compare` command needs numpy only)."""
+    import episodic
+
+    script = lerobot_side_script()
+    pkg = Path(episodic.__file__).parent
+    assert script.is_file() and script.parent == pkg / "tools" / "bench"
+    tree = ast.parse(script.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and not (node.module or "").startswith("episodic"), ast.unparse(node)
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("episodic") for a in node.names), ast.unparse(node)
+    for src in pkg.rglob("*.py"):
+        if src != script:
+            assert "import lerobot_side" not in src.read_text() and "lerobot_side import" not in src.read_text(), src
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    np.savez(a, **{"0/action": np.arange(4.0), "0/observation.images.top": np.zeros((2, 2), np.uint8)})
+    np.savez(b, **{"0/action": np.arange(4.0), "0/observation.images.top": np.ones((2, 2), np.uint8)})
+    out = subprocess.run([sys.executable, "-X", "importtime", str(script), "compare", str(a), str(b)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == {"mismatches": 0, "max_frame_diff": 1, "key_order_same": True}
+    imported = [ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines() if ln.startswith("import time:")]
+    assert imported and not [m for m in imported if m.split(".")[0] == "episodic"]
+
+
+def test_default_lerobot_python_is_relative_to_cwd(tmp_path, monkeypatch):
+    """`.bench/lerobot-venv/bin/python` in the current directory, and nowhere else (no walking up)."""
+    py = tmp_path / ".bench" / "lerobot-venv" / "bin" / "python"
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert default_lerobot_python() is None
+    py.parent.mkdir(parents=True)
+    py.write_text("")
+    assert default_lerobot_python() is None
+    monkeypatch.chdir(tmp_path)
+    assert default_lerobot_python() == str(py)
+
+
+def test_compare_lerobot_runs_the_packaged_script(tiny_root, tmp_path, capsys):
+    """--compare-lerobot runs lerobot_side.py by path with --lerobot-python (here a stand-in that echoes its
+    arguments in a LeRobot-like record) and puts its record and the ratios in the result."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nprintf '{\"loader\": \"lerobot-map\", \"frames_per_s\": 100.0, "
+                    "\"time_to_first_batch_s\": 0.5, \"peak_rss_tree_mb\": 500.0, \"batches\": 4, "
+                    "\"argv\": \"%s\"}\\n' \"$*\"\n")
+    fake.chmod(0o755)
+    js = tmp_path / "r.json"
+    assert main(["bench", str(tiny_root), "--batches", "4", "--warmup", "1", "--batch-size", "8", "--compare-lerobot",
+                 "--lerobot-python", str(fake), "--json", str(js), "-q"]) == 0
+    out = capsys.readouterr()
+    assert "lerobot" in out.out and "LeRobot comparison:" in out.err
+    rec = json.loads(js.read_text())
+    argv = rec["lerobot"]["argv"].split()
+    assert argv[:4] == [str(lerobot_side_script()), "bench-map", "--root", str(tiny_root)]
+    assert rec["ratios"]["frames_per_s"] == pytest.approx(rec["results"]["frames_per_s"] / 100.0)
+    capsys.readouterr()
+    assert main(["bench", str(tiny_root), "--batches", "2", "--batch-size", "8", "--compare-lerobot",
+                 "--lerobot-python", str(tmp_path / "missing"), "-q"]) == 0
+    assert "LeRobot comparison skipped" in capsys.readouterr().err
 
 
 def test_show_writes_episode_picture(tiny_root, tmp_path, capsys):

@@ -9,38 +9,38 @@ from pathlib import Path
 
 from .config import BenchConfig
 
-def find_lerobot_tools() -> Path | None:
-    here = Path(__file__).resolve()
-    for base in [Path.cwd(), *here.parents]:
-        p = base / "benchmarks" / "lerobot_tools.py"
-        if p.exists():
-            return p
-    return None
+DEFAULT_LEROBOT_PYTHON = Path(".bench") / "lerobot-venv" / "bin" / "python"
+
+
+def lerobot_side_script() -> Path:
+    """The LeRobot-side script shipped next to this module (run by path with LeRobot's python; it never
+    imports episodic)."""
+    return Path(__file__).with_name("lerobot_side.py")
 
 
 def default_lerobot_python() -> str | None:
-    tools = find_lerobot_tools()
-    for base in ([tools.parent.parent] if tools else []) + [Path.cwd()]:
-        p = base / ".bench" / "lerobot-venv" / "bin" / "python"
-        if p.exists():
-            return str(p)
-    return None
+    """`.bench/lerobot-venv/bin/python` in the current directory (what benchmarks/setup_lerobot_venv.sh
+    makes when run from there) when it exists, else None."""
+    p = DEFAULT_LEROBOT_PYTHON
+    return str(p.absolute()) if p.exists() else None  # absolute, not resolved: a venv's python is a symlink
 
 
 def run_lerobot(cfg: BenchConfig, root: str, python: str | None, timeout_s: float = 900) -> tuple[dict | None, str]:
-    """LeRobot's map-style loader on the same data (benchmarks/lerobot_tools.py bench-map); returns
-    (record or None, message)."""
-    python = python or default_lerobot_python()
-    tools = find_lerobot_tools()
-    if python is None or not Path(python).exists():
-        return None, "LeRobot comparison skipped: no LeRobot python (pass --lerobot-python; see benchmarks/LEROBOT_ENV.md)"
-    if tools is None:
-        return None, "LeRobot comparison skipped: benchmarks/lerobot_tools.py not found"
+    """LeRobot's map-style loader on the same data (`lerobot_side.py bench-map`, run with `python`, default
+    `default_lerobot_python()`); returns (record or None, message)."""
+    script = lerobot_side_script()
+    if python is None:
+        python = default_lerobot_python()
+        if python is None:
+            return None, (f"LeRobot comparison skipped: no LeRobot python (pass --lerobot-python PATH, or run from "
+                          f"where {DEFAULT_LEROBOT_PYTHON} exists; see benchmarks/LEROBOT_ENV.md)")
+    elif not Path(python).exists():
+        return None, f"LeRobot comparison skipped: --lerobot-python {python} does not exist"
     if "://" in root:
         return None, "LeRobot comparison skipped: LeRobot reads local datasets only"
     if cfg.mode != "map":
         return None, f"LeRobot comparison skipped: only map mode is compared (got {cfg.mode})"
-    cmd = [python, str(tools), "bench-map", "--root", root, "--workers", str(cfg.workers),
+    cmd = [python, str(script), "bench-map", "--root", root, "--workers", str(cfg.workers),
            "--batch-size", str(cfg.batch_size), "--batches", str(cfg.batches), "--warmup", str(max(cfg.warmup, 1)),
            "--seed", str(cfg.seed)]
     if cfg.torch_threads:
@@ -61,7 +61,7 @@ def run_lerobot(cfg: BenchConfig, root: str, python: str | None, timeout_s: floa
     note = ""
     if cfg.action_window != 16 or cfg.state_window != 2 or cfg.cameras is not None:
         note = " (LeRobot runs action 16 / state 2 / all cameras: the configurations differ)"
-    return rec, f"LeRobot comparison: {python} {tools} bench-map ({rec.get('batches')} batches){note}"
+    return rec, f"LeRobot comparison: {python} {script} bench-map ({rec.get('batches')} batches){note}"
 
 
 def ratios(result: dict, lerobot: dict) -> dict:
