@@ -129,16 +129,9 @@ def cmd_write(a: argparse.Namespace) -> None:
             "shape": (a.height, a.width, 3),
             "names": ["height", "width", "channels"],
         }
-    ds = LeRobotDataset.create(
-        repo_id=a.repo_id,
-        fps=a.fps,
-        features=features,
-        root=root,
-        robot_type="synthetic_bimanual",
-        use_videos=True,
-        vcodec=VCODECS[a.vcodec],
-        streaming_encoding=a.streaming_encoding,
-    )
+    ds = LeRobotDataset.create(repo_id=a.repo_id, fps=a.fps, features=features, root=root,
+                               robot_type="synthetic_bimanual", use_videos=True, vcodec=VCODECS[a.vcodec],
+                               streaming_encoding=a.streaming_encoding)
     if a.data_mb is not None or a.video_mb is not None or a.chunks_size is not None:
         # LeRobot 0.4.4: LeRobotDatasetMetadata.update_chunk_settings writes them into info.json
         ds.meta.update_chunk_settings(
@@ -289,20 +282,7 @@ class RssSampler(threading.Thread):
 
     @staticmethod
     def _tree_rss() -> int:
-        try:
-            import psutil
-
-            p = psutil.Process()
-            total = p.memory_info().rss
-            for c in p.children(recursive=True):
-                try:
-                    total += c.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-        except ImportError:
-            pass
-        # /proc fallback: walk children via /proc/<pid>/task/*/children
+        """RSS of this process and its descendants from /proc, the way episodic's side counts it."""
         page = os.sysconf("SC_PAGE_SIZE")
         total, stack = 0, [os.getpid()]
         while stack:
