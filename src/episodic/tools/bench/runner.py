@@ -35,6 +35,8 @@ from dataclasses import asdict
 
 import numpy as np
 
+from ... import runtime
+from ...counters import FIELDS
 from .config import SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root, resolve_cameras
 
 
@@ -100,20 +102,19 @@ def _make_dataset(cfg: BenchConfig, root: str):
     raise BenchError(f"unknown mode {cfg.mode!r} (choose map or stream)")
 
 
-def make_loader(ds, cfg: BenchConfig, collate_fn=None):
+def make_loader(ds, cfg: BenchConfig):
     """The DataLoader bench measures: shuffled (seeded) and long enough for warm-up + measured batches
-    in one pass (sampling continues with a new permutation when the dataset is shorter)."""
+    in one pass (sampling continues with a new permutation when the dataset is shorter); for a streaming
+    dataset its own `loader()`, epoch after epoch."""
     import torch
 
-    g = torch.Generator().manual_seed(cfg.seed)
-    n = (cfg.warmup + cfg.batches) * cfg.batch_size
-    kw = {} if collate_fn is None else {"collate_fn": collate_fn}
     if isinstance(ds, torch.utils.data.IterableDataset):
-        if collate_fn is None and hasattr(ds, "loader"):  # the stream's own loader: what its users iterate
+        if hasattr(ds, "loader"):  # the stream's own loader: what its users iterate
             return _Epochs(ds, ds.loader(batch_size=cfg.batch_size, num_workers=cfg.workers))
-        return _Epochs(ds, torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.workers, **kw))
-    sampler = torch.utils.data.RandomSampler(ds, num_samples=n, generator=g)
-    return torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers, **kw)
+        return _Epochs(ds, torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, num_workers=cfg.workers))
+    n = (cfg.warmup + cfg.batches) * cfg.batch_size
+    sampler = torch.utils.data.RandomSampler(ds, num_samples=n, generator=torch.Generator().manual_seed(cfg.seed))
+    return torch.utils.data.DataLoader(ds, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.workers)
 
 
 class _Epochs:
@@ -175,20 +176,16 @@ def _batch_size(batch: dict) -> int:
 def _shutdown(it) -> None:
     """Stop DataLoader workers now: an iterator kept alive by an exception's traceback would otherwise be
     shut down by the garbage collector later, which can block for seconds per worker."""
-    stop = getattr(it, "_shutdown_workers", None) or getattr(it, "close", None)  # a DataLoader's or a generator
-    if stop is not None:
-        try:
-            stop()
-        except Exception:  # noqa: BLE001
-            pass
+    try:
+        runtime.shutdown_workers(it)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def counter_deltas(before: dict, after: dict) -> dict:
     """What the dataset's counters (`ds.stats()`) added between two snapshots: "sum" counters as the
     difference, "gauge" and "min" counters (open decoders, first item time) and 'processes' as they stand at
     `after`."""
-    from ...counters import FIELDS
-
     out = {}
     for name, value in after.items():
         if FIELDS.get(name) == "sum" and isinstance(value, (int, float)):
