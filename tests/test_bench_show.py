@@ -75,9 +75,26 @@ def test_bench_workers_and_tabular_only(tiny_root, tmp_path):
     # counters come back from the workers
     assert r["decode_s"] > 0 and r["decoder_cache"]["processes"] == 2
     assert r["decoder_cache"]["hits"] + r["decoder_cache"]["misses"] > 0
+    assert "prefetched" in r["counters_scope"]
     rec = run_bench(BenchConfig(dataset=str(tiny_root), cameras=[], batches=4, warmup=1, batch_size=8, progress=False))
     assert rec["dataset"]["cameras"] == [] and rec["results"]["frames_per_s"] > 0
     assert rec["results"]["decoder_cache"]["hit_rate"] is None
+
+
+def test_bench_counters_cover_the_measured_batches(tiny_root):
+    """Without workers the counter deltas (ds.stats() at the end of warm-up and after the last measured batch)
+    are those of exactly the measured batches, in both modes."""
+    for mode, built in (("map", "items_built"), ("stream", "frames_emitted")):
+        rec = run_bench(BenchConfig(dataset=str(tiny_root), mode=mode, batches=5, warmup=2, batch_size=8,
+                                    progress=False))
+        r = rec["results"]
+        assert r["samples"] == 40 and r["counters"][built] == 40, (mode, r["counters"])
+        assert r["decode_s"] == r["counters"]["decode_seconds"] > 0
+        assert r["decoder_cache"]["hits"] == r["counters"]["decoder_hits"]
+        assert r["decoder_cache"]["hits"] + r["decoder_cache"]["misses"] > 0
+        assert r["decoder_cache"]["processes"] == 1 and "prefetched" not in r["counters_scope"]
+        if mode == "map":
+            assert r["fetch_s"] == r["counters"]["item_seconds"] >= r["decode_s"]
 
 
 def _independent_fps(root: Path, cfg: BenchConfig) -> float:
