@@ -12,6 +12,7 @@ from typing import Sequence
 
 from .config import SCHEMA, BenchError
 
+
 def flatten(d: dict, prefix: str = "") -> dict:
     out: dict = {}
     for k, v in d.items():
