@@ -3,7 +3,8 @@
 --mode map: episodic's LeRobotDataset under a torch DataLoader (shuffled); --mode stream: episodic's
 StreamingLeRobotDataset through `ds.loader()` (pool of 64 episodes). Batch 32, action window of 16 future
 frames, state window of 2, with video and tabular-only, for 0 and 2 workers; with --lerobot-python it runs
-LeRobot 0.4.4's loader of the same kind on the same data in the same run (see benchmarks/lerobot_tools.py)
+LeRobot 0.4.4's loader of the same kind on the same data in the same run (episodic's LeRobot-side script,
+src/episodic/tools/bench/lerobot_side.py, run with that python)
 and prints the ratios. Each configuration runs in a fresh subprocess, the loaders interleaved; figures are
 medians over --repeats runs. Time to first batch counts from reading the metadata (dataset construction
 included), after imports, on both sides.
@@ -16,13 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int) -> dict:
@@ -96,6 +94,9 @@ def main() -> int:
 
         write_demo_dataset(args.write_synthetic, num_episodes=args.episodes, min_length=140, max_length=170)
         return 0
+    from episodic.tools.bench import lerobot_side_script  # imports no torch
+
+    lerobot_side = str(lerobot_side_script())
     rows = []
     for workers in [int(w) for w in args.workers.split(",")]:
         runs = {"episodic": [], "episodic_tabular": [], "lerobot": []}
@@ -106,7 +107,7 @@ def main() -> int:
                                                    "--batches", str(args.batches), "--warmup", str(args.warmup),
                                                    "--batch-size", str(args.batch_size)]))
             if args.lerobot_python:  # LeRobot 0.4.4 cannot leave cameras out: it always decodes them
-                cmd = [args.lerobot_python, os.path.join(HERE, "lerobot_tools.py"), f"bench-{args.mode}", "--root", args.root,
+                cmd = [args.lerobot_python, lerobot_side, f"bench-{args.mode}", "--root", args.root,
                        "--workers", str(workers), "--batch-size", str(args.batch_size), "--batches", str(args.batches),
                        "--warmup", str(args.warmup), "--torch-threads", "1"]
                 try:

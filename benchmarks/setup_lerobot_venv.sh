@@ -13,7 +13,7 @@
 #   * torchcodec needs FFmpeg shared libraries; none are installed system-wide here, so we expose the
 #     FFmpeg 7.1 that ships inside the PyAV 15.1 wheel (av.libs/) under the sonames torchcodec looks for,
 #     in $VENV/ffmpeg-libs. Processes must start with LD_LIBRARY_PATH=$VENV/ffmpeg-libs:
-#     use $VENV/bin/lerobot-python, `source $VENV/bin/activate`, or benchmarks/lerobot_tools.py
+#     use $VENV/bin/lerobot-python, `source $VENV/bin/activate`, or src/episodic/tools/bench/lerobot_side.py
 #     (which re-execs itself with it).
 set -euo pipefail
 

@@ -88,7 +88,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _bench_summarize(args: argparse.Namespace) -> int:
-    from .tools.bench import load_results, summary_table
+    from .tools.bench.report import load_results, summary_table  # no torch: summarizing reads JSON files only
     from .tools.plots import bench_summary_chart
 
     rows = load_results(args.results)
@@ -146,9 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the result as JSON")
     p.add_argument("--csv", metavar="OUT", help="write the result as one CSV row")
     p.add_argument("--compare-lerobot", action="store_true",
-                   help="also run LeRobot's loader on the same data (benchmarks/lerobot_tools.py) and print ratios")
+                   help="also run LeRobot's loader on the same data (episodic/tools/bench/lerobot_side.py, run "
+                        "with --lerobot-python) and print ratios")
     p.add_argument("--lerobot-python", metavar="PATH",
-                   help="python of a LeRobot 0.4.4 venv (default .bench/lerobot-venv/bin/python when present)")
+                   help="python of a LeRobot 0.4.4 venv (default: .bench/lerobot-venv/bin/python in the "
+                        "current directory, when present)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_bench)
     p = sub.add_parser("bench-summarize", help="compare bench results: a table and a PNG chart",

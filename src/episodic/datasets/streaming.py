@@ -214,8 +214,14 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
         pipeline = ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
                                     plan.episodes, plan.frames, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
-        for arrays in iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start):
+        chunks = iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start)
+        while True:
+            t0 = time.perf_counter()
+            arrays = next(chunks, None)
+            if arrays is None:
+                break
             batch = to_torch(arrays, self.camera_keys, self.return_uint8, sharing=it.sharing, channels_first=True)
+            self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
             if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
                 yield deliver(batch)
             else:  # items remember their batch: for a whole chunk, default_collate hands that batch back

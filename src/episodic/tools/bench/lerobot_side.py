@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-"""LeRobot 0.4.4 reference tools: write synthetic datasets, dump reference items, benchmark loaders.
+"""LeRobot 0.4.4 side of episodic's comparisons: write synthetic datasets, dump reference items, benchmark
+LeRobot's loaders.
 
-Runs INSIDE the LeRobot virtualenv (see benchmarks/LEROBOT_ENV.md and setup_lerobot_venv.sh).
-It never imports episodic.
+A standalone script shipped inside the episodic package: it is run by path, with the python of a LeRobot
+virtualenv (see benchmarks/LEROBOT_ENV.md and benchmarks/setup_lerobot_venv.sh), as a subprocess
+(`episodic bench --compare-lerobot`, benchmarks/bench_loaders.py) or by hand. It never imports episodic,
+and episodic never imports it (`episodic.tools.bench.lerobot_side_script()` gives its path).
 
-    python benchmarks/lerobot_tools.py write --root DIR --episodes 12 --min-len 20 --max-len 60 ...
-    python benchmarks/lerobot_tools.py items --root DIR --out items.npz --n-random 60 --seed 0
-    python benchmarks/lerobot_tools.py bench-map --root DIR --workers 2 --seconds 20
-    python benchmarks/lerobot_tools.py bench-stream --root DIR --workers 0 --seconds 20
-    python benchmarks/lerobot_tools.py compare A.npz B.npz
+    S=src/episodic/tools/bench/lerobot_side.py   # in a checkout; anywhere: episodic.tools.bench.lerobot_side_script()
+    python $S write --root DIR --episodes 12 --min-len 20 --max-len 60 ...
+    python $S items --root DIR --out items.npz --n-random 60 --seed 0
+    python $S bench-map --root DIR --workers 2 --seconds 20
+    python $S bench-stream --root DIR --workers 0 --seconds 20
+    python $S compare A.npz B.npz
 
 npz layout of `items` (same as tests fixtures): array "j/KEY" is key KEY of the j-th item, in
 LeRobot's key order; camera frames uint8 = round(x * 255); "j/task" the task string; plus
@@ -36,7 +40,15 @@ def _bootstrap_ffmpeg_libs() -> None:
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
+def _drop_own_folder() -> None:
+    """Run by path, python puts this file's folder first on sys.path: episodic's package folder, whose other
+    modules (config.py, report.py, ...) would shadow top-level modules of the same name. Take it out."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+
+
 if __name__ == "__main__":
+    _drop_own_folder()
     _bootstrap_ffmpeg_libs()
 
 import argparse  # noqa: E402
@@ -117,16 +129,9 @@ def cmd_write(a: argparse.Namespace) -> None:
             "shape": (a.height, a.width, 3),
             "names": ["height", "width", "channels"],
         }
-    ds = LeRobotDataset.create(
-        repo_id=a.repo_id,
-        fps=a.fps,
-        features=features,
-        root=root,
-        robot_type="synthetic_bimanual",
-        use_videos=True,
-        vcodec=VCODECS[a.vcodec],
-        streaming_encoding=a.streaming_encoding,
-    )
+    ds = LeRobotDataset.create(repo_id=a.repo_id, fps=a.fps, features=features, root=root,
+                               robot_type="synthetic_bimanual", use_videos=True, vcodec=VCODECS[a.vcodec],
+                               streaming_encoding=a.streaming_encoding)
     if a.data_mb is not None or a.video_mb is not None or a.chunks_size is not None:
         # LeRobot 0.4.4: LeRobotDatasetMetadata.update_chunk_settings writes them into info.json
         ds.meta.update_chunk_settings(
@@ -277,20 +282,7 @@ class RssSampler(threading.Thread):
 
     @staticmethod
     def _tree_rss() -> int:
-        try:
-            import psutil
-
-            p = psutil.Process()
-            total = p.memory_info().rss
-            for c in p.children(recursive=True):
-                try:
-                    total += c.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-        except ImportError:
-            pass
-        # /proc fallback: walk children via /proc/<pid>/task/*/children
+        """RSS of this process and its descendants from /proc, the way episodic's side counts it."""
         page = os.sysconf("SC_PAGE_SIZE")
         total, stack = 0, [os.getpid()]
         while stack:
