@@ -9,8 +9,7 @@ import pytest
 
 from episodic.demo import write_demo_dataset
 
-FIXTURES = Path(__file__).parent / "fixtures"
-LEROBOT_FIXTURE = FIXTURES / "lerobot-0.4.4"
+from support import FIXTURES, LEROBOT_FIXTURE  # noqa: F401 (re-exported for tests)
 
 
 @pytest.fixture(scope="session")

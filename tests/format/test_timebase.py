@@ -4,7 +4,6 @@ decoder and the byte-range planner apply."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,7 +18,7 @@ from episodic.tabular import delta_offsets
 from episodic.video import VideoReader
 from episodic.writer.video import VideoFileWriter
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+from support import FIXTURES
 LEROBOT_WRITTEN = ["lerobot-0.4.4", "lerobot_h264", "lerobot_multifile_av1"]
 
 

@@ -17,30 +17,9 @@ import torch
 
 from episodic import LeRobotDataset
 from episodic.cli import main
-from episodic.demo import write_demo_dataset
+from support import assert_picture as _assert_not_blank, read_png as _png
 from episodic.tools.bench import (BenchConfig, bench_delta_timestamps, default_lerobot_python, lerobot_side_script,
                                   make_loader, run_bench)
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory) -> Path:
-    """4 episodes of 20-30 frames, two 48x64 cameras."""
-    return write_demo_dataset(tmp_path_factory.mktemp("bench") / "ds", num_episodes=4, min_length=20, max_length=30,
-                              height=48, width=64, progress=False)
-
-
-def _png(path: Path) -> np.ndarray:
-    import matplotlib.image as mpimg
-
-    img = mpimg.imread(str(path))
-    assert img.ndim == 3 and img.shape[2] in (3, 4)
-    return img[..., :3]
-
-
-def _assert_not_blank(img: np.ndarray, min_colours: int = 8) -> None:
-    assert float(img.std()) > 0.05, "image is (nearly) blank"
-    colours = np.unique((img.reshape(-1, 3) * 255).round().astype(np.uint8), axis=0)
-    assert len(colours) >= min_colours, f"only {len(colours)} distinct colours"
 
 
 def test_bench_cli_writes_json_and_csv(tiny_root, tmp_path, capsys):
@@ -288,20 +267,3 @@ def test_compare_lerobot_runs_the_packaged_script(tiny_root, tmp_path, capsys):
     assert main(["bench", str(tiny_root), "--batches", "2", "--batch-size", "8", "--compare-lerobot",
                  "--lerobot-python", str(tmp_path / "missing"), "-q"]) == 0
     assert "LeRobot comparison skipped" in capsys.readouterr().err
-
-
-def test_show_writes_episode_picture(tiny_root, tmp_path, capsys):
-    png = tmp_path / "ep.png"
-    assert main(["show", str(tiny_root), "--episode", "2", "-o", str(png), "-q"]) == 0
-    img = _png(png)
-    assert img.shape[1] == 1300 and img.shape[0] > 600
-    _assert_not_blank(img, min_colours=50)
-    # frames strip: the camera pictures are drawn (the demo frames are colour gradients)
-    top = img[: img.shape[0] // 3]
-    assert (top.max(axis=2) - top.min(axis=2)).max() > 0.5
-
-
-def test_show_episode_out_of_range(tiny_root, tmp_path, capsys):
-    assert main(["show", str(tiny_root), "--episode", "9", "-o", str(tmp_path / "x.png"), "-q"]) != 0
-    assert "out of range" in capsys.readouterr().err
-    assert not (tmp_path / "x.png").exists()

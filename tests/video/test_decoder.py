@@ -10,7 +10,7 @@ from episodic.format import FrameTimestampError
 from episodic.video import DecoderCache, VideoReader
 from episodic.video.decoder import _container_index, build_index
 
-from test_parity_lerobot import LEROBOT_FIXTURE
+from support import LEROBOT_FIXTURE
 
 VIDEO = LEROBOT_FIXTURE / "dataset/videos/observation.images.top/chunk-000/file-000.mp4"
 

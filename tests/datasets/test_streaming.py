@@ -4,9 +4,7 @@ resume at every batch, and a flaky real HTTP server (retries counted, nothing lo
 from __future__ import annotations
 
 import http.server
-import os
 import random
-import socket
 import threading
 import warnings
 from contextlib import nullcontext
@@ -18,6 +16,7 @@ import torch
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
+from support import _Handler, assert_items_equal
 
 FPS = 30
 DELTAS = {"action": [i / FPS for i in range(4)], "observation.state": [-1 / FPS, 0.0],
@@ -33,15 +32,6 @@ def root(tmp_path_factory) -> Path:
 
 def indices(batches) -> list[int]:
     return [int(i) for b in batches for i in b["index"]]
-
-
-def assert_items_equal(want: dict, got: dict) -> None:
-    assert set(want) == set(got)
-    for key, value in want.items():
-        if key == "task":
-            assert value == got[key]
-        else:
-            assert value.dtype == got[key].dtype and torch.equal(value, got[key]), key
 
 
 # ------------------------------------------------------------------------------------------ items
@@ -183,79 +173,6 @@ def test_even_batches_every_rank_stops_together(root, workers):
 
 
 # ------------------------------------------------------------------------------------------ http
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Static files with Range support; fails a fraction of requests (500, reset, truncated body)."""
-
-    fail_rate = 0.0
-    rng = random.Random(0)
-    lock = threading.Lock()
-    failures = 0
-
-    def log_message(self, *args):
-        pass
-
-    def _fault(self) -> str | None:
-        with self.lock:
-            if self.rng.random() >= type(self).fail_rate:
-                return None
-            type(self).failures += 1
-            return self.rng.choice(["500", "reset", "truncate"])
-
-    def do_HEAD(self):
-        self._serve(head=True)
-
-    def do_GET(self):
-        self._serve(head=False)
-
-    def _serve(self, head: bool):
-        path = self.translate_path(self.path)
-        if not os.path.isfile(path):
-            self.send_error(404)
-            return
-        fault = None if head else self._fault()  # HEAD failures are absorbed by fsspec (it falls back to GET)
-        if fault == "500":
-            self.send_error(500, "injected")
-            return
-        if fault == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.close_connection = True
-            self.connection.close()
-            return
-        data = Path(path).read_bytes()
-        size = len(data)
-        lo, hi = 0, size - 1
-        rng = self.headers.get("Range")
-        status = 200
-        if rng and rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            if a:
-                lo, hi = int(a), min(int(b) if b else size - 1, size - 1)
-            else:
-                lo, hi = max(size - int(b), 0), size - 1
-            if lo >= size:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.end_headers()
-                return
-            status = 206
-        body = data[lo:hi + 1]
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Accept-Ranges", "bytes")
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {lo}-{hi}/{size}")
-        self.end_headers()
-        if head:
-            return
-        if fault == "truncate" and len(body) > 1:
-            self.wfile.write(body[: len(body) // 2])
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        self.wfile.write(body)
-
-
 @pytest.fixture()
 def http_root(root):
     handler = type("H", (_Handler,), {"fail_rate": 0.0, "rng": random.Random(1), "lock": threading.Lock(), "failures": 0})

@@ -16,7 +16,7 @@ import torch
 from episodic.demo import write_demo_dataset
 
 pytestmark = pytest.mark.timeout(240)
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "stream_train.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "stream_train.py"
 
 
 def free_port() -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
-from test_streaming import _Handler, assert_items_equal
+from support import _Handler, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset

@@ -16,8 +16,7 @@ import torch
 
 from episodic import LeRobotDataset
 
-FIXTURES = Path(__file__).parent / "fixtures"
-LEROBOT_FIXTURE = FIXTURES / "lerobot-0.4.4"
+from support import FIXTURES, LEROBOT_FIXTURE
 
 FRAME_TOLERANCE = 2  # /255
 
