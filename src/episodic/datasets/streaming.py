@@ -24,7 +24,7 @@ from ..format.metadata import DatasetMetadata
 from ..order.pool_order import PoolOrder
 from ..order.shard import resolve_topology
 from ..order.stream_keys import consumer_rng
-from ..order.stream_plan import consumer_plan, segment_batches
+from ..order.stream_plan import consumer_plan, segment_batches, split_problems
 from ..order.stream_state import StreamState
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import reopen, resolve_source
@@ -207,7 +207,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         plan = consumer_plan(self._lengths(), st.seed, st.epoch, st.history, ws, nw, seg_bs, st.batches_consumed,
                              self.episode_pool_size, self.shuffle, rank, wid)
         if wid == 0 and rank == 0:
-            _warn_uneven(plan.candidates, plan.consumer_frames, ws, nw, ranks=not it.even_batches)
+            for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
+                warnings.warn(problem, stacklevel=2)
         order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
                           consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
         order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
@@ -226,18 +227,6 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                 yield deliver(batch)
             else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
                 yield from unbatch(batch, self.image_transforms, self.camera_keys)
-
-
-def _warn_uneven(episodes: int, frames: Sequence[int], ws: int, nw: int, ranks: bool = True) -> None:
-    """Warn when consumers get no episode, and (with `ranks`) when ranks get unequal frame counts."""
-    if episodes < ws * nw:
-        warnings.warn(f"streaming: {episodes} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
-                      f"{ws * nw - episodes} consumers get no episode", stacklevel=3)
-    per_rank = [sum(frames[r * nw:(r + 1) * nw]) for r in range(ws)]
-    if ranks and ws > 1 and len(set(per_rank)) > 1:
-        warnings.warn(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}..{max(per_rank)} "
-                      f"frames, so some ranks run out of batches first (stop every rank at the shortest, e.g. "
-                      f"loader(even_batches=True), or expect a hang in collective ops)", stacklevel=3)
 
 
 class _LoaderView(torch.utils.data.IterableDataset):

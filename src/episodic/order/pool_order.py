@@ -29,7 +29,9 @@ class PoolOrder:
     def __init__(self, counts: Sequence[int], pool_size: int, rng: np.random.Generator | None, shuffle: bool = True):
         self.counts = [int(c) for c in counts]
         self.total = sum(self.counts)
-        self.pool_size = max(1, int(pool_size))
+        if int(pool_size) < 1:
+            raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+        self.pool_size = int(pool_size)
         self.shuffle = bool(shuffle) and rng is not None
         if self.shuffle:
             self._perm_rng = np.random.default_rng(int(rng.integers(1 << 62)))

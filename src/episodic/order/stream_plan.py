@@ -21,7 +21,7 @@ from episodic.order.pool_order import PoolOrder
 from episodic.order.round_robin import consumed_items
 from episodic.order.stream_keys import consumer_rng
 
-__all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan"]
+__all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan", "split_problems"]
 
 
 def segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_workers: int, seed: int, epoch: int,
@@ -111,3 +111,19 @@ def segment_batches(lengths: Mapping[int, int], seed: int, epoch: int, history: 
     remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
     _, _, frames = segment_plan(remaining, world_size, nw, seed, epoch, len(history), shuffle)
     return [sum(-(-frames[r * nw + w] // batch_size) for w in range(nw)) for r in range(world_size)]
+
+
+def split_problems(plan: ConsumerPlan, world_size: int, num_workers: int, ranks: bool = True) -> list[str]:
+    """What is uneven about a segment's split: consumers left without an episode, and (with `ranks`) ranks
+    with different frame counts (in a synchronous job the rank that runs dry first leaves the others
+    waiting in a collective op)."""
+    ws, nw, out = world_size, num_workers, []
+    if plan.candidates < ws * nw:
+        out.append(f"streaming: {plan.candidates} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
+                   f"{ws * nw - plan.candidates} consumers get no episode")
+    per_rank = [sum(plan.consumer_frames[r * nw:(r + 1) * nw]) for r in range(ws)]
+    if ranks and ws > 1 and len(set(per_rank)) > 1:
+        out.append(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}.."
+                   f"{max(per_rank)} frames, so some ranks run out of batches first (stop every rank at the shortest, "
+                   f"e.g. loader(even_batches=True), or expect a hang in collective ops)")
+    return out
