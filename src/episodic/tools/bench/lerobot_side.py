@@ -5,7 +5,9 @@ LeRobot's loaders.
 A standalone script shipped inside the episodic package: it is run by path, with the python of a LeRobot
 virtualenv (see benchmarks/LEROBOT_ENV.md and benchmarks/setup_lerobot_venv.sh), as a subprocess
 (`episodic bench --compare-lerobot`, benchmarks/bench_loaders.py) or by hand. It never imports episodic,
-and episodic never imports it (`episodic.tools.bench.lerobot_side_script()` gives its path).
+and episodic never imports it (`episodic.tools.bench.lerobot_side_script()` gives its path). Being another
+program, it reads its own environment (LD_LIBRARY_PATH, below) rather than through episodic.config, and it is
+~450 lines because it holds all the LeRobot-side tools (write, items, bench, compare) in one file to run by path.
 
     S=src/episodic/tools/bench/lerobot_side.py   # in a checkout; anywhere: episodic.tools.bench.lerobot_side_script()
     python $S write --root DIR --episodes 12 --min-len 20 --max-len 60 ...
