@@ -84,6 +84,23 @@ def _frame_index(pts: list, key: list, stream) -> FrameIndex:
     return FrameIndex(pts=p, times=p.astype(np.float64) * float(tb), keyframe_of=keyframe_of, time_base=tb, fps=rate)
 
 
+def _rgb24(reformatter: VideoReformatter, frame) -> np.ndarray:
+    """The frame as RGB24 (H, W, 3) uint8, converted on this thread (swscale's own threads would compete with
+    the decode threads). PyAV < 16 has no `threads` argument; its reformat is single-threaded anyway, so the
+    pixels are the same."""
+    if _REFORMAT_THREADS[0]:
+        try:
+            return reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+        except TypeError as e:
+            if "threads" not in str(e):
+                raise
+            _REFORMAT_THREADS[0] = False
+    return reformatter.reformat(frame, format="rgb24").to_ndarray()
+
+
+_REFORMAT_THREADS = [True]  # False once PyAV has said it takes no `threads` argument
+
+
 class VideoReader:
     """An open video file with its frame index. Not shared across processes (see DecoderCache)."""
 
@@ -165,7 +182,7 @@ class VideoReader:
                     self._next = f + 1
                     if frame.pts != target:
                         raise VideoDecodeError(f"{self.path}: decoder skipped the frame at {self.index.times[f]:.4f}s")
-                    return self._reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
+                    return _rgb24(self._reformatter, frame)
         except av.FFmpegError as e:
             self._frames = None
             raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
