@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -38,3 +41,17 @@ def copy_of(tmp_path):
         return dst
 
     return make
+
+
+@pytest.fixture()
+def http_root(small_root):
+    """`small_root` served by a plain static HTTP server on 127.0.0.1 (no Range support)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(small_root.parent))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/{small_root.name}"
+    server.shutdown()
+    server.server_close()

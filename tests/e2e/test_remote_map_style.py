@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 
 import pytest
 import torch
@@ -12,18 +9,6 @@ import torch
 from episodic import LeRobotDataset
 
 pytest.importorskip("aiohttp")
-
-
-@pytest.fixture()
-def http_root(small_root):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(small_root.parent))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/{small_root.name}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_http_items_equal_local(small_root, http_root, tmp_path):

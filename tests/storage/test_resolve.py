@@ -3,10 +3,7 @@ Hub datasets land, and a source reopened in a forked process."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import multiprocessing
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,19 +13,6 @@ from episodic.storage import FetchPolicy, reopen, resolve_source
 from episodic.storage.hub import hub_root
 
 pytest.importorskip("aiohttp")
-
-
-@pytest.fixture()
-def http_root(small_root):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(small_root.parent))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/{small_root.name}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_local_directory(small_root, tmp_path):
