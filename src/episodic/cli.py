@@ -12,11 +12,10 @@ def _demo(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from .datasets import LeRobotDataset
-    from .demo import write_demo_dataset
+    from .demo import demo_path, write_demo_dataset
     from .format.timebase import frames_to_seconds
-    from .storage.cache import default_cache_dir
 
-    root = default_cache_dir() / "demo" / f"demo-{args.episodes}ep"
+    root = demo_path(args.episodes)
     if not (root / "meta" / "info.json").exists():
         print(f"writing the demo dataset ({args.episodes} episodes, 2 cameras) to {root}")
         write_demo_dataset(root, num_episodes=args.episodes, progress=not args.quiet)

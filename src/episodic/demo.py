@@ -48,6 +48,13 @@ def demo_features(cameras=CAMERAS, height: int = 96, width: int = 128, dim: int 
     return feats
 
 
+def demo_path(num_episodes: int = 20) -> Path:
+    """Where the built-in demo dataset of `num_episodes` episodes lives (`episodic demo`, `episodic bench`)."""
+    from . import config
+
+    return config.cache_dir() / "demo" / f"demo-{num_episodes}ep"
+
+
 def write_demo_dataset(root: str | os.PathLike, num_episodes: int = 20, min_length: int = 60, max_length: int = 120,
                        cameras=CAMERAS, height: int = 96, width: int = 128, fps: int = 30, seed: int = 0,
                        vcodec: str = "av1", progress: bool = True, overwrite: bool = True, **writer_kwargs) -> Path:

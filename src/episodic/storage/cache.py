@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from .. import config
-from .atomic import atomic_write_bytes  # noqa: F401 -- also imported from here by datasets/streaming.py
+from .atomic import atomic_write_bytes
 from ..counters import Counters
 from .fetch import FetchPolicy, fetch_bytes
 

@@ -41,10 +41,9 @@ class BenchConfig:
 
 def demo_root(progress: bool = True) -> Path:
     """The built-in demo dataset (the one `episodic demo` uses), written on first use."""
-    from ...demo import write_demo_dataset
-    from ...storage.cache import default_cache_dir
+    from ...demo import demo_path, write_demo_dataset
 
-    root = default_cache_dir() / "demo" / f"demo-{DEMO_EPISODES}ep"
+    root = demo_path(DEMO_EPISODES)
     if not (root / "meta" / "info.json").exists():
         print(f"writing the demo dataset ({DEMO_EPISODES} episodes, 2 cameras) to {root}", file=sys.stderr)
         write_demo_dataset(root, num_episodes=DEMO_EPISODES, progress=progress)
