@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["consumed_items", "round_robin", "worker_batches_consumed"]
+__all__ = ["batches_per_worker", "consumed_items", "round_robin", "worker_batches_consumed"]
 
 
 def worker_batches_consumed(batches_consumed: int, batches_per_worker: Sequence[int]) -> list[int]:
@@ -45,9 +45,14 @@ def round_robin(batches_consumed: int, batches_per_worker: Sequence[int]) -> tup
     return got, 0
 
 
+def batches_per_worker(counts_per_worker: Sequence[int], batch_size: int) -> list[int]:
+    """Batches each worker hands out when worker `w` emits `counts_per_worker[w]` items in batches of
+    `batch_size` (its last batch may be short)."""
+    return [-(-int(c) // batch_size) for c in counts_per_worker]
+
+
 def consumed_items(counts_per_worker: Sequence[int], batch_size: int, batches_consumed: int) -> tuple[list[int], int]:
     """Items each worker had handed out, and the worker that serves the next batch, when worker `w` emits
     `counts_per_worker[w]` items in batches of `batch_size` (its last batch may be short)."""
-    nb = [-(-c // batch_size) for c in counts_per_worker]
-    got, nxt = round_robin(batches_consumed, nb)
+    got, nxt = round_robin(batches_consumed, batches_per_worker(counts_per_worker, batch_size))
     return [min(g * batch_size, c) for g, c in zip(got, counts_per_worker)], nxt

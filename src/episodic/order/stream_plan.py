@@ -18,7 +18,7 @@ import numpy as np
 
 from episodic.order.episode_split import plan_episodes
 from episodic.order.pool_order import PoolOrder
-from episodic.order.round_robin import consumed_items
+from episodic.order.round_robin import batches_per_worker, consumed_items
 from episodic.order.stream_keys import consumer_rng
 
 __all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan", "split_problems"]
@@ -110,7 +110,7 @@ def segment_batches(lengths: Mapping[int, int], seed: int, epoch: int, history: 
     nw = max(num_workers, 1)
     remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
     _, _, frames = segment_plan(remaining, world_size, nw, seed, epoch, len(history), shuffle)
-    return [sum(-(-frames[r * nw + w] // batch_size) for w in range(nw)) for r in range(world_size)]
+    return [sum(batches_per_worker(frames[r * nw:(r + 1) * nw], batch_size)) for r in range(world_size)]
 
 
 def split_problems(plan: ConsumerPlan, world_size: int, num_workers: int, ranks: bool = True) -> list[str]:
