@@ -17,8 +17,6 @@ from __future__ import annotations
 import mmap
 import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 
@@ -76,14 +74,9 @@ class Counters:
                     row[col] = value
             row[_ACTIVE] = 1.0
 
-    @contextmanager
-    def timer(self, name: str) -> Iterator[None]:
-        """Add the seconds the block takes to counter `name` (also when it raises)."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(**{name: time.perf_counter() - t0})
+    def timer(self, name: str) -> "_Timer":
+        """A context manager that adds the seconds its block takes to counter `name` (also when it raises)."""
+        return _Timer(self, name)
 
     def __getattr__(self, name: str):
         """`counters.bytes_fetched`: this process's value of a counter."""
@@ -112,3 +105,18 @@ class Counters:
                 out[name] = int(total) if total.is_integer() and not name.endswith("seconds") else total
         out["processes"] = len(rows)
         return out
+
+
+class _Timer:
+    """`Counters.timer`: a plain class rather than a generator context manager (it runs per batch)."""
+
+    __slots__ = ("counters", "name", "t0")
+
+    def __init__(self, counters: Counters, name: str):
+        self.counters, self.name = counters, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        self.counters.add(**{self.name: time.perf_counter() - self.t0})
