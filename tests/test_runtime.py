@@ -61,6 +61,42 @@ def test_after_fork_hooks_run_in_the_child_only():
     assert not probe.forked
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_can_use_fsspec_http(tmp_path):
+    # With fsspec < 2025.5 the child inherits the parent's event loop without its thread: without the fork
+    # hook's reset, the child's first HTTP read waits forever (the child is killed after 20 s here).
+    import functools
+    import http.server
+    import threading
+
+    import fsspec
+
+    (tmp_path / "f.bin").write_bytes(b"payload")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/f.bin"
+    try:
+        assert fsspec.filesystem("http", skip_instance_cache=True).cat(url) == b"payload"  # the loop runs now
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(w, fsspec.filesystem("http", skip_instance_cache=True).cat(url))
+            finally:
+                os._exit(0)
+        os.close(w)
+        import select
+
+        ready, _, _ = select.select([r], [], [], 20)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        assert ready and os.read(r, 100) == b"payload", "the forked child's HTTP read hung"
+    finally:
+        server.shutdown()
+
+
 class _Numbers(torch.utils.data.Dataset):
     def __len__(self):
         return 4

@@ -4,7 +4,8 @@
   many cores it may use (`usable_cores`, `decode_threads`).
 - Fork safety, one mechanism: objects that hold per-process resources (open decoders, thread pools, locks,
   counters) register with `after_fork(obj)`; `os.register_at_fork` calls their `_after_fork()` in a forked
-  child before anything else runs there. Nothing else in episodic compares pids.
+  child before anything else runs there. Nothing else in episodic compares pids. The same hook gives an old
+  fsspec (< 2025.5, which does not do it itself) a fresh event loop in the child.
 - Everything that touches torch's private API lives here and nowhere else, each with the reason:
   `register_collate` (torch's `default_collate` dispatch table, `torch.utils.data._utils.collate`; torch has
   no public way to teach `default_collate` a new type), `shutdown_workers` (a DataLoader iterator's
@@ -84,7 +85,17 @@ def after_fork(obj: Any) -> Any:
     return obj
 
 
+def _reset_fsspec_loop() -> None:
+    """fsspec < 2025.5 keeps its parent's event loop in a forked child, where the loop's thread no longer
+    runs: every synchronous call of an async filesystem (HTTP, S3, ...) would wait forever. Newer fsspec
+    resets it itself (`fsspec.asyn.reset_after_fork`); for older ones, do what that does."""
+    asyn = sys.modules.get("fsspec.asyn")
+    if asyn is not None and not hasattr(asyn, "reset_after_fork") and hasattr(asyn, "reset_lock"):
+        asyn.reset_lock()
+
+
 def _run_fork_hooks() -> None:
+    _reset_fsspec_loop()
     for obj in list(_FORK_HOOKS):
         obj._after_fork()
 
