@@ -9,11 +9,11 @@ import time
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
-    from tqdm.auto import tqdm
 
     from .datasets import LeRobotDataset
     from .demo import demo_path, write_demo_dataset
     from .format.timebase import frames_to_seconds
+    from .progress import bar
 
     root = demo_path(args.episodes)
     if not (root / "meta" / "info.json").exists():
@@ -26,7 +26,7 @@ def _demo(args: argparse.Namespace) -> int:
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
     frames, t0 = 0, time.perf_counter()
     for _ in range(args.epochs):
-        for batch in tqdm(loader, desc="loading", unit="batch", disable=args.quiet or None):
+        for batch in bar(loader, enabled=not args.quiet, desc="loading", unit="batch"):
             frames += len(batch["index"])
     dt = time.perf_counter() - t0
     shapes = {k: tuple(v.shape) for k, v in batch.items() if hasattr(v, "shape")}

@@ -8,6 +8,7 @@
 | `EPISODIC_DECODE_THREADS` | video decode threads per process | the process's share of the cores |
 | `EPISODIC_WORKER_SHARING` | tensor sharing of DataLoader workers when a loader says `sharing="auto"` | `file_system` |
 | `EPISODIC_FORCE_MMAP` | memory-map tabular columns (in the cache) whatever their size (tests, small machines) | off (memory-map from 1 GiB) |
+| `EPISODIC_PROGRESS` | `0` silences every progress bar (bars show only on a terminal anyway) | on |
 | `EPISODIC_FETCH_TIMEOUT` | seconds one remote request (a file, a byte range, a size) may take before it counts as a transient failure and is retried; `0`: no limit | `60` |
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
@@ -19,7 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s", "quiet_svt_av1"]
+__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s", "progress_allowed",
+           "quiet_svt_av1"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -76,6 +78,11 @@ def fetch_timeout_s() -> float | None:
     if not 0 <= seconds <= 3600:
         raise ValueError(f"EPISODIC_FETCH_TIMEOUT must be a number of seconds in [0, 3600], got {value!r}")
     return seconds or None
+
+
+def progress_allowed() -> bool:
+    """False when $EPISODIC_PROGRESS is '0' (or 'false', 'no', 'off'): no progress bars at all."""
+    return os.environ.get("EPISODIC_PROGRESS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def quiet_svt_av1() -> None:

@@ -59,13 +59,13 @@ def write_demo_dataset(root: str | os.PathLike, num_episodes: int = 20, min_leng
                        cameras=CAMERAS, height: int = 96, width: int = 128, fps: int = 30, seed: int = 0,
                        vcodec: str = "av1", progress: bool = True, overwrite: bool = True, **writer_kwargs) -> Path:
     """Write a synthetic LeRobot v3.0 dataset; returns its root."""
-    from tqdm.auto import tqdm
+    from .progress import bar
 
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_length, max_length + 1, num_episodes)
     w = DatasetWriter(root, fps=fps, features=demo_features(cameras, height, width), robot_type="synthetic_bimanual",
                       vcodec=vcodec, overwrite=overwrite, **writer_kwargs)
     with w:
-        for ep in tqdm(range(num_episodes), desc="writing episodes", unit="ep", disable=not progress or None):
+        for ep in bar(range(num_episodes), enabled=progress, desc="writing episodes", unit="ep"):
             w.add_episode(synthetic_episode(ep, int(lengths[ep]), cameras, height, width, seed=seed), task=TASKS[ep % len(TASKS)])
     return Path(w.root)

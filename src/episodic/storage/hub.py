@@ -16,6 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 from .. import config
 from ..format.errors import DatasetFormatError
 from ..format.metadata import load_metadata
+from ..progress import bar
 from .cache import default_cache_dir
 
 
@@ -59,11 +60,9 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
         def fetch(rel: str) -> None:
             huggingface_hub.hf_hub_download(repo_id, filename=rel, repo_type="dataset", revision=revision, local_dir=str(local_dir))
 
-        from tqdm.auto import tqdm
-
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(needed) or 1))) as pool:
-            for _ in tqdm(pool.map(fetch, needed), total=len(needed), desc=f"downloading {repo_id}", unit="file",
-                          disable=not progress or None):
+            for _ in bar(pool.map(fetch, needed), enabled=progress, total=len(needed), desc=f"downloading {repo_id}",
+                         unit="file"):
                 pass
     except DatasetFormatError:
         raise

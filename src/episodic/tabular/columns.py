@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from .. import config
 from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import DatasetMetadata
+from ..progress import bar
 from ..storage.atomic import AtomicFile
 from ..storage.fetch import is_local
 from ..storage.ranges import open_for_read, row_group_spans
@@ -178,11 +179,7 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
     image_names = [n for n in names if n in images]
     file_ids = table.data_file_id[episodes]
     order = np.unique(file_ids)
-    it = order
-    if progress:
-        from tqdm.auto import tqdm
-        it = tqdm(order, desc="reading data files", unit="file", disable=None)
-    for fid in it:
+    for fid in bar(order, enabled=progress, desc="reading data files", unit="file"):
         rel = table.data_files[fid]
         path = posixpath.join(meta.root, rel)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`

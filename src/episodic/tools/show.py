@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from ..format.features import DEFAULT_FEATURES
+from ..progress import bar
 
 _BOOKKEEPING = set(DEFAULT_FEATURES)
 MAX_CURVE_PANELS = 4
@@ -26,8 +27,6 @@ def curve_keys(meta) -> list[str]:
 def show_episode(dataset: str | os.PathLike, episode: int, out: str | os.PathLike, num_frames: int = 6,
                  cameras: Sequence[str] | None = None, progress: bool = True) -> Path:
     """Write a PNG of episode `episode` of `dataset` (path or fsspec URL) to `out`; returns its path."""
-    from tqdm.auto import tqdm
-
     from ..datasets import LeRobotDataset
     from .plots import episode_figure
 
@@ -38,7 +37,7 @@ def show_episode(dataset: str | os.PathLike, episode: int, out: str | os.PathLik
     picks = np.unique(np.linspace(0, n - 1, min(num_frames, n)).round().astype(np.int64))
     frames: dict[str, list[np.ndarray]] = {k: [] for k in ds.camera_keys}
     task = ""
-    for i in tqdm(picks.tolist(), desc=f"episode {episode} frames", unit="frame", disable=None if progress else True):
+    for i in bar(picks.tolist(), enabled=progress, desc=f"episode {episode} frames", unit="frame"):
         item = ds[i]
         task = item["task"]
         for k in ds.camera_keys:

@@ -13,6 +13,7 @@ from ..format.errors import EpisodicError
 from ..format.metadata import DatasetMetadata
 from ..format.timebase import TIME_EPS_S, end_clamp_s, frames_to_seconds, off_grid
 from ..storage.source import Source, open_source
+from ..progress import bar
 from ..video import DecoderCache
 
 
@@ -48,9 +49,7 @@ def validate(location: str, progress: bool = True, tolerance_s: float = 1e-4, de
 
 
 def _bar(items, desc: str, progress: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=desc, unit="file", disable=not progress or None)
+    return bar(items, enabled=progress, desc=desc, unit="file")
 
 
 def _check_data(meta: DatasetMetadata, report: Report, progress: bool, tolerance_s: float) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 
 from ... import runtime
 from ...counters import FIELDS
+from ...progress import bar as progress_bar
 from .config import SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root, resolve_cameras
 
 
@@ -208,7 +209,6 @@ def run_bench(cfg: BenchConfig) -> dict:
     """Run one configuration; returns the result record (see module doc). Raises BenchError or the
     dataset's own EpisodicError (e.g. VideoDecodeError) when nothing could be measured."""
     import torch
-    from tqdm.auto import tqdm
 
     from ..rss import PeakRSS
 
@@ -224,7 +224,7 @@ def run_bench(cfg: BenchConfig) -> dict:
         t_start = time.perf_counter()
         ds = _make_dataset(cfg, root)
         loader = make_loader(ds, cfg)
-        bar = tqdm(total=total, desc=f"bench {cfg.label()}", unit="batch", disable=None if cfg.progress else True,
+        bar = progress_bar(total=total, enabled=cfg.progress, desc=f"bench {cfg.label()}", unit="batch",
                    file=sys.stderr, leave=False)
         it = None
         try:
