@@ -269,9 +269,19 @@ class Mp4Layout:
         return int(self.pos[idx].min()), int((self.pos[idx] + self.nbytes[idx]).max())
 
 
+def mp4_ranges_supported() -> bool:
+    """Whether this PyAV exposes a stream's sample index (`index_entries`, PyAV >= 16), which byte-range
+    streaming of mp4 files needs. Without it `probe_mp4` gives None and streaming fetches whole files
+    (same items, more bytes)."""
+    import av.video.stream
+
+    return hasattr(av.video.stream.VideoStream, "index_entries")
+
+
 def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
     """Open `rf` with FFmpeg and read its video sample index; None when the file does not allow ranges
-    (not mp4/mov, no video stream, no index or an index that does not list every frame)."""
+    (not mp4/mov, no video stream, no index or an index that does not list every frame, or a PyAV without
+    `index_entries`: see `mp4_ranges_supported`)."""
     import av
 
     try:
