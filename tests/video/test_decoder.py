@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from episodic.format import FrameTimestampError
+from episodic.storage.ranges import mp4_ranges_supported
 from episodic.video import DecoderCache, VideoReader
 from episodic.video.decoder import _container_index, build_index
 
@@ -23,7 +24,8 @@ def _all_frames(path):
 def test_container_index_equals_packet_index():
     with av.open(str(VIDEO)) as c:
         s = c.streams.video[0]
-        assert _container_index(s) is not None
+        # PyAV >= 16 reads the mp4 sample table; older PyAV has no index_entries: the index comes from packets
+        assert (_container_index(s) is not None) == mp4_ranges_supported()
         fast = build_index(c, s, str(VIDEO))
     with av.open(str(VIDEO)) as c:
         s = c.streams.video[0]
