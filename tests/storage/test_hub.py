@@ -19,12 +19,22 @@ class FakeHub:
     def __init__(self, remote: Path):
         self.remote = remote
         self.snapshots: list[dict] = []
-        self.files: list[str] = []
+        self.files: list[str] = []  # files asked for
+        self.copied: list[str] = []  # files written (absent, or different from the hub's: huggingface_hub's check)
+        self.failures: list[BaseException] = []  # raised by the next calls, in order
+        self.kwargs: list[dict] = []
         self.threads: set[str] = set()
         self.lock = threading.Lock()
 
+    def _maybe_fail(self, kw: dict) -> None:
+        with self.lock:
+            self.kwargs.append(kw)
+            if self.failures:
+                raise self.failures.pop(0)
+
     def snapshot_download(self, repo_id, repo_type=None, revision=None, local_dir=None, allow_patterns=None, **kw):
         assert repo_id == "user/ds" and repo_type == "dataset"
+        self._maybe_fail(kw)
         self.snapshots.append({"revision": revision, "allow_patterns": allow_patterns})
         for f in self.remote.rglob("*"):
             rel = f.relative_to(self.remote).as_posix()
@@ -34,10 +44,13 @@ class FakeHub:
         return local_dir
 
     def hf_hub_download(self, repo_id, filename, repo_type=None, revision=None, local_dir=None, **kw):
+        self._maybe_fail(kw)
+        dst = Path(local_dir) / filename
         with self.lock:
             self.files.append(filename)
             self.threads.add(threading.current_thread().name)
-        dst = Path(local_dir) / filename
+            if not dst.exists() or dst.read_bytes() != (self.remote / filename).read_bytes():
+                self.copied.append(filename)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.remote / filename, dst)
         return str(dst)
@@ -64,21 +77,62 @@ def test_subset_downloads_exactly_its_files_then_nothing(hub, multifile_root):
     meta = ds.meta
     want = {meta.data_file_of(e) for e in (1, 5)} | {meta.video_file_of(e, k) for e in (1, 5) for k in meta.video_keys}
     assert hub.snapshots[0]["allow_patterns"] == ["meta/**"]
-    assert sorted(hub.files) == sorted(want)
+    assert sorted(hub.files) == sorted(want) == sorted(hub.copied)
     assert len(hub.files) > 1 and len(ds) == int(meta.episodes.length[[1, 5]].sum())
     ds[0], ds[len(ds) - 1]
-    hub.files.clear()
-    LeRobotDataset("user/ds", episodes=[1])  # everything it needs is already on disk
-    assert hub.files == []
+    hub.files.clear(), hub.copied.clear()
+    LeRobotDataset("user/ds", episodes=[1])  # everything it needs is on disk, unchanged: nothing copied
+    want1 = {meta.data_file_of(1)} | {meta.video_file_of(1, k) for k in meta.video_keys}
+    assert sorted(hub.files) == sorted(want1) and hub.copied == []
+
+
+def test_subset_files_on_disk_are_checked_against_the_hub(hub, multifile_root, copy_of, monkeypatch):
+    """A re-published dataset: files already on disk are not used blindly (huggingface_hub compares each
+    with the Hub and fetches it again), so new metadata never meets old data files."""
+    hub.remote = copy_of(multifile_root)
+    LeRobotDataset("user/ds", episodes=[1])
+    rel = LeRobotDataset("x", root=hub.remote).meta.data_file_of(1)
+    path = hub.remote / rel
+    path.write_bytes(path.read_bytes())  # the same bytes: nothing to copy
+    hub.copied.clear()
+    LeRobotDataset("user/ds", episodes=[1])
+    assert hub.copied == []
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    pq.write_table(table, path, compression="gzip")  # re-published: the same rows, other bytes
+    ds = LeRobotDataset("user/ds", episodes=[1])
+    assert hub.copied == [rel] and (Path(ds.source.root) / rel).read_bytes() == path.read_bytes()
+
+
+def test_hub_calls_are_retried_with_the_policy_timeout(hub, multifile_root):
+    import httpx2
+
+    from episodic.storage import FetchPolicy
+
+    request = httpx2.Request("GET", "https://hub.invalid/x")
+    busy = huggingface_hub.errors.HfHubHTTPError("503 busy", response=httpx2.Response(503, request=request))
+    hub.failures = [busy, httpx2.ConnectError("refused", request=request), busy]
+    policy = FetchPolicy(backoff_s=0.001, max_backoff_s=0.01, retry_window_s=5, timeout_s=3, connect_timeout_s=2)
+    ds = LeRobotDataset("user/ds", episodes=[2], fetch_policy=policy)
+    assert len(ds) == int(ds.meta.episodes.length[2]) and not hub.failures
+    assert all(kw["etag_timeout"] == 5 for kw in hub.kwargs)  # connect + read timeout: a HEAD's whole limit
 
 
 def test_hub_errors_name_the_repo(monkeypatch, tmp_path):
+    import httpx2
+
+    calls = []
+
     def fail(*a, **k):
-        raise huggingface_hub.errors.RepositoryNotFoundError("404 Client Error")
+        calls.append(1)
+        response = httpx2.Response(404, request=httpx2.Request("GET", "https://hub.invalid/api/datasets/user/missing"))
+        raise huggingface_hub.errors.RepositoryNotFoundError("404 Client Error", response=response)
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
     monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path))
     from episodic.format import DatasetFormatError
 
-    with pytest.raises(DatasetFormatError, match="user/missing"):
+    with pytest.raises(DatasetFormatError, match="user/missing.*not found on the Hub"):
         LeRobotDataset("user/missing")
+    assert len(calls) == 1  # not retried
