@@ -225,6 +225,13 @@ class DecoderCache:
         _INHERITED.append(self._readers)
         self._readers = {}
 
+    def __getstate__(self) -> dict:  # a spawned process (DataLoader worker) starts empty too
+        return {**self.__dict__, "_readers": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        runtime.after_fork(self)
+
     def get(self, path: str) -> VideoReader:
         reader = self._readers.pop(path, None)
         if reader is not None:
