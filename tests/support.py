@@ -10,6 +10,7 @@ import random
 import socket
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -62,11 +63,11 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, head: bool) -> None:
         srv: FaultServer = self.server.owner
-        path = self.path.split("?", 1)[0]
+        path = urllib.parse.unquote(self.path.split("?", 1)[0])
         with srv.lock:
             srv.requests.append((self.command, path, self.headers.get("Range")))
             fault = None
-            if srv.faults and (not head or srv.fail_heads) and (srv.fault_paths is None or path in srv.fault_paths):
+            if srv.faults and self.command in srv.fault_methods and (srv.fault_paths is None or path in srv.fault_paths):
                 fault = srv.faults.pop(0)
             elif not head and srv.fail_rate and srv.rng.random() < srv.fail_rate:
                 fault = srv.rng.choice(["500", "reset", "truncate"])
@@ -132,12 +133,12 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 class FaultServer:
     """A static HTTP/1.1 server on 127.0.0.1 (a real socket, keep-alive) that misbehaves on demand.
 
-    Content: `files` ({"/path": bytes}) when given, else the files under `directory`, read at each request
+    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each request
     (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of
     the content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
 
-    Faults: `faults` is a queue, one per request (GETs; HEADs too when `fail_heads`; only requests for
-    `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`),
+    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by
+    default, and whose path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`),
     "reset" (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body,
     announced as such), "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that
     fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
@@ -154,7 +155,7 @@ class FaultServer:
         self.requests: list[tuple[str, str, str | None]] = []
         self.faults: list[str] = []
         self.fault_paths: set[str] | None = None
-        self.fail_heads = False
+        self.fault_methods = {"GET"}
         self.fail_rate = 0.0
         self.failures = 0
         self.rng = random.Random(seed)

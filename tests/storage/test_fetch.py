@@ -15,7 +15,7 @@ from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
-from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size, timeout_options
+from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size, timeout_options, version_token
 from episodic.tabular import load_columns
 from support import FaultServer
 
@@ -87,7 +87,7 @@ def test_a_request_past_the_timeout_is_retried(server):
 
 
 def test_size_is_retried_when_fsspec_reports_a_failed_head_as_not_found(server):
-    server.faults, server.fail_heads = ["503", "503"], True  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
+    server.faults, server.fault_methods = ["503", "503"], {"GET", "HEAD"}  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
     stats = Counters()
     url = server.url + "/f.bin"
     assert file_size(_http(), url, url, FAST, stats) == len(PAYLOAD)
@@ -252,3 +252,102 @@ def test_reopen_keeps_location_options_and_policy(server, dataset):
     assert again.read_bytes("meta/info.json") == (dataset / "meta/info.json").read_bytes()
     local = open_source(dataset)
     assert reopen(local) is local
+
+
+# ------------------------------------------------------------------------------------------ window, timeouts
+def test_retries_stop_at_the_window_not_a_count():
+    calls = []
+
+    def refused():
+        calls.append(time.monotonic())
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=0.4)
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match=r"http://x/y: cannot fetch after \d+ attempts in 0\.4 s .*refused") as info:
+        with_retries(refused, "http://x/y", policy)
+    assert 0.4 <= time.monotonic() - t0 < 1.5 and info.value.attempts == len(calls) > 5
+    assert calls[-1] - t0 >= 0.4 - 1e-3  # the last wait ends at the window's end: one last attempt there
+    with pytest.raises(FetchError, match="after 3 attempts"):
+        with_retries(refused, "http://x/y", FetchPolicy(retries=2, backoff_s=0, retry_window_s=10))
+    calls.clear()
+    with pytest.raises(FetchError, match="after 1 attempt in"):
+        with_retries(refused, "http://x/y", FetchPolicy(retry_window_s=0))
+
+
+def test_a_server_back_just_before_the_window_ends_costs_no_error():
+    t0 = time.monotonic()
+
+    def back_after_0_4_s():
+        if time.monotonic() - t0 < 0.4:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return b"ok"
+
+    stats = Counters()
+    policy = FetchPolicy(backoff_s=5, max_backoff_s=5, retry_window_s=0.5)  # long waits, cut at the window
+    assert with_retries(back_after_0_4_s, "http://x/y", policy, stats) == b"ok"
+    assert time.monotonic() - t0 < 1.5 and stats.retries >= 1
+
+
+def test_timeout_options_per_protocol():
+    import aiohttp
+
+    policy = FetchPolicy(timeout_s=7, connect_timeout_s=3)
+    http = timeout_options("https", {"headers": {"A": "1"}}, policy)
+    t = http["client_kwargs"]["timeout"]
+    assert (t.total, t.sock_connect, t.sock_read) == (None, 3, 7) and http["headers"] == {"A": "1"}
+    mine = aiohttp.ClientTimeout(total=1)
+    assert timeout_options("http", {"client_kwargs": {"timeout": mine}}, policy)["client_kwargs"]["timeout"] is mine
+    assert timeout_options("http", {"timeout": 5}, policy) == {"timeout": 5}  # the caller's own request timeout
+    s3 = timeout_options(("s3", "s3a"), {"config_kwargs": {"read_timeout": 60}}, policy)
+    assert s3 == {"config_kwargs": {"read_timeout": 60, "connect_timeout": 3}}
+    assert timeout_options("gcs", {"token": "anon"}, policy) == {"token": "anon"}
+    assert policy.request_timeout_s == 10 and policy.worst_case_s == policy.retry_window_s + 10
+    assert FetchPolicy(timeout_s=None).worst_case_s is None
+
+
+def test_open_source_puts_the_timeouts_on_the_http_session(server):
+    policy = FetchPolicy(timeout_s=0.3, connect_timeout_s=0.3, retry_window_s=0.5, backoff_s=0.01)
+    source = open_source(server.url, policy=policy)
+    assert source.storage_options == {}  # what it was opened with, not what was added
+    server.faults, server.sleep_s = ["sleep"] * 10, 3.0
+    t0 = time.perf_counter()
+    with pytest.raises(FetchError, match="no answer within the time limit"):
+        source.read_bytes("f.bin")
+    assert time.perf_counter() - t0 < policy.worst_case_s + 1.5
+
+
+def test_errors_of_huggingface_hubs_http_client_are_classified():
+    httpx = pytest.importorskip("httpx2")
+    request = httpx.Request("GET", "https://hub.invalid/f")
+
+    def failing(*errors):
+        it = iter(errors)
+
+        def call():
+            e = next(it, None)
+            if e is not None:
+                raise e
+            return b"ok"
+        return call
+
+    status = lambda code: httpx.HTTPStatusError(str(code), request=request, response=httpx.Response(code, request=request))  # noqa: E731
+    stats = Counters()
+    got = with_retries(failing(httpx.ConnectError("refused", request=request), httpx.ReadTimeout("slow", request=request),
+                               status(503)), "hf://x", FAST, stats)
+    assert got == b"ok" and stats.retries == 3
+    with pytest.raises(MissingFileError):
+        with_retries(failing(status(404)), "hf://x", FAST)
+    with pytest.raises(FetchError, match="refused, not retried"):
+        with_retries(failing(status(401)), "hf://x", FAST)
+    not_found = FileNotFoundError("offline")  # huggingface_hub: the Hub unreachable and no local copy
+    not_found.__context__ = httpx.ConnectError("refused", request=request)
+    assert with_retries(failing(not_found), "hf://x", FAST) == b"ok"
+
+
+def test_version_token():
+    a = version_token({"size": 10, "ETag": '"abc"', "type": "file", "name": "x"})
+    assert a == version_token({"size": 10, "ETag": '"abc"', "mimetype": "video/mp4"})
+    assert a != version_token({"size": 10, "ETag": '"abd"'}) != version_token({"size": 11, "ETag": '"abc"'})
+    assert version_token({"size": 10, "Last-Modified": "Mon"}) != version_token({"size": 10, "Last-Modified": "Tue"})
+    assert version_token({"size": 10}) == "size=10"

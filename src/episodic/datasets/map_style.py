@@ -60,9 +60,11 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
                                      episodes, video_keys, storage_options, cache_dir, policy=fetch_policy,
                                      cache_max_bytes=cache_max_bytes)
         self.source = _source
+        self.counters = Counters()
+        if self.source.cache is not None:  # remote reads (retries, bytes, files) count as this dataset's
+            self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
-        self.counters = Counters()
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",

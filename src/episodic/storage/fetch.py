@@ -190,6 +190,8 @@ def _retry_after(e: BaseException) -> float | None:
 
 
 def _describe(e: BaseException) -> str:
+    if not str(e) and isinstance(e, TimeoutError):  # asyncio's and fsspec's timeouts say nothing themselves
+        return f"{type(e).__name__}: no answer within the time limit"
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
