@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -26,6 +25,11 @@ import posixpath
 import re
 import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: evictions are not serialised (unlinks stay idempotent)
+    fcntl = None
 
 from .. import config
 from .atomic import atomic_write_bytes
@@ -105,6 +109,8 @@ class FileCache:
         number of files deleted. Skipped when another process is evicting."""
         if not self.directory.is_dir():
             return 0
+        if fcntl is None:
+            return self._evict_locked(keep)
         with open(self.directory / ".evict.lock", "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
