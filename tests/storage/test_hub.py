@@ -56,6 +56,24 @@ class FakeHub:
         return str(dst)
 
 
+def _http_errors(status: int):
+    """(an HTTP `status` error of huggingface_hub, a connection error) of the HTTP client it uses (httpx2
+    from huggingface_hub 1.0, requests before)."""
+    try:
+        import httpx2
+
+        request = httpx2.Request("GET", "https://hub.invalid/x")
+        response = httpx2.Response(status, request=request)
+        refused = httpx2.ConnectError("refused", request=request)
+    except ImportError:
+        import requests
+
+        response = requests.Response()
+        response.status_code, response.url = status, "https://hub.invalid/x"
+        refused = requests.ConnectionError("refused")
+    return response, refused
+
+
 @pytest.fixture()
 def hub(multifile_root, monkeypatch, tmp_path):
     fake = FakeHub(multifile_root)
@@ -106,13 +124,11 @@ def test_subset_files_on_disk_are_checked_against_the_hub(hub, multifile_root, c
 
 
 def test_hub_calls_are_retried_with_the_policy_timeout(hub, multifile_root):
-    import httpx2
-
     from episodic.storage import FetchPolicy
 
-    request = httpx2.Request("GET", "https://hub.invalid/x")
-    busy = huggingface_hub.errors.HfHubHTTPError("503 busy", response=httpx2.Response(503, request=request))
-    hub.failures = [busy, httpx2.ConnectError("refused", request=request), busy]
+    response, refused = _http_errors(503)
+    busy = huggingface_hub.errors.HfHubHTTPError("503 busy", response=response)
+    hub.failures = [busy, refused, busy]
     policy = FetchPolicy(backoff_s=0.001, max_backoff_s=0.01, retry_window_s=5, timeout_s=3, connect_timeout_s=2)
     ds = LeRobotDataset("user/ds", episodes=[2], fetch_policy=policy)
     assert len(ds) == int(ds.meta.episodes.length[2]) and not hub.failures
@@ -120,14 +136,11 @@ def test_hub_calls_are_retried_with_the_policy_timeout(hub, multifile_root):
 
 
 def test_hub_errors_name_the_repo(monkeypatch, tmp_path):
-    import httpx2
-
     calls = []
 
     def fail(*a, **k):
         calls.append(1)
-        response = httpx2.Response(404, request=httpx2.Request("GET", "https://hub.invalid/api/datasets/user/missing"))
-        raise huggingface_hub.errors.RepositoryNotFoundError("404 Client Error", response=response)
+        raise huggingface_hub.errors.RepositoryNotFoundError("404 Client Error", response=_http_errors(404)[0])
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
     monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path))

@@ -51,13 +51,19 @@ def _hub_call(call, what: str, policy: FetchPolicy):
     """`call()` under the fetch policy; huggingface_hub's "this does not exist" errors fail at once."""
     import huggingface_hub.errors as hf_errors
 
-    permanent = (hf_errors.RepositoryNotFoundError, hf_errors.RevisionNotFoundError, hf_errors.DisabledRepoError,
-                 hf_errors.RemoteEntryNotFoundError)
+    # gated repositories (a RepositoryNotFoundError) included; EntryNotFoundError: the remote one before
+    # huggingface_hub 1.0, the base of both since (LocalEntryNotFoundError, "cannot reach the Hub", is not one)
+    names = ("RepositoryNotFoundError", "RevisionNotFoundError", "DisabledRepoError", "RemoteEntryNotFoundError",
+             "EntryNotFoundError")
+    permanent = tuple(c for c in (getattr(hf_errors, n, None) for n in names) if c is not None)
+    offline = getattr(hf_errors, "LocalEntryNotFoundError", ())
 
     def attempt():
         try:
             return call()
-        except permanent as e:  # gated repositories (a RepositoryNotFoundError) included
+        except permanent as e:
+            if offline and isinstance(e, offline):
+                raise
             raise MissingFileError(f"{what}: not found on the Hub ({type(e).__name__}: {e})") from None
 
     return with_retries(attempt, what, policy)
