@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import huggingface_hub
@@ -104,6 +105,21 @@ def test_subset_downloads_exactly_its_files_then_nothing(hub, multifile_root):
     assert sorted(hub.files) == sorted(want1) and hub.copied == []
 
 
+def test_a_copy_on_disk_is_synced_with_the_hub_every_time(hub, multifile_root, copy_of):
+    """A whole dataset on disk, then a subset after the dataset was re-published (new metadata, new files
+    of that subset), then the whole dataset again: it is synced again, never new metadata with old files."""
+    hub.remote = copy_of(multifile_root)
+    LeRobotDataset("user/ds")
+    rel = LeRobotDataset("x", root=hub.remote).meta.data_file_of(5)
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(hub.remote / rel), hub.remote / rel, compression="gzip")  # re-published
+    LeRobotDataset("user/ds", episodes=[1])
+    ds = LeRobotDataset("user/ds")
+    assert [s["allow_patterns"] for s in hub.snapshots] == [None, ["meta/**"], None]
+    assert (Path(ds.source.root) / rel).read_bytes() == (hub.remote / rel).read_bytes()
+
+
 def test_subset_files_on_disk_are_checked_against_the_hub(hub, multifile_root, copy_of, monkeypatch):
     """A re-published dataset: files already on disk are not used blindly (huggingface_hub compares each
     with the Hub and fetches it again), so new metadata never meets old data files."""
@@ -149,3 +165,19 @@ def test_hub_errors_name_the_repo(monkeypatch, tmp_path):
     with pytest.raises(DatasetFormatError, match="user/missing.*not found on the Hub"):
         LeRobotDataset("user/missing")
     assert len(calls) == 1  # not retried
+
+
+def test_offline_without_a_copy_fails_at_once(hub, monkeypatch):
+    from huggingface_hub import constants
+
+    def offline(*a, **k):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("cannot find the requested files in the local cache")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    from episodic.format import MissingFileError
+
+    t0 = time.monotonic()
+    with pytest.raises(MissingFileError, match="user/ds.*data/.*not on disk, and huggingface_hub is offline"):
+        LeRobotDataset("user/ds", episodes=[0])
+    assert time.monotonic() - t0 < 5

@@ -1,7 +1,7 @@
 """Fetch datasets from the Hugging Face Hub into a local directory with huggingface_hub.
 
 Whole datasets come in one snapshot download; episode subsets fetch exactly the files they need in a
-bounded thread pool. Every call goes through the fetch policy (`storage.fetch.with_retries`: transient
+bounded thread pool. A copy already on disk is synced every time (`resolve.resolve_source`). Every call goes through the fetch policy (`storage.fetch.with_retries`: transient
 failures retried within the retry window, a missing repository, revision or file at once) with the
 policy's request timeout as huggingface_hub's `etag_timeout` (huggingface_hub's own download read timeout,
 `HF_HUB_DOWNLOAD_TIMEOUT`, applies to the bodies). Files already on disk are not skipped blindly:
@@ -47,6 +47,13 @@ def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], vi
     return list(dict.fromkeys(files))
 
 
+def _offline_mode() -> bool:
+    """huggingface_hub's HF_HUB_OFFLINE, as it read it (its own constants, not our environment)."""
+    from huggingface_hub import constants
+
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
 def _hub_call(call, what: str, policy: FetchPolicy):
     """`call()` under the fetch policy; huggingface_hub's "this does not exist" errors fail at once."""
     import huggingface_hub.errors as hf_errors
@@ -63,7 +70,10 @@ def _hub_call(call, what: str, policy: FetchPolicy):
             return call()
         except permanent as e:
             if offline and isinstance(e, offline):
-                raise
+                if _offline_mode():  # nothing to wait for
+                    raise MissingFileError(f"{what}: not on disk, and huggingface_hub is offline "
+                                           f"(HF_HUB_OFFLINE)") from None
+                raise  # the Hub could not be reached: retried
             raise MissingFileError(f"{what}: not found on the Hub ({type(e).__name__}: {e})") from None
 
     return with_retries(attempt, what, policy)

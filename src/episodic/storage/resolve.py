@@ -29,8 +29,10 @@ def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision
     if repo_id is None:
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
     local = Path(root) if root is not None else hub_root(repo_id, revision)
-    if not (local / "meta" / "info.json").exists() or episodes is not None or video_keys is not None:
-        download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys, policy=policy)
+    # asked every time, also when a copy is on disk: huggingface_hub compares the files there with the Hub's
+    # current commit and fetches only what changed (offline, it keeps the copy), so the metadata and the
+    # files of a re-published dataset never come from two versions
+    download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys, policy=policy)
     return open_source(local, cache=cache, policy=policy)
 
 
