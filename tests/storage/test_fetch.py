@@ -266,7 +266,7 @@ def test_retries_stop_at_the_window_not_a_count():
     t0 = time.monotonic()
     with pytest.raises(FetchError, match=r"http://x/y: cannot fetch after \d+ attempts in 0\.4 s .*refused") as info:
         with_retries(refused, "http://x/y", policy)
-    assert 0.4 <= time.monotonic() - t0 < 1.5 and info.value.attempts == len(calls) > 5
+    assert 0.4 <= time.monotonic() - t0 < 3 and info.value.attempts == len(calls) > 2
     assert calls[-1] - t0 >= 0.4 - 1e-3  # the last wait ends at the window's end: one last attempt there
     with pytest.raises(FetchError, match="after 3 attempts"):
         with_retries(refused, "http://x/y", FetchPolicy(retries=2, backoff_s=0, retry_window_s=10))
@@ -286,7 +286,7 @@ def test_a_server_back_just_before_the_window_ends_costs_no_error():
     stats = Counters()
     policy = FetchPolicy(backoff_s=5, max_backoff_s=5, retry_window_s=0.5)  # long waits, cut at the window
     assert with_retries(back_after_0_4_s, "http://x/y", policy, stats) == b"ok"
-    assert time.monotonic() - t0 < 1.5 and stats.retries >= 1
+    assert time.monotonic() - t0 < 3 and stats.retries >= 1
 
 
 def test_timeout_options_per_protocol():
@@ -314,7 +314,7 @@ def test_open_source_puts_the_timeouts_on_the_http_session(server):
     t0 = time.perf_counter()
     with pytest.raises(FetchError, match="no answer within the time limit"):
         source.read_bytes("f.bin")
-    assert time.perf_counter() - t0 < policy.worst_case_s + 1.5
+    assert time.perf_counter() - t0 < policy.worst_case_s + 2.5
 
 
 def test_errors_of_huggingface_hubs_http_client_are_classified():
