@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from episodic.demo import write_demo_dataset
 
-from support import FIXTURES, LEROBOT_FIXTURE  # noqa: F401 (re-exported for tests)
+from support import FIXTURES, LEROBOT_FIXTURE, FaultServer  # noqa: F401 (re-exported for tests)
 
 
 @pytest.fixture(scope="session")
@@ -44,14 +41,13 @@ def copy_of(tmp_path):
 
 
 @pytest.fixture()
-def http_root(small_root):
-    """`small_root` served by a plain static HTTP server on 127.0.0.1 (no Range support)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(small_root.parent))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/{small_root.name}"
-    server.shutdown()
-    server.server_close()
+def http_server(small_root):
+    """`small_root`'s parent served by the fault-injecting HTTP server (tests/support.py), no Range support."""
+    with FaultServer(small_root.parent, ranges=False) as server:
+        yield server
+
+
+@pytest.fixture()
+def http_root(http_server, small_root) -> str:
+    """The URL of `small_root` on `http_server`."""
+    return f"{http_server.url}/{small_root.name}"

@@ -1,12 +1,16 @@
-"""Helpers shared by several test modules (test data paths, a static HTTP server with faults, item checks)."""
+"""Helpers shared by several test modules (test data paths, the fault-injecting HTTP server, item checks)."""
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
 import http.server
 import os
 import random
 import socket
 import threading
+import time
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
@@ -25,23 +29,26 @@ def assert_items_equal(want: dict, got: dict) -> None:
             assert value.dtype == got[key].dtype and torch.equal(value, got[key]), key
 
 
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Static files with Range support; fails a fraction of requests (500, reset, truncated body)."""
+class _FaultHandler(http.server.BaseHTTPRequestHandler):
+    """One request of a `FaultServer` (see there)."""
 
-    fail_rate = 0.0
-    rng = random.Random(0)
-    lock = threading.Lock()
-    failures = 0
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers: a killed server must drop open connections
 
     def log_message(self, *args):
         pass
 
-    def _fault(self) -> str | None:
-        with self.lock:
-            if self.rng.random() >= type(self).fail_rate:
-                return None
-            type(self).failures += 1
-            return self.rng.choice(["500", "reset", "truncate"])
+    def setup(self):
+        super().setup()
+        with self.server.owner.lock:
+            self.server.owner.connections.add(self.connection)
+
+    def finish(self):
+        with self.server.owner.lock:
+            self.server.owner.connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
 
     def do_HEAD(self):
         self._serve(head=True)
@@ -49,43 +56,58 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
         self._serve(head=False)
 
-    def _serve(self, head: bool):
-        path = self.translate_path(self.path)
-        if not os.path.isfile(path):
-            self.send_error(404)
-            return
-        fault = None if head else self._fault()  # HEAD failures are absorbed by fsspec (it falls back to GET)
-        if fault == "500":
-            self.send_error(500, "injected")
-            return
+    def _drop(self) -> None:
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        self.close_connection = True
+        self.connection.close()
+
+    def _serve(self, head: bool) -> None:
+        srv: FaultServer = self.server.owner
+        path = urllib.parse.unquote(self.path.split("?", 1)[0])
+        with srv.lock:
+            srv.requests.append((self.command, path, self.headers.get("Range")))
+            fault = None
+            if srv.faults and self.command in srv.fault_methods and (srv.fault_paths is None or path in srv.fault_paths):
+                fault = srv.faults.pop(0)
+            elif not head and srv.fail_rate and srv.rng.random() < srv.fail_rate:
+                fault = srv.rng.choice(["500", "reset", "truncate"])
+            if fault is not None:
+                srv.failures += 1
+        while srv.hang.is_set() and not srv.killed.is_set():  # a hung server: accepts, never answers
+            time.sleep(0.01)
+        if srv.killed.is_set():
+            return self._drop()
+        if fault == "sleep":
+            time.sleep(srv.sleep_s)
+        data, version = srv.content(path)
+        if data is None or fault == "404":
+            return self._status(404)
+        if fault in ("500", "502", "503", "403"):
+            return self._status(int(fault))
+        if fault == "429":
+            return self._status(429, {"Retry-After": srv.retry_after})
         if fault == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.close_connection = True
-            self.connection.close()
-            return
-        data = Path(path).read_bytes()
+            return self._drop()
         size = len(data)
-        lo, hi = 0, size - 1
+        lo, hi, status = 0, size, 200
         rng = self.headers.get("Range")
-        status = 200
-        if rng and rng.startswith("bytes="):
+        if rng and srv.ranges and fault != "norange" and rng.startswith("bytes="):
             a, _, b = rng[6:].partition("-")
-            if a:
-                lo, hi = int(a), min(int(b) if b else size - 1, size - 1)
-            else:
-                lo, hi = max(size - int(b), 0), size - 1
+            lo, hi = (int(a), min(int(b) + 1 if b else size, size)) if a else (max(size - int(b), 0), size)
             if lo >= size:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.end_headers()
-                return
+                return self._status(416, {"Content-Range": f"bytes */{size}"})
             status = 206
-        body = data[lo:hi + 1]
+        body = data[lo:hi]
+        if fault == "short":
+            body = body[: len(body) // 2]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Accept-Ranges", "bytes")
+        if srv.ranges:
+            self.send_header("Accept-Ranges", "bytes")
         if status == 206:
-            self.send_header("Content-Range", f"bytes {lo}-{hi}/{size}")
+            self.send_header("Content-Range", f"bytes {lo}-{hi - 1}/{size}")
+        for key, value in version.items():
+            self.send_header(key, value)
         self.end_headers()
         if head:
             return
@@ -95,7 +117,118 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except OSError:  # the client gave up (a timeout)
+            self.close_connection = True
+
+    def _status(self, code: int, headers: dict | None = None) -> None:
+        self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class FaultServer:
+    """A static HTTP/1.1 server on 127.0.0.1 (a real socket, keep-alive) that misbehaves on demand.
+
+    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each request
+    (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of
+    the content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
+
+    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by
+    default, and whose path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`),
+    "reset" (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body,
+    announced as such), "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that
+    fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
+    `hang.set()`: every request waits, never answering, until cleared. `kill()`: stop listening and drop
+    every open connection (connection refused from then on); `start()`: listen again on the same port.
+    `requests` lists (method, path, Range header) of every request."""
+
+    def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
+                 ranges: bool = True, validators: bool = True, seed: int = 0):
+        self.directory = Path(directory) if directory is not None else None
+        self.files = files
+        self.ranges, self.validators = ranges, validators
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str, str | None]] = []
+        self.faults: list[str] = []
+        self.fault_paths: set[str] | None = None
+        self.fault_methods = {"GET"}
+        self.fail_rate = 0.0
+        self.failures = 0
+        self.rng = random.Random(seed)
+        self.retry_after = "1"
+        self.sleep_s = 2.0
+        self.hang = threading.Event()
+        self.killed = threading.Event()
+        self.connections: set[socket.socket] = set()
+        self.port = 0
+        self._server = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def content(self, path: str) -> tuple[bytes | None, dict]:
+        """(bytes, validator headers) of `path`, or (None, {}) when there is no such file."""
+        if self.files is not None:
+            data, mtime = self.files.get(path), None
+        else:
+            local = self.directory / path.lstrip("/")
+            try:
+                data, mtime = local.read_bytes(), local.stat().st_mtime
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                data, mtime = None, None
+        if data is None or not self.validators:
+            return data, {}
+        headers = {"ETag": '"%s"' % hashlib.sha1(data).hexdigest()[:16]}
+        if mtime is not None:
+            headers["Last-Modified"] = email.utils.formatdate(mtime, usegmt=True)
+        return data, headers
+
+    def start(self) -> None:
+        """Listen (again, on the same port after `kill()`)."""
+        self.killed.clear()
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), _FaultHandler, bind_and_activate=False)
+        server.allow_reuse_address = True
+        server.server_bind()
+        server.server_activate()
+        server.daemon_threads = True
+        server.handle_error = lambda *a: None  # clients that gave up leave broken pipes behind
+        server.owner = self
+        self.port = server.server_address[1]
+        self._server = server
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def kill(self) -> None:
+        """Stop listening and drop every open connection."""
+        self.killed.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        with self.lock:
+            conns = list(self.connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    close = kill
+
+    def gets(self, path: str | None = None) -> int:
+        """GET requests so far (for `path` only, when given)."""
+        return sum(1 for m, p, _ in self.requests if m == "GET" and (path is None or p == path))
+
+    def __enter__(self) -> "FaultServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
 
 
 def read_png(path: Path) -> np.ndarray:

@@ -9,7 +9,10 @@
 | `EPISODIC_WORKER_SHARING` | tensor sharing of DataLoader workers when a loader says `sharing="auto"` | `file_system` |
 | `EPISODIC_FORCE_MMAP` | memory-map tabular columns (in the cache) whatever their size (tests, small machines) | off (memory-map from 1 GiB) |
 | `EPISODIC_PROGRESS` | `0` silences every progress bar (bars show only on a terminal anyway) | on |
-| `EPISODIC_FETCH_TIMEOUT` | seconds one remote request (a file, a byte range, a size) may take before it counts as a transient failure and is retried; `0`: no limit | `60` |
+| `EPISODIC_FETCH_TIMEOUT` | read timeout of remote requests: seconds a request may wait for the next bytes (or for a size or metadata answer) before it counts as a transient failure and is retried; `0`: no limit | `20` |
+| `EPISODIC_CONNECT_TIMEOUT` | seconds a remote request may take to connect; `0`: no limit | `10` |
+| `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt during which transient failures are retried; `0`: no retries | `30` |
+| `EPISODIC_CACHE_MAX_BYTES` | size of the whole-file cache of remote files (`files/`), least recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix | `32G` |
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
 variable is unset (the encoder prints a banner at every start otherwise).
@@ -20,7 +23,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s", "progress_allowed",
+__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
+           "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
            "quiet_svt_av1"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
@@ -66,18 +70,58 @@ def force_mmap() -> bool:
     return os.environ.get("EPISODIC_FORCE_MMAP", "") not in ("", "0")
 
 
-def fetch_timeout_s() -> float | None:
-    """$EPISODIC_FETCH_TIMEOUT in seconds (default 60); None when set to 0 (no limit)."""
-    value = os.environ.get("EPISODIC_FETCH_TIMEOUT")
+def _seconds(name: str, default: float, hi: float = 3600) -> float:
+    """$name as seconds in [0, hi] (default when unset or empty)."""
+    value = os.environ.get(name)
     if not value:
-        return 60.0
+        return default
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise ValueError(f"EPISODIC_FETCH_TIMEOUT must be a number of seconds in [0, 3600], got {value!r}")
-    return seconds or None
+    if not 0 <= seconds <= hi:
+        raise ValueError(f"{name} must be a number of seconds in [0, {hi:g}], got {value!r}")
+    return seconds
+
+
+def fetch_timeout_s() -> float | None:
+    """$EPISODIC_FETCH_TIMEOUT: the read timeout of remote requests in seconds (default 20); None when set
+    to 0 (no limit)."""
+    return _seconds("EPISODIC_FETCH_TIMEOUT", 20.0) or None
+
+
+def connect_timeout_s() -> float | None:
+    """$EPISODIC_CONNECT_TIMEOUT: the connect timeout of remote requests in seconds (default 10); None when
+    set to 0 (no limit)."""
+    return _seconds("EPISODIC_CONNECT_TIMEOUT", 10.0) or None
+
+
+def retry_window_s() -> float:
+    """$EPISODIC_RETRY_WINDOW: seconds after a remote read's first attempt during which transient failures
+    are retried (default 30; 0: none)."""
+    return _seconds("EPISODIC_RETRY_WINDOW", 30.0, hi=86400)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(value: str, name: str) -> int:
+    """'123', '64M', '32G', '1.5T' (binary units, an optional trailing 'B' or 'iB') -> bytes >= 0."""
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1] if text and text[-1] in "KMGT" else ""
+    try:
+        n = float(text[: len(text) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        n = -1.0
+    if not 0 <= n < float(1 << 62):
+        raise ValueError(f"{name} must be a number of bytes (optionally with a K/M/G/T suffix), got {value!r}")
+    return int(n)
+
+
+def file_cache_max_bytes() -> int:
+    """$EPISODIC_CACHE_MAX_BYTES: the size of the whole-file cache of remote files (default 32 GiB)."""
+    value = os.environ.get("EPISODIC_CACHE_MAX_BYTES")
+    return parse_bytes(value, "EPISODIC_CACHE_MAX_BYTES") if value else 32 << 30
 
 
 def progress_allowed() -> bool:

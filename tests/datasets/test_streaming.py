@@ -3,9 +3,6 @@ resume at every batch, and a flaky real HTTP server (retries counted, nothing lo
 
 from __future__ import annotations
 
-import http.server
-import random
-import threading
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
@@ -16,7 +13,7 @@ import torch
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
-from support import _Handler, assert_items_equal
+from support import FaultServer, assert_items_equal
 
 FPS = 30
 DELTAS = {"action": [i / FPS for i in range(4)], "observation.state": [-1 / FPS, 0.0],
@@ -175,20 +172,8 @@ def test_even_batches_every_rank_stops_together(root, workers):
 # ------------------------------------------------------------------------------------------ http
 @pytest.fixture()
 def http_root(root):
-    handler = type("H", (_Handler,), {"fail_rate": 0.0, "rng": random.Random(1), "lock": threading.Lock(), "failures": 0})
-
-    def factory(*args, **kwargs):
-        return handler(*args, directory=str(root.parent), **kwargs)
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), factory)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{root.name}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with FaultServer(root.parent, seed=1) as server:
+        yield f"{server.url}/{root.name}", server
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -4,7 +4,6 @@ files) and of remote parquets, over a real HTTP server with Range support (and i
 from __future__ import annotations
 
 import http.server
-import random
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
-from support import _Handler, assert_items_equal
+from support import FaultServer, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
@@ -45,17 +44,9 @@ def root(tmp_path_factory) -> Path:
 
 @contextmanager
 def serve(directory: Path, fail_rate: float = 0.0):
-    handler = type("H", (_Handler,), {"fail_rate": fail_rate, "rng": random.Random(2), "lock": threading.Lock(),
-                                      "failures": 0})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             lambda *a, **k: handler(*a, directory=str(directory), **k))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with FaultServer(directory, seed=2) as server:
+        server.fail_rate = fail_rate
+        yield server.url, server
 
 
 def video_bytes(root: Path) -> int:

@@ -4,10 +4,7 @@ once; programming errors are never retried; exhausted retries raise FetchError n
 
 from __future__ import annotations
 
-import http.server
 import re
-import socket
-import threading
 import time
 
 import fsspec
@@ -18,8 +15,9 @@ from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
-from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size
+from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size, timeout_options, version_token
 from episodic.tabular import load_columns
+from support import FaultServer
 
 pytest.importorskip("aiohttp")
 
@@ -27,94 +25,24 @@ FAST = FetchPolicy(retries=4, backoff_s=0.001, max_backoff_s=0.005, timeout_s=10
 PAYLOAD = bytes(range(256)) * 40  # 10240 bytes
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """Files from `server.files` with Range support. Each GET (and HEAD when `server.fail_heads`) first
-    takes the next fault from `server.faults`: "500", "503", "403", "404", "429" (Retry-After:
-    `server.retry_after`), "reset", "truncate" (the body cut, the connection dropped), "short" (a shorter
-    body announced as such), "sleep" (answer after `server.sleep_s`), "norange" (ignore Range)."""
-
-    def log_message(self, *args):
-        pass
-
-    def do_HEAD(self):
-        self._serve(head=True)
-
-    def do_GET(self):
-        self._serve(head=False)
-
-    def _serve(self, head: bool) -> None:
-        srv = self.server
-        with srv.lock:
-            srv.requests.append((self.command, self.path))
-            fault = srv.faults.pop(0) if srv.faults and (not head or srv.fail_heads) else None
-        data = srv.files.get(self.path)
-        if fault == "sleep":
-            time.sleep(srv.sleep_s)
-        if data is None or fault == "404":
-            self.send_error(404)
-            return
-        if fault in ("500", "503", "403"):
-            self.send_error(int(fault))
-            return
-        if fault == "429":
-            self.send_response(429)
-            self.send_header("Retry-After", srv.retry_after)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if fault == "reset":
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.close_connection = True
-            self.connection.close()
-            return
-        lo, hi, status = 0, len(data), 200
-        rng = self.headers.get("Range")
-        if rng and fault != "norange":
-            a, _, b = rng.removeprefix("bytes=").partition("-")
-            lo, hi, status = int(a), min(int(b) + 1, len(data)), 206
-        body = data[lo:hi]
-        if fault == "short":
-            body = body[: len(body) // 2]
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {lo}-{hi - 1}/{len(data)}")
-        self.end_headers()
-        if head:
-            return
-        if fault == "truncate":
-            self.wfile.write(body[: len(body) // 2])
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        self.wfile.write(body)
-
-
 @pytest.fixture()
 def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.handle_error = lambda *a: None  # a client that gave up (timeouts) leaves a broken pipe behind
-    srv.lock, srv.requests, srv.faults, srv.fail_heads = threading.Lock(), [], [], False
-    srv.files, srv.retry_after, srv.sleep_s = {"/f.bin": PAYLOAD}, "1", 2.0
-    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with FaultServer(files={"/f.bin": PAYLOAD}) as srv:
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
+
+
+def _http(policy=FAST):
+    """fsspec's HTTP filesystem as `open_source` makes it: with the policy's connect and read timeouts."""
+    return fsspec.filesystem("http", **timeout_options("http", {}, policy))
 
 
 def _gets(srv) -> int:
-    return sum(1 for method, _ in srv.requests if method == "GET")
+    return srv.gets()
 
 
 def _fetch(srv, policy=FAST, stats=None, **kw) -> bytes:
-    url = srv.base + "/f.bin"
-    return fetch_bytes(fsspec.filesystem("http"), url, url, policy, stats, **kw)
+    url = srv.url + "/f.bin"
+    return fetch_bytes(_http(policy), url, url, policy, stats, **kw)
 
 
 # ------------------------------------------------------------------------------------------ transient
@@ -159,26 +87,26 @@ def test_a_request_past_the_timeout_is_retried(server):
 
 
 def test_size_is_retried_when_fsspec_reports_a_failed_head_as_not_found(server):
-    server.faults, server.fail_heads = ["503", "503"], True  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
+    server.faults, server.fault_methods = ["503", "503"], {"GET", "HEAD"}  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
     stats = Counters()
-    url = server.base + "/f.bin"
-    assert file_size(fsspec.filesystem("http"), url, url, FAST, stats) == len(PAYLOAD)
+    url = server.url + "/f.bin"
+    assert file_size(_http(), url, url, FAST, stats) == len(PAYLOAD)
     assert stats.retries == 1
 
 
 # ------------------------------------------------------------------------------------------ permanent
 def test_not_found_fails_at_once_naming_the_url(server):
-    url = server.base + "/missing.bin"
+    url = server.url + "/missing.bin"
     stats = Counters()
     with pytest.raises(DatasetFormatError, match=re.escape(f"{url}: file not found")) as info:
-        fetch_bytes(fsspec.filesystem("http"), url, url, FAST, stats)
+        fetch_bytes(_http(), url, url, FAST, stats)
     assert isinstance(info.value, MissingFileError)
-    assert server.requests == [("GET", "/missing.bin")] and stats.retries == 0
+    assert server.requests == [("GET", "/missing.bin", None)] and stats.retries == 0
 
 
 def test_forbidden_fails_at_once_naming_the_url(server):
     server.faults = ["403", "403"]
-    with pytest.raises(FetchError, match=re.escape(server.base + "/f.bin") + ".*403") as info:
+    with pytest.raises(FetchError, match=re.escape(server.url + "/f.bin") + ".*403") as info:
         _fetch(server)
     assert isinstance(info.value, OSError) and info.value.attempts == 1 and len(server.requests) == 1
 
@@ -191,8 +119,8 @@ def test_exhausted_retries_raise_fetch_error(server):
         _fetch(server, policy, stats)
     e = info.value
     assert isinstance(e, OSError) and isinstance(e, EpisodicError)
-    assert server.base + "/f.bin" in str(e) and "after 4 attempts" in str(e) and "503" in str(e)
-    assert e.url == server.base + "/f.bin" and e.attempts == 4
+    assert server.url + "/f.bin" in str(e) and "after 4 attempts" in str(e) and "503" in str(e)
+    assert e.url == server.url + "/f.bin" and e.attempts == 4
     assert _gets(server) == 4 and stats.retries == 3
 
 
@@ -274,7 +202,7 @@ def dataset(tmp_path_factory):
 
 def _serve_dataset(server, root) -> str:
     server.files = {f"/ds/{p.relative_to(root).as_posix()}": p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    return server.base + "/ds"
+    return server.url + "/ds"
 
 
 def test_metadata_reads_are_retried(server, dataset):
@@ -324,3 +252,102 @@ def test_reopen_keeps_location_options_and_policy(server, dataset):
     assert again.read_bytes("meta/info.json") == (dataset / "meta/info.json").read_bytes()
     local = open_source(dataset)
     assert reopen(local) is local
+
+
+# ------------------------------------------------------------------------------------------ window, timeouts
+def test_retries_stop_at_the_window_not_a_count():
+    calls = []
+
+    def refused():
+        calls.append(time.monotonic())
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=0.4)
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match=r"http://x/y: cannot fetch after \d+ attempts in 0\.4 s .*refused") as info:
+        with_retries(refused, "http://x/y", policy)
+    assert 0.4 <= time.monotonic() - t0 < 3 and info.value.attempts == len(calls) > 2
+    assert calls[-1] - t0 >= 0.4 - 1e-3  # the last wait ends at the window's end: one last attempt there
+    with pytest.raises(FetchError, match="after 3 attempts"):
+        with_retries(refused, "http://x/y", FetchPolicy(retries=2, backoff_s=0, retry_window_s=10))
+    calls.clear()
+    with pytest.raises(FetchError, match="after 1 attempt in"):
+        with_retries(refused, "http://x/y", FetchPolicy(retry_window_s=0))
+
+
+def test_a_server_back_just_before_the_window_ends_costs_no_error():
+    t0 = time.monotonic()
+
+    def back_after_0_4_s():
+        if time.monotonic() - t0 < 0.4:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return b"ok"
+
+    stats = Counters()
+    policy = FetchPolicy(backoff_s=5, max_backoff_s=5, retry_window_s=0.5)  # long waits, cut at the window
+    assert with_retries(back_after_0_4_s, "http://x/y", policy, stats) == b"ok"
+    assert time.monotonic() - t0 < 3 and stats.retries >= 1
+
+
+def test_timeout_options_per_protocol():
+    import aiohttp
+
+    policy = FetchPolicy(timeout_s=7, connect_timeout_s=3)
+    http = timeout_options("https", {"headers": {"A": "1"}}, policy)
+    t = http["client_kwargs"]["timeout"]
+    assert (t.total, t.sock_connect, t.sock_read) == (None, 3, 7) and http["headers"] == {"A": "1"}
+    mine = aiohttp.ClientTimeout(total=1)
+    assert timeout_options("http", {"client_kwargs": {"timeout": mine}}, policy)["client_kwargs"]["timeout"] is mine
+    assert timeout_options("http", {"timeout": 5}, policy) == {"timeout": 5}  # the caller's own request timeout
+    s3 = timeout_options(("s3", "s3a"), {"config_kwargs": {"read_timeout": 60}}, policy)
+    assert s3 == {"config_kwargs": {"read_timeout": 60, "connect_timeout": 3}}
+    assert timeout_options("gcs", {"token": "anon"}, policy) == {"token": "anon"}
+    assert policy.request_timeout_s == 10 and policy.worst_case_s == policy.retry_window_s + 10
+    assert FetchPolicy(timeout_s=None).worst_case_s is None
+
+
+def test_open_source_puts_the_timeouts_on_the_http_session(server):
+    policy = FetchPolicy(timeout_s=0.3, connect_timeout_s=0.3, retry_window_s=0.5, backoff_s=0.01)
+    source = open_source(server.url, policy=policy)
+    assert source.storage_options == {}  # what it was opened with, not what was added
+    server.faults, server.sleep_s = ["sleep"] * 10, 3.0
+    t0 = time.perf_counter()
+    with pytest.raises(FetchError, match="no answer within the time limit"):
+        source.read_bytes("f.bin")
+    assert time.perf_counter() - t0 < policy.worst_case_s + 2.5
+
+
+def test_errors_of_huggingface_hubs_http_client_are_classified():
+    httpx = pytest.importorskip("httpx2")
+    request = httpx.Request("GET", "https://hub.invalid/f")
+
+    def failing(*errors):
+        it = iter(errors)
+
+        def call():
+            e = next(it, None)
+            if e is not None:
+                raise e
+            return b"ok"
+        return call
+
+    status = lambda code: httpx.HTTPStatusError(str(code), request=request, response=httpx.Response(code, request=request))  # noqa: E731
+    stats = Counters()
+    got = with_retries(failing(httpx.ConnectError("refused", request=request), httpx.ReadTimeout("slow", request=request),
+                               status(503)), "hf://x", FAST, stats)
+    assert got == b"ok" and stats.retries == 3
+    with pytest.raises(MissingFileError):
+        with_retries(failing(status(404)), "hf://x", FAST)
+    with pytest.raises(FetchError, match="refused, not retried"):
+        with_retries(failing(status(401)), "hf://x", FAST)
+    not_found = FileNotFoundError("offline")  # huggingface_hub: the Hub unreachable and no local copy
+    not_found.__context__ = httpx.ConnectError("refused", request=request)
+    assert with_retries(failing(not_found), "hf://x", FAST) == b"ok"
+
+
+def test_version_token():
+    a = version_token({"size": 10, "ETag": '"abc"', "type": "file", "name": "x"})
+    assert a == version_token({"size": 10, "ETag": '"abc"', "mimetype": "video/mp4"})
+    assert a != version_token({"size": 10, "ETag": '"abd"'}) != version_token({"size": 11, "ETag": '"abc"'})
+    assert version_token({"size": 10, "Last-Modified": "Mon"}) != version_token({"size": 10, "Last-Modified": "Tue"})
+    assert version_token({"size": 10}) == "size=10"

@@ -4,6 +4,7 @@ Hub datasets land, and a source reopened in a forked process."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -38,21 +39,28 @@ def test_url_keeps_location_options_and_policy(http_root, small_root, tmp_path):
 
 
 def _child(src, out) -> None:
+    import os
+
     fresh = reopen(src)
-    out.put((fresh.fs is not src.fs, fresh.location, fresh.read_bytes("meta/info.json")))
+    # fsspec's asynchronous filesystems remember the process that made them (and refuse other processes)
+    out.put((src.fs._pid == os.getpid(), fresh.fs._pid == os.getpid(), fresh.location,
+             src.read_bytes("meta/info.json"), fresh.read_bytes("meta/info.json")))
 
 
-def test_reopen_in_a_forked_process_gets_its_own_filesystem(http_root, small_root):
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_source_in_a_child_process_opens_its_own_filesystem(http_root, small_root, method):
     src = resolve_source(None, http_root)
-    src.read_bytes("meta/info.json")  # the parent's HTTP session is live when the child forks
-    ctx = multiprocessing.get_context("fork")
+    src.read_bytes("meta/info.json")  # the parent's HTTP session is live when the child starts
+    ctx = multiprocessing.get_context(method)
     out = ctx.Queue()
     p = ctx.Process(target=_child, args=(src, out))
     p.start()
     got = out.get(timeout=60)
     p.join(60)
     assert p.exitcode == 0
-    assert got == (True, http_root, (small_root / "meta/info.json").read_bytes())
+    info = (small_root / "meta/info.json").read_bytes()
+    assert got == (True, True, http_root, info, info)
+    assert src.fs._pid == os.getpid()
 
 
 def test_hub_root_follows_config(monkeypatch, tmp_path):

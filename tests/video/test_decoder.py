@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from episodic.format import FrameTimestampError
+from episodic.format import FrameTimestampError, VideoDecodeError
 from episodic.storage.ranges import mp4_ranges_supported
 from episodic.video import DecoderCache, VideoReader
 from episodic.video.decoder import _container_index, build_index
@@ -68,3 +68,34 @@ def test_decoder_cache_is_bounded_and_counts():
     other = str(VIDEO).replace("observation.images.top", "observation.images.wrist")
     cache.get(other)
     assert cache.stats() == {"hits": 1, "misses": 2, "evictions": 1, "hit_rate": 1 / 3, "open": 1}
+
+
+def test_every_truncation_of_a_small_mp4_is_a_named_error(small_root, tmp_path):
+    """Cut after any byte: VideoDecodeError naming the file (a cut inside the sample tables used to leave a
+    stream without codec parameters: AttributeError), or, when only trailing bytes are gone, frames."""
+    data = sorted(small_root.rglob("*.mp4"))[0].read_bytes()
+    path = tmp_path / "cut.mp4"
+    outcomes = {"ok": 0, "error": 0}
+    for n in range(0, len(data), max(1, len(data) // 4000)):
+        path.write_bytes(data[:n])
+        try:
+            r = VideoReader(str(path))
+            r.decode(np.arange(len(r.index)))
+            r.close()
+            outcomes["ok"] += 1
+        except VideoDecodeError as e:
+            assert str(path) in str(e)
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0.5 * sum(outcomes.values()) and outcomes["ok"] > 0
+
+
+def test_a_decoder_cache_pickles_empty(tmp_path):
+    """A dataset used in the main process is pickled for spawned DataLoader workers: its cache of open
+    decoders (FFmpeg objects) travels empty."""
+    import pickle
+
+    cache = DecoderCache(max_open=3)
+    cache.get(str(VIDEO))
+    copy = pickle.loads(pickle.dumps(cache))
+    assert copy.max_open == 3 and copy.stats()["open"] == 0 and cache.stats()["open"] == 1
+    assert len(copy.get(str(VIDEO)).index) == len(cache.get(str(VIDEO)).index)

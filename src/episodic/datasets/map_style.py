@@ -14,6 +14,7 @@ import torch
 from .. import config
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata
+from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
@@ -39,6 +40,10 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
         cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
             `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
         decoder_cache_size: open video decoders per process.
+        cache_max_bytes: size of the whole-file cache of remote files (least recently used files evicted
+            beyond it; default $EPISODIC_CACHE_MAX_BYTES or 32 GiB).
+        fetch_policy: timeouts and retries of remote reads (`storage.fetch.FetchPolicy`; default from
+            $EPISODIC_FETCH_TIMEOUT, $EPISODIC_CONNECT_TIMEOUT, $EPISODIC_RETRY_WINDOW).
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -46,16 +51,20 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
                  video_keys: Sequence[str] | None = None, return_uint8: bool = False,
                  image_transforms: Callable | None = None, revision: str | None = None,
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
+                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  _source: Source | None = None):
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
             _source = resolve_source(None if local_or_url else src, src if local_or_url else None, revision,
-                                     episodes, video_keys, storage_options, cache_dir)
+                                     episodes, video_keys, storage_options, cache_dir, policy=fetch_policy,
+                                     cache_max_bytes=cache_max_bytes)
         self.source = _source
+        self.counters = Counters()
+        if self.source.cache is not None:  # remote reads (retries, bytes, files) count as this dataset's
+            self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
-        self.counters = Counters()
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
@@ -158,12 +167,14 @@ class LeRobotDataset(EpisodicDataset):
                  tolerance_s: float = 1e-4, revision: str | None = None, force_cache_sync: bool = False,
                  download_videos: bool = True, video_backend: str | None = None, batch_encoding_size: int = 1,
                  return_uint8: bool = False, video_keys: Sequence[str] | None = None,
-                 storage_options: dict | None = None, cache_dir: str | None = None):
+                 storage_options: dict | None = None, cache_dir: str | None = None,
+                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None):
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
         self.video_backend = video_backend or "pyav"
-        source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, cache_dir)
+        source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, cache_dir,
+                                policy=fetch_policy, cache_max_bytes=cache_max_bytes)
         super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, _source=source)

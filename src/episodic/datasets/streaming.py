@@ -63,7 +63,9 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
     Remote sources (any fsspec URL) are read by byte ranges, only what the consumer's episodes need (see
     `stream_pipeline`), into a private per-consumer mirror under `<cache_dir>/streaming` (`cache_dir`: the
     episodic cache, default ~/.cache/episodic); local sources are read in place. The tuning arguments are
-    those of `StreamOptions` (validated; the error states the allowed range).
+    those of `StreamOptions` (validated; the error states the allowed range). Remote reads follow
+    `fetch_policy` (`storage.fetch.FetchPolicy`: timeouts, retry window) when given, else a FetchPolicy of
+    `fetch_retries`, `fetch_backoff_s` and `fetch_max_backoff_s`.
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -74,8 +76,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                  rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
                  revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
                  prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
-                 fetch_retries: int = 8, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
-                 video_decoder_cache_size: int | None = None):
+                 fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
+                 video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None):
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
@@ -84,8 +86,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                                      prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
                                      tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
                                      decoder_cache_size=decoder_cache_size,
-                                     fetch=FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
-                                                       max_backoff_s=fetch_max_backoff_s))
+                                     fetch=fetch_policy or FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
+                                                                       max_backoff_s=fetch_max_backoff_s))
         self.repo_id, self.root, self.episodes = repo_id, root, episodes
         self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None,
                                              policy=self.options.fetch)

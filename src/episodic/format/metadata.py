@@ -10,7 +10,6 @@ a dict per episode.
 from __future__ import annotations
 
 import functools
-import io
 import json
 import posixpath
 import warnings
@@ -60,7 +59,7 @@ def read_parquet(read: Reader, root: str, rel: str, columns=None) -> pa.Table:
     path = posixpath.join(root, rel)
     data = read(rel)
     try:
-        pf = pq.ParquetFile(io.BytesIO(data))
+        pf = pq.ParquetFile(pa.BufferReader(data))  # not a Python file: pyarrow's threads must not hold one
         if callable(columns):
             columns = [c for c in pf.schema_arrow.names if columns(c)]
         return pf.read(columns=columns)

@@ -1,13 +1,22 @@
-"""The one fetch policy for remote bytes: which failures are retried, how long to wait, when to give up.
+"""The one fetch policy for remote bytes: time limits, which failures are retried, how long to wait, when
+to give up.
 
 Every remote read of episodic goes through `with_retries` (metadata files, whole files into the cache or a
-streaming mirror, byte ranges of parquet and mp4 files, file sizes); local files are read directly.
+streaming mirror, byte ranges of parquet and mp4 files, file sizes and versions, Hub downloads); local
+files are read directly.
 
-- Transient failures are retried with capped exponential backoff and full jitter (`FetchPolicy`): timeouts,
-  refused or reset connections and other I/O errors, HTTP 5xx, 408 and 429 (waiting as long as a
-  `Retry-After` header asks, capped), and bodies shorter than expected (`TruncatedRead`, the one length
-  check of `fetch_bytes`). When the retries run out, `FetchError` names the URL, the attempts and the last
-  failure.
+- Time limits (`FetchPolicy.connect_timeout_s`, `timeout_s`): every request of a filesystem opened by
+  episodic has a connect timeout and a read timeout (the longest wait for the next bytes): HTTP(S) on its
+  aiohttp session, S3 through botocore (`timeout_options`); a request for a size or a version (no body)
+  is also limited as a whole to connect + read timeout on any asynchronous filesystem (`_call_kwargs`).
+  A request past a limit is a transient failure.
+- Transient failures are retried with capped exponential backoff and full jitter: timeouts, refused or
+  reset connections and other I/O errors, HTTP 5xx, 408 and 429 (waiting as long as a `Retry-After`
+  header asks, capped), and bodies shorter than expected (`TruncatedRead`, the one length check of
+  `fetch_bytes`). No retry starts later than `retry_window_s` after the first attempt (nor after
+  `retries` retries, when set), so a fetch fails at most retry_window_s + connect_timeout_s + timeout_s
+  after it began (60 s by default) when the server hangs, and a server back within the window costs no
+  error at all. When the retries run out, `FetchError` names the URL, the attempts and the last failure.
 - "Not found" (FileNotFoundError, HTTP 404/410) fails at once: `MissingFileError` (a DatasetFormatError)
   "<url>: file not found".
 - Refusals (PermissionError, HTTP 401/403 and other 4xx, a directory) fail at once with `FetchError`.
@@ -36,8 +45,8 @@ from .. import config
 from ..checks import check_number
 from ..format.errors import EpisodicError, FetchError, MissingFileError
 
-__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "file_size", "is_local",
-           "with_retries"]
+__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "file_info", "file_size", "is_local",
+           "timeout_options", "version_token", "with_retries"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -45,33 +54,55 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FetchPolicy:
-    """How remote reads are retried.
+    """Time limits of remote requests and how their transient failures are retried.
 
-    retries: retries after the first attempt ([0, 100]). backoff_s: the first retry waits up to this long
+    connect_timeout_s: the longest a request may take to connect, (0, 3600] or None for none (default
+    `episodic.config.connect_timeout_s()`, 10 s). timeout_s: the read timeout, the longest a request may
+    wait for the next bytes (a size or version request: for its whole answer, connect included), (0, 3600]
+    or None (default `episodic.config.fetch_timeout_s()`, 20 s). retry_window_s: no retry starts later
+    than this many seconds after the first attempt ([0, 86400], default `episodic.config.retry_window_s()`,
+    30 s; the last wait is shortened to end at the window's end). retries: at most this many retries
+    ([0, 100]), or None: as many as the window allows. backoff_s: the first retry waits up to this long
     ([0, 60]); each further retry up to twice as long as the one before, at most max_backoff_s
-    ([backoff_s, 600]); the wait is drawn uniformly from [0, that bound] (full jitter). timeout_s: one
-    request's time limit, (0, 3600] or None for none (default `episodic.config.fetch_timeout_s()`);
-    applied to fsspec's asynchronous filesystems (HTTP, S3, GCS, ...). max_retry_after_s: the longest wait
-    a server's Retry-After header may ask for ([0, 3600])."""
+    ([backoff_s, 600]); the wait is drawn uniformly from [0, that bound] (full jitter). max_retry_after_s:
+    the longest wait a server's Retry-After header may ask for ([0, 3600])."""
 
-    retries: int = 8
+    retries: int | None = None
     backoff_s: float = 0.05
     max_backoff_s: float = 2.0
     timeout_s: float | None = field(default_factory=config.fetch_timeout_s)
     max_retry_after_s: float = 30.0
+    connect_timeout_s: float | None = field(default_factory=config.connect_timeout_s)
+    retry_window_s: float = field(default_factory=config.retry_window_s)
 
     def __post_init__(self):
-        check_number("retries", self.retries, 0, 100, integer=True)
+        if self.retries is not None:
+            check_number("retries", self.retries, 0, 100, integer=True)
         check_number("backoff_s", self.backoff_s, 0, 60)
         check_number("max_backoff_s", self.max_backoff_s, self.backoff_s, 600)
-        if self.timeout_s is not None:
-            check_number("timeout_s", self.timeout_s, 0, 3600, lo_open=True)
+        for name in ("timeout_s", "connect_timeout_s"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), 0, 3600, lo_open=True)
         check_number("max_retry_after_s", self.max_retry_after_s, 0, 3600)
+        check_number("retry_window_s", self.retry_window_s, 0, 86400)
 
     def backoff(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number `retry` (0 for the first): full jitter under the capped
         exponential bound."""
-        return (rng or random).uniform(0, min(self.max_backoff_s, self.backoff_s * (2 ** retry)))
+        return (rng or random).uniform(0, min(self.max_backoff_s, self.backoff_s * (2 ** min(retry, 60))))
+
+    @property
+    def request_timeout_s(self) -> float | None:
+        """The limit of a whole request without a body (a size or a version): connect + read timeout."""
+        if self.timeout_s is None or self.connect_timeout_s is None:
+            return None
+        return self.timeout_s + self.connect_timeout_s
+
+    @property
+    def worst_case_s(self) -> float | None:
+        """The longest a fetch may take to fail against a server that never answers (None: no limit)."""
+        request = self.request_timeout_s
+        return None if request is None else self.retry_window_s + request
 
 
 class RangesIgnored(Exception):
@@ -96,14 +127,30 @@ def _status(e: BaseException) -> int | None:
     return status if isinstance(status, int) and not isinstance(status, bool) else None
 
 
+def _http_client_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(transport errors, status errors) of the HTTP client libraries loaded in this process (aiohttp for
+    fsspec's HTTP, httpx/httpx2 for huggingface_hub); a library that is not imported has no error here."""
+    transport: list[type] = []
+    status: list[type] = []
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        transport += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError]
+        status.append(aiohttp.ClientResponseError)
+    for name in ("httpx", "httpx2"):
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "TransportError"):
+            transport.append(mod.TransportError)
+            status.append(mod.HTTPStatusError)
+    return tuple(transport), tuple(status)
+
+
 def _classify(e: BaseException) -> str:
     if isinstance(e, (EpisodicError, RangesIgnored)):
         return _RAISE
     if isinstance(e, TruncatedRead):
         return _RETRY
-    aiohttp = sys.modules.get("aiohttp")  # not imported: no aiohttp error can exist
-    is_response = aiohttp is not None and isinstance(e, aiohttp.ClientResponseError)
-    status = _status(e) if is_response or isinstance(e, OSError) else None
+    transport, status_errors = _http_client_errors()
+    status = _status(e) if isinstance(e, status_errors) or isinstance(e, OSError) else None
     if status is not None:
         if status in (404, 410):
             return _NOT_FOUND
@@ -111,14 +158,15 @@ def _classify(e: BaseException) -> str:
             return _RETRY
         return _REFUSED
     if isinstance(e, FileNotFoundError):
-        # fsspec's HTTP `info` raises FileNotFoundError from whatever failed (a 503, a reset): judge that
-        cause = e.__cause__
+        # fsspec's HTTP `info` raises FileNotFoundError from whatever failed (a 503, a reset), and so does
+        # huggingface_hub when it cannot reach the Hub (LocalEntryNotFoundError): judge that
+        cause = e.__cause__ or e.__context__
         return _RETRY if cause is not None and _classify(cause) == _RETRY else _NOT_FOUND
     if isinstance(e, (PermissionError, IsADirectoryError, NotADirectoryError)):
         return _REFUSED
     if isinstance(e, OSError):  # timeouts (asyncio's too), refused and reset connections, other I/O errors
         return _RETRY
-    if aiohttp is not None and isinstance(e, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)):
+    if isinstance(e, transport):  # connection, timeout and protocol errors of aiohttp and httpx
         return _RETRY
     return _RAISE
 
@@ -142,6 +190,8 @@ def _retry_after(e: BaseException) -> float | None:
 
 
 def _describe(e: BaseException) -> str:
+    if not str(e) and isinstance(e, TimeoutError):  # asyncio's and fsspec's timeouts say nothing themselves
+        return f"{type(e).__name__}: no answer within the time limit"
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
@@ -151,7 +201,10 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
     """`call()`, retried on transient failures under `policy` (default `FetchPolicy()`); see the module
     docstring for what is retried. `counters.add(retries=1)` is called before each retry."""
     policy = policy or FetchPolicy()
-    for attempt in range(1, policy.retries + 2):
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return call()
         except Exception as e:  # noqa: BLE001 -- classified below; anything unexpected is re-raised as is
@@ -163,16 +216,18 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
             if kind == _REFUSED:
                 raise FetchError(f"{url}: refused, not retried (attempt {attempt}: {_describe(e)})", url,
                                  attempt) from e
-            if attempt > policy.retries:
-                raise FetchError(f"{url}: cannot fetch after {attempt} attempts (last: {_describe(e)})", url,
-                                 attempt) from e
+            elapsed = time.monotonic() - start
+            left = policy.retry_window_s - elapsed
+            if left <= 0 or (policy.retries is not None and attempt > policy.retries):
+                raise FetchError(f"{url}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
+                                 f"{elapsed:.1f} s (last: {_describe(e)})", url, attempt) from e
             wait = _retry_after(e)
             wait = policy.backoff(attempt - 1, rng) if wait is None else min(wait, policy.max_retry_after_s)
+            wait = min(wait, left)
             if counters is not None:
                 counters.add(retries=1)
             logger.debug("%s: attempt %d failed (%s); retrying in %.3f s", url, attempt, _describe(e), wait)
             time.sleep(wait)
-    raise AssertionError("unreachable")
 
 
 def is_local(fs) -> bool:
@@ -180,10 +235,38 @@ def is_local(fs) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def timeout_options(protocol: str | tuple | list, options: dict, policy: FetchPolicy) -> dict:
+    """`options` (fsspec storage options for `protocol`) with the policy's connect and read timeouts added
+    where the filesystem takes them and the caller set none: HTTP(S) on the aiohttp session
+    (`client_kwargs["timeout"]`), S3 through botocore (`config_kwargs`). Other filesystems are returned
+    as they are (their libraries' own timeouts apply; sizes and versions are limited by `_call_kwargs`)."""
+    protocols = {protocol} if isinstance(protocol, str) else set(protocol)
+    out = dict(options)
+    if protocols & {"http", "https"} and "timeout" not in out:
+        import aiohttp
+
+        client = dict(out.get("client_kwargs") or {})
+        if "timeout" not in client:
+            client["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout_s,
+                                                      sock_read=policy.timeout_s)
+        out["client_kwargs"] = client
+    elif protocols & {"s3", "s3a"}:
+        conf = dict(out.get("config_kwargs") or {})
+        if policy.connect_timeout_s is not None:
+            conf.setdefault("connect_timeout", policy.connect_timeout_s)
+        if policy.timeout_s is not None:
+            conf.setdefault("read_timeout", policy.timeout_s)
+        out["config_kwargs"] = conf
+    return out
+
+
 def _call_kwargs(fs, policy: FetchPolicy) -> dict:
-    """Keyword arguments that put `policy.timeout_s` on one call of `fs` (fsspec's asynchronous
-    filesystems take `timeout=` on every synchronous call)."""
-    return {"timeout": policy.timeout_s} if policy.timeout_s and isinstance(fs, AsyncFileSystem) else {}
+    """Keyword arguments that limit one call of `fs` without a body (a size or a version) to
+    `policy.request_timeout_s` as a whole (fsspec's asynchronous filesystems take `timeout=` on every
+    synchronous call; fsspec's HTTP `info` may make two requests, HEAD then GET). Calls that transfer
+    data get no such limit: a large file may take long, a stalled one hits the read timeout."""
+    limit = policy.request_timeout_s
+    return {"timeout": limit} if limit and isinstance(fs, AsyncFileSystem) else {}
 
 
 def _check_length(data: bytes, expected: int | None, url: str, what: str) -> bytes:
@@ -194,19 +277,21 @@ def _check_length(data: bytes, expected: int | None, url: str, what: str) -> byt
 
 
 def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
-                start: int | None = None, end: int | None = None, *, rng: random.Random | None = None) -> bytes:
-    """The whole file `path` of `fs` (checked against the size the filesystem reports, when it reports
-    one), or with `start`/`end` the byte range [start, end) (checked to be exactly that long; longer:
-    `RangesIgnored`). Retried under `policy`; errors name `url`."""
+                start: int | None = None, end: int | None = None, *, size: int | None = None,
+                rng: random.Random | None = None) -> bytes:
+    """The whole file `path` of `fs` (checked against `size` when given, else against the size the
+    filesystem reports, when it reports one), or with `start`/`end` the byte range [start, end) (checked
+    to be exactly that long; longer: `RangesIgnored`). Retried under `policy`; errors name `url`."""
     policy = policy or FetchPolicy()
     kw = _call_kwargs(fs, policy)
 
     def whole() -> bytes:
-        data = fs.cat_file(path, **kw)  # first: a missing file costs one request
-        return _check_length(data, fs.info(path, **kw).get("size"), url, "whole file")
+        data = fs.cat_file(path)  # first: a missing file costs one request
+        expected = size if size is not None else fs.info(path, **kw).get("size")
+        return _check_length(data, expected, url, "whole file")
 
     def ranged() -> bytes:
-        data = fs.cat_file(path, start=start, end=end, **kw)
+        data = fs.cat_file(path, start=start, end=end)
         if len(data) > end - start:
             raise RangesIgnored(f"{url}: asked for bytes {start}-{end}, got {len(data)} bytes")
         return _check_length(data, end - start, url, f"bytes {start}-{end}")
@@ -214,10 +299,31 @@ def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, coun
     return with_retries(whole if start is None else ranged, url, policy, counters, rng=rng)
 
 
+def file_info(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
+              *, rng: random.Random | None = None) -> dict:
+    """What `fs` reports about `path` (its size, and for remote files what identifies the version: ETag,
+    Last-Modified, ...), retried under `policy`."""
+    policy = policy or FetchPolicy()
+    kw = _call_kwargs(fs, policy)
+    return dict(with_retries(lambda: fs.info(path, **kw), url, policy, counters, rng=rng))
+
+
 def file_size(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
               *, rng: random.Random | None = None) -> int | None:
     """The size of `path` as `fs` reports it (None when it does not), retried under `policy`."""
-    policy = policy or FetchPolicy()
-    kw = _call_kwargs(fs, policy)
-    size = with_retries(lambda: fs.info(path, **kw).get("size"), url, policy, counters, rng=rng)
+    size = file_info(fs, path, url, policy, counters, rng=rng).get("size")
     return int(size) if size is not None else None
+
+
+# what identifies a remote file's version in fsspec's `info` (HTTP headers, S3, GCS, Azure, the Hub)
+_VERSION_KEYS = ("ETag", "etag", "Last-Modified", "LastModified", "last_modified", "mtime", "generation",
+                 "md5Hash", "crc32c", "content_md5", "blob_id", "sha256", "lfs", "last_commit", "VersionId")
+
+
+def version_token(info: dict) -> str:
+    """A string that changes when the remote file described by `info` (`file_info`) changes: its size and
+    whatever identifies its version (ETag, Last-Modified, ...). With the size alone (a server that sends
+    neither ETag nor Last-Modified) a new file of the same size cannot be told from the old one."""
+    parts = [f"size={info.get('size')}"]
+    parts += [f"{k}={info[k]}" for k in _VERSION_KEYS if info.get(k) not in (None, "")]
+    return "\n".join(parts)

@@ -1,7 +1,12 @@
 """Fetch datasets from the Hugging Face Hub into a local directory with huggingface_hub.
 
 Whole datasets come in one snapshot download; episode subsets fetch exactly the files they need in a
-bounded thread pool, skipping files already on disk.
+bounded thread pool. A copy already on disk is synced every time (`resolve.resolve_source`). Every call goes through the fetch policy (`storage.fetch.with_retries`: transient
+failures retried within the retry window, a missing repository, revision or file at once) with the
+policy's request timeout as huggingface_hub's `etag_timeout` (huggingface_hub's own download read timeout,
+`HF_HUB_DOWNLOAD_TIMEOUT`, applies to the bodies). Files already on disk are not skipped blindly:
+huggingface_hub compares each with the Hub (its commit, else its ETag) and downloads it again when the
+dataset was re-published, so the metadata and the files of a subset come from one version.
 """
 
 from __future__ import annotations
@@ -14,10 +19,11 @@ from typing import Sequence
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
-from ..format.errors import DatasetFormatError
+from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import load_metadata
 from ..progress import bar
 from .cache import default_cache_dir
+from .fetch import FetchPolicy, with_retries
 
 
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
@@ -41,31 +47,74 @@ def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], vi
     return list(dict.fromkeys(files))
 
 
+def _offline_mode() -> bool:
+    """huggingface_hub's HF_HUB_OFFLINE, as it read it (its own constants, not our environment)."""
+    from huggingface_hub import constants
+
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def _hub_call(call, what: str, policy: FetchPolicy):
+    """`call()` under the fetch policy; huggingface_hub's "this does not exist" errors fail at once."""
+    import huggingface_hub.errors as hf_errors
+
+    # gated repositories (a RepositoryNotFoundError) included; EntryNotFoundError: the remote one before
+    # huggingface_hub 1.0, the base of both since (LocalEntryNotFoundError, "cannot reach the Hub", is not one)
+    names = ("RepositoryNotFoundError", "RevisionNotFoundError", "DisabledRepoError", "RemoteEntryNotFoundError",
+             "EntryNotFoundError")
+    permanent = tuple(c for c in (getattr(hf_errors, n, None) for n in names) if c is not None)
+    offline = getattr(hf_errors, "LocalEntryNotFoundError", ())
+
+    def attempt():
+        try:
+            return call()
+        except permanent as e:
+            if offline and isinstance(e, offline):
+                if _offline_mode():  # nothing to wait for
+                    raise MissingFileError(f"{what}: not on disk, and huggingface_hub is offline "
+                                           f"(HF_HUB_OFFLINE)") from None
+                raise  # the Hub could not be reached: retried
+            raise MissingFileError(f"{what}: not found on the Hub ({type(e).__name__}: {e})") from None
+
+    return with_retries(attempt, what, policy)
+
+
 def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = None, episodes: Sequence[int] | None = None,
-             video_keys: Sequence[str] | None = None, max_workers: int = 8, progress: bool = True) -> Path:
+             video_keys: Sequence[str] | None = None, max_workers: int = 8, progress: bool = True,
+             policy: FetchPolicy | None = None) -> Path:
     import huggingface_hub
 
+    policy = policy or FetchPolicy()
+    timeout = policy.request_timeout_s or 3600.0
     local_dir = Path(local_dir)
     local_dir.mkdir(parents=True, exist_ok=True)
+    where = f"hub dataset {repo_id!r} (revision {revision or 'main'})"
+
+    def snapshot(patterns: list[str] | None) -> None:
+        _hub_call(lambda: huggingface_hub.snapshot_download(
+            repo_id, repo_type="dataset", revision=revision, local_dir=str(local_dir), allow_patterns=patterns,
+            etag_timeout=timeout), where, policy)
+
     try:
         if episodes is None and video_keys is None:
-            huggingface_hub.snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=str(local_dir))
+            snapshot(None)
             return local_dir
-        huggingface_hub.snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=str(local_dir),
-                                          allow_patterns=["meta/**"])
+        snapshot(["meta/**"])
         if episodes is None:
             episodes = range(len(load_metadata(LocalFileSystem(), str(local_dir)).episodes))
-        needed = [f for f in files_for_episodes(local_dir, episodes, video_keys) if not (local_dir / f).exists()]
+        needed = files_for_episodes(local_dir, episodes, video_keys)
 
         def fetch(rel: str) -> None:
-            huggingface_hub.hf_hub_download(repo_id, filename=rel, repo_type="dataset", revision=revision, local_dir=str(local_dir))
+            _hub_call(lambda: huggingface_hub.hf_hub_download(
+                repo_id, filename=rel, repo_type="dataset", revision=revision, local_dir=str(local_dir),
+                etag_timeout=timeout), f"{where}: {rel}", policy)
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(needed) or 1))) as pool:
             for _ in bar(pool.map(fetch, needed), enabled=progress, total=len(needed), desc=f"downloading {repo_id}",
                          unit="file"):
                 pass
-    except DatasetFormatError:
+    except EpisodicError:  # MissingFileError, FetchError (naming the attempts), a bad episode
         raise
-    except Exception as e:  # huggingface_hub's errors: repository/revision not found, network
-        raise DatasetFormatError(f"hub dataset {repo_id!r} (revision {revision or 'main'}): download failed ({type(e).__name__}: {e})") from e
+    except Exception as e:  # other errors of huggingface_hub
+        raise DatasetFormatError(f"{where}: download failed ({type(e).__name__}: {e})") from e
     return local_dir

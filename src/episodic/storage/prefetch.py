@@ -41,6 +41,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+import pyarrow as pa
+
 from .atomic import atomic_write_bytes
 from ..counters import Counters
 from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size
@@ -74,7 +76,7 @@ class Prefetcher:
     """
 
     def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
-                 threads: int = 4, retries: int = 8, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 threads: int = 4, retries: int | None = None, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  stats: Counters | None = None, seed: int | None = None, ranges: bool = True,
                  max_idle_files: int = 32, policy: FetchPolicy | None = None):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
@@ -156,7 +158,7 @@ class Prefetcher:
     def _size(self, path: str, url: str) -> int | None:
         return file_size(self.fs, path, url, self.policy, self.stats, rng=self._rng)
 
-    def open_remote(self, path: str, min_read: int = 0) -> io.RawIOBase:
+    def open_remote(self, path: str, min_read: int = 0) -> io.RawIOBase | pa.BufferReader:
         """A seekable read-only file of `path` (on this prefetcher's filesystem) whose reads are retried range
         requests (counted in the stats); the whole file at once when its size is unknown. The file's tail
         (for a parquet file its whole footer) is fetched at once and kept for the next `open_remote` of the
@@ -171,7 +173,7 @@ class Prefetcher:
             if size is None:
                 data = fetch_bytes(self.fs, path, url, self.policy, self.stats, rng=self._rng)
                 self.stats.add(bytes_fetched=len(data))
-                return io.BytesIO(data)
+                return pa.BufferReader(data)  # pyarrow reads it natively, on any thread
             # a server that ignores Range headers shows here (RangesIgnored), not in the middle of a read
             tail = (size, *read_tail(lambda s, e: self._fetch_range(path, url, s, e), size))
             with self._lock:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import numpy as np
+import pyarrow as pa
 
 from ..format.timebase import SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, frames_to_seconds, span_window
 from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size, is_local
@@ -193,7 +194,7 @@ def open_for_read(fs, path: str, policy: FetchPolicy | None = None, counters: An
             return open_ranged(fetch, size, min_read=min_read)
         except RangesIgnored:
             pass
-    return io.BytesIO(fetch_bytes(fs, path, url, policy, counters))
+    return pa.BufferReader(fetch_bytes(fs, path, url, policy, counters))  # read natively by pyarrow
 
 
 # ---------------------------------------------------------------------------------------------- parquet
@@ -222,20 +223,50 @@ def read_tail(fetch: Callable[[int, int], bytes], size: int, first: int = TAIL_B
     return start, data
 
 
-def row_group_spans(metadata, groups: list[int]) -> list[Range]:
-    """Byte span [start, end) of each row group's column chunks, from a parquet file's metadata
-    (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`)."""
+def _leaves(t) -> int:
+    """Parquet leaf columns of an Arrow type (nested types are stored as one column per leaf)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return sum(_leaves(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaves(t.key_type) + _leaves(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaves(t.value_type)
+    return 1
+
+
+def leaf_columns(schema, names: list[str]) -> list[int]:
+    """Indices of the parquet leaf columns (column chunks) that hold the top-level fields `names` of a
+    file whose Arrow schema is `schema` (`ParquetFile(...).schema_arrow`)."""
+    wanted, out, pos = set(names), [], 0
+    for f in schema:
+        n = _leaves(f.type)
+        if f.name in wanted:
+            out.extend(range(pos, pos + n))
+        pos += n
+    return out
+
+
+def row_group_spans(metadata, groups, leaves: list[int] | None = None) -> list[Range]:
+    """Byte spans [start, end) to read for row groups `groups` of a parquet file, from its metadata
+    (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`): one span per row group holding all
+    its column chunks, or with `leaves` (`leaf_columns`) one span per column chunk of those columns."""
     spans = []
     for g in groups:
         rg = metadata.row_group(g)
         lo, hi = None, None
-        for j in range(rg.num_columns):
+        for j in (range(rg.num_columns) if leaves is None else leaves):
             c = rg.column(j)
             start = c.data_page_offset
             if c.has_dictionary_page and c.dictionary_page_offset:
                 start = min(start, c.dictionary_page_offset)
+            end = start + c.total_compressed_size
+            if leaves is not None:
+                spans.append((int(start), int(end)))
+                continue
             lo = start if lo is None else min(lo, start)
-            hi = start + c.total_compressed_size if hi is None else max(hi, start + c.total_compressed_size)
+            hi = end if hi is None else max(hi, end)
         if lo is not None:
             spans.append((int(lo), int(hi)))
     return spans

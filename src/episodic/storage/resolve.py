@@ -18,17 +18,21 @@ __all__ = ["reopen", "resolve_source"]
 def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
                    episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
                    storage_options: dict | None = None, cache_dir: str | None = None,
-                   policy: FetchPolicy | None = None) -> Source:
+                   policy: FetchPolicy | None = None, cache_max_bytes: int | None = None) -> Source:
     """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
-    when given, else into the cache). Remote reads of the source follow `policy` (default FetchPolicy())."""
-    cache = FileCache(Path(cache_dir) / "files", policy=policy) if cache_dir else None
+    when given, else into the cache). Remote reads of the source, Hub downloads included, follow `policy`
+    (default FetchPolicy()); whole remote files are cached under `<cache_dir>/files` (default: the episodic
+    cache), at most `cache_max_bytes` of them (default `episodic.config.file_cache_max_bytes()`)."""
+    cache = FileCache(Path(cache_dir) / "files" if cache_dir else None, policy=policy, max_bytes=cache_max_bytes)
     if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)
     if repo_id is None:
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
     local = Path(root) if root is not None else hub_root(repo_id, revision)
-    if not (local / "meta" / "info.json").exists() or episodes is not None or video_keys is not None:
-        download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys)
+    # asked every time, also when a copy is on disk: huggingface_hub compares the files there with the Hub's
+    # current commit and fetches only what changed (offline, it keeps the copy), so the metadata and the
+    # files of a re-published dataset never come from two versions
+    download(repo_id, local, revision=revision, episodes=episodes, video_keys=video_keys, policy=policy)
     return open_source(local, cache=cache, policy=policy)
 
 

@@ -2,44 +2,80 @@
 
 A `Source` reads local files directly and remote ones through the fetch policy (`storage.fetch`): its
 metadata (`load_metadata`, `read_bytes`), parquet files in place (`open_for_read`) and whole files into the
-local cache (`local_path`). It remembers where it came from (`location`, `storage_options`) so that a new
-process can open its own filesystem (`storage.resolve.reopen`).
+local cache (`local_path`). It remembers where it came from (`location`, `storage_options`): a remote
+source opens its filesystem afresh in a forked or spawned process (DataLoader workers) the first time it
+is used there, since fsspec's asynchronous filesystems are not fork-safe (one session per process).
+Filesystems opened from a URL get the connect and read timeouts of the source's policy
+(`storage.fetch.timeout_options`).
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from .. import runtime
 from ..format.errors import DatasetFormatError
 from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
 from .cache import FileCache
-from .fetch import FetchPolicy, fetch_bytes, is_local
+from .fetch import FetchPolicy, fetch_bytes, is_local, timeout_options
 from .ranges import open_for_read
 
 
-@dataclass
 class Source:
     """An fsspec filesystem and the dataset root on it, plus a cache that makes remote files local.
 
     `location` and `storage_options` are what it was opened from (a URL or a local directory); `policy`
-    governs its remote reads (local files are read directly)."""
+    governs its remote reads (local files are read directly). `fs` is this process's filesystem: a remote
+    source reopens it from `location` in a forked child or after unpickling."""
 
-    fs: Any
-    root: str
-    cache: FileCache | None = None
-    location: str | None = None
-    storage_options: dict = field(default_factory=dict)
-    policy: FetchPolicy = field(default_factory=FetchPolicy)
+    def __init__(self, fs: Any, root: str, cache: FileCache | None = None, location: str | None = None,
+                 storage_options: dict | None = None, policy: FetchPolicy | None = None):
+        self._fs = fs
+        self.root = root
+        self.cache = cache
+        self.location = location
+        self.storage_options = dict(storage_options or {})
+        self.policy = policy if policy is not None else FetchPolicy()
+        self._local = is_local(fs)
+        if self._reopens:
+            runtime.after_fork(self)
+
+    @property
+    def _reopens(self) -> bool:
+        """A remote source opened from a location gets its own filesystem in each process."""
+        return not self._local and self.location is not None
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:  # a forked child or an unpickled copy: this process's own filesystem
+            self._fs = _filesystem(self.location, self.storage_options, self.policy)[0]
+        return self._fs
+
+    def _after_fork(self) -> None:
+        self._fs = None  # the parent's session and event loop do not work here
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self._reopens:
+            state["_fs"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._reopens:
+            runtime.after_fork(self)
+
+    def __repr__(self) -> str:
+        return f"Source(location={self.location!r}, root={self.root!r})"
 
     @property
     def is_local(self) -> bool:
-        return is_local(self.fs)
+        return self._local
 
     def path(self, rel: str) -> str:
         return posixpath.join(self.root, rel)
@@ -78,6 +114,15 @@ def is_url(location: str) -> bool:
     return "://" in location or location.startswith("hf:")
 
 
+def _filesystem(location: str, options: dict, policy: FetchPolicy) -> tuple[Any, str]:
+    """(filesystem, root) of the URL `location`, with the policy's timeouts added to `options`."""
+    try:
+        protocol = fsspec.core.split_protocol(location)[0] or "file"
+        return fsspec.core.url_to_fs(location, **timeout_options(protocol, options, policy))
+    except (ImportError, ValueError) as e:
+        raise DatasetFormatError(f"{location}: cannot open this URL ({e})") from None
+
+
 def open_source(location: str | os.PathLike, storage_options: dict | None = None, cache: FileCache | None = None,
                 policy: FetchPolicy | None = None) -> Source:
     """`location` is a local directory or any fsspec URL (http(s)://, s3://, hf://, memory://, ...)."""
@@ -85,10 +130,7 @@ def open_source(location: str | os.PathLike, storage_options: dict | None = None
     options = dict(storage_options or {})
     policy = policy or FetchPolicy()
     if is_url(location):
-        try:
-            fs, root = fsspec.core.url_to_fs(location, **options)
-        except (ImportError, ValueError) as e:
-            raise DatasetFormatError(f"{location}: cannot open this URL ({e})") from None
+        fs, root = _filesystem(location, options, policy)
         return Source(fs=fs, root=root.rstrip("/"), cache=cache, location=location, storage_options=options,
                       policy=policy)
     root = os.path.abspath(os.path.expanduser(location))

@@ -21,7 +21,7 @@ from ..format.metadata import DatasetMetadata
 from ..progress import bar
 from ..storage.atomic import AtomicFile
 from ..storage.fetch import is_local
-from ..storage.ranges import open_for_read, row_group_spans
+from ..storage.ranges import leaf_columns, open_for_read, row_group_spans
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -90,23 +90,37 @@ def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray)
     return [int(i) for i in np.flatnonzero(wanted)]
 
 
+def _open_native(fs, path: str):
+    """A local file opened by pyarrow itself (no Python file object for its threads to read), else `fs`'s."""
+    return pa.OSFile(path, "rb") if is_local(fs) else fs.open(path, "rb")
+
+
 def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted: np.ndarray,
                wanted_eps: np.ndarray, open_file: Callable[[str], Any] | None = None) -> pa.Table:
     """Rows of the wanted episodes of one data file, read through a seekable file (only the footer and the
     row groups needed are read when the file has one row group per episode). With `open_file` (a remote
-    file of range reads) the reads of the needed column chunks are coalesced (pyarrow's pre_buffer)."""
+    file of range reads) the needed column chunks are fetched first, in one round of concurrent requests.
+
+    pyarrow never reads a Python file object on its own threads here (a local file is opened by pyarrow
+    itself; a remote file is read without `pre_buffer` and without threads, its bytes fetched beforehand):
+    an Arrow thread left holding a Python file at interpreter exit aborts the process ("terminate called
+    without an active exception")."""
     try:
-        with (open_file(path) if open_file is not None else fs.open(path, "rb")) as f:
-            pf = pq.ParquetFile(f, pre_buffer=open_file is not None)
+        with (open_file(path) if open_file is not None else _open_native(fs, path)) as f:
+            pf = pq.ParquetFile(f, pre_buffer=False)
             present = pf.schema_arrow.names
             missing = [n for n in names + ["episode_index"] if n not in present]
             if missing:
                 raise DatasetFormatError(f"{path}: missing column(s) {missing}")
             cols = list(dict.fromkeys(names + ["episode_index"]))
             groups = _row_groups_for(pf, file_lengths, wanted)
-            if groups is not None and hasattr(f, "prefetch"):  # a remote file: all row groups in one round trip
-                f.prefetch(row_group_spans(pf.metadata, groups))
-            t = pf.read_row_groups(groups, columns=cols) if groups is not None else pf.read(columns=cols)
+            if hasattr(f, "prefetch"):  # a remote file: the needed column chunks in one round trip
+                every = range(pf.metadata.num_row_groups)
+                f.prefetch(row_group_spans(pf.metadata, every if groups is None else groups,
+                                           leaf_columns(pf.schema_arrow, cols)))
+            threads = isinstance(f, pa.NativeFile)  # a Python file is read on this thread only
+            t = (pf.read_row_groups(groups, columns=cols, use_threads=threads) if groups is not None
+                 else pf.read(columns=cols, use_threads=threads))
     except (FileNotFoundError, MissingFileError):
         raise MissingFileError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
     except EpisodicError:  # e.g. a remote read that gave up (FetchError, an OSError): it names the URL already

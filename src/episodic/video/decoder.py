@@ -112,10 +112,17 @@ class VideoReader:
             raise VideoDecodeError(f"{path}: video file not found") from None
         except (av.FFmpegError, OSError) as e:
             raise VideoDecodeError(f"{path}: cannot open video ({e})") from None
-        if not self._container.streams.video:
-            raise VideoDecodeError(f"{path}: no video stream")
-        self._stream = self._container.streams.video[0]
-        self.index = build_index(self._container, self._stream, path)
+        try:
+            if not self._container.streams.video:
+                raise VideoDecodeError(f"{path}: no video stream")
+            self._stream = self._container.streams.video[0]
+            if self._stream.codec_context is None:  # e.g. a truncated file: the codec's parameters are missing
+                raise VideoDecodeError(f"{path}: the video stream cannot be decoded (no codec parameters: a "
+                                       f"truncated or corrupt file?)")
+            self.index = build_index(self._container, self._stream, path)
+        except BaseException:
+            self._container.close()
+            raise
         self._stream.codec_context.thread_count = thread_count
         self._reformatter = VideoReformatter()
         self._frames = None  # live decode generator
@@ -217,6 +224,13 @@ class DecoderCache:
     def _after_fork(self) -> None:  # set the parent's readers aside without touching them
         _INHERITED.append(self._readers)
         self._readers = {}
+
+    def __getstate__(self) -> dict:  # a spawned process (DataLoader worker) starts empty too
+        return {**self.__dict__, "_readers": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        runtime.after_fork(self)
 
     def get(self, path: str) -> VideoReader:
         reader = self._readers.pop(path, None)

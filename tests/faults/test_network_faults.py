@@ -1,0 +1,287 @@
+"""Network faults against real HTTP servers on 127.0.0.1 (tests/support.py FaultServer): killed, hung,
+restarted, answering 5xx/429/403/404, truncating, re-publishing changed files. Each case asserts its
+outcome: a named error within the policy's stated time, or the right items. Every request loop is bounded
+by a small policy (short timeouts and retry window)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from episodic import LeRobotDataset
+from episodic.datasets.streaming import StreamingLeRobotDataset
+from episodic.demo import write_demo_dataset
+from episodic.format import DatasetFormatError, FetchError, MissingFileError
+from episodic.storage import FetchPolicy
+from support import FaultServer, assert_items_equal
+
+pytest.importorskip("aiohttp")
+
+# short limits: a hung server fails in at most 1 + 0.4 + 0.4 = 1.8 s
+POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.1, retry_window_s=1.0, timeout_s=0.4, connect_timeout_s=0.4)
+RESTART_POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.1, retry_window_s=5.0, timeout_s=1, connect_timeout_s=1)
+RESTART_S = 0.5  # a server back after this long is within RESTART_POLICY's window, even on a loaded machine
+SLACK_S = 2.5  # a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """3 short episodes, two 32x32 cameras: small enough to fetch whole many times."""
+    return write_demo_dataset(tmp_path_factory.mktemp("net") / "ds", num_episodes=3, min_length=8, max_length=12,
+                              height=32, width=32, progress=False)
+
+
+@pytest.fixture(scope="module")
+def republished(tmp_path_factory) -> Path:
+    """Another dataset at the same paths (other lengths, other pixels): the first one re-published."""
+    return write_demo_dataset(tmp_path_factory.mktemp("net2") / "ds", num_episodes=3, min_length=8, max_length=12,
+                              height=32, width=32, progress=False, seed=7)
+
+
+@pytest.fixture()
+def served(dataset, tmp_path):
+    """A writable copy of `dataset` at <server>/ds on a FaultServer with Range support."""
+    shutil.copytree(dataset, tmp_path / "www" / "ds")
+    with FaultServer(tmp_path / "www") as server:
+        yield server
+
+
+def _map(server, tmp_path, policy=POLICY, **kw) -> LeRobotDataset:
+    return LeRobotDataset("x", root=server.url + "/ds", cache_dir=str(tmp_path / "cache"), fetch_policy=policy, **kw)
+
+
+def _all_items_equal(remote, local) -> None:
+    assert len(remote) == len(local)
+    for i in range(len(local)):
+        assert_items_equal(local[i], remote[i])
+
+
+def _restart_later(server: FaultServer, after_s: float) -> threading.Thread:
+    t = threading.Thread(target=lambda: (time.sleep(after_s), server.start()), daemon=True)
+    t.start()
+    return t
+
+
+# ------------------------------------------------------------------------------------------ the stated limits
+def test_default_policy_fails_a_hung_server_within_60_s(monkeypatch):
+    for name in ("EPISODIC_FETCH_TIMEOUT", "EPISODIC_CONNECT_TIMEOUT", "EPISODIC_RETRY_WINDOW"):
+        monkeypatch.delenv(name, raising=False)
+    policy = FetchPolicy()
+    assert (policy.connect_timeout_s, policy.timeout_s, policy.retry_window_s) == (10, 20, 30)
+    assert policy.worst_case_s == 60
+    monkeypatch.setenv("EPISODIC_RETRY_WINDOW", "5")
+    monkeypatch.setenv("EPISODIC_CONNECT_TIMEOUT", "1")
+    assert FetchPolicy().worst_case_s == 26
+
+
+# ------------------------------------------------------------------------------------------ killed, restarted
+def test_killed_server_gives_a_named_error_after_the_retry_window(served, tmp_path):
+    served.kill()
+    t0 = time.monotonic()
+    with pytest.raises(FetchError) as info:
+        _map(served, tmp_path)
+    took = time.monotonic() - t0
+    e = info.value
+    assert e.url == served.url + "/ds/meta/info.json" and e.attempts >= 2
+    assert f"{e.url}: cannot fetch after {e.attempts} attempts" in str(e) and "Connect" in str(e)
+    assert POLICY.retry_window_s <= took < POLICY.worst_case_s + SLACK_S
+
+
+def test_server_restarted_within_the_window_costs_no_error(served, dataset, tmp_path):
+    local = LeRobotDataset("x", root=dataset)
+    served.kill()
+    restart = _restart_later(served, RESTART_S)
+    remote = _map(served, tmp_path, RESTART_POLICY)  # metadata and parquet reads wait for the server
+    restart.join()
+    served.kill()
+    restart = _restart_later(served, RESTART_S)
+    _all_items_equal(remote, local)  # the mp4 fetches too
+    restart.join()
+    assert remote.stats()["retries"] >= 2
+
+
+def test_server_killed_and_restarted_while_streaming(served, dataset, tmp_path):
+    ref = LeRobotDataset("x", root=dataset)
+    ds = StreamingLeRobotDataset(None, root=served.url + "/ds", cache_dir=tmp_path, episode_pool_size=1,
+                                 fetch_policy=RESTART_POLICY, shuffle=False)
+    served.kill()  # after the metadata: rows and frames are fetched while the server is down, then back
+    restart = _restart_later(served, RESTART_S)
+    seen = []
+    for item in ds:
+        seen.append(int(item["index"]))
+        assert_items_equal(ref[seen[-1]], item)
+    restart.join()
+    assert sorted(seen) == list(range(len(ref)))
+    assert ds.timing_stats()["retries"] >= 1
+
+
+# ------------------------------------------------------------------------------------------ hung
+@pytest.mark.parametrize("when", ["metadata", "video"])
+def test_hung_server_gives_a_named_error_within_the_stated_time(served, tmp_path, when):
+    if when == "metadata":
+        served.hang.set()
+        t0 = time.monotonic()
+        with pytest.raises(FetchError) as info:
+            _map(served, tmp_path)
+    else:
+        ds = _map(served, tmp_path)
+        served.hang.set()
+        t0 = time.monotonic()
+        with pytest.raises(FetchError) as info:
+            ds[0]
+    took = time.monotonic() - t0
+    assert served.url in str(info.value) and "time" in str(info.value) and info.value.attempts >= 2
+    assert took < POLICY.worst_case_s + SLACK_S
+
+
+def test_hung_server_while_streaming_gives_a_named_error(served, tmp_path):
+    ds = StreamingLeRobotDataset(None, root=served.url + "/ds", cache_dir=tmp_path, episode_pool_size=1,
+                                 fetch_policy=POLICY, shuffle=False)
+    served.hang.set()  # after the metadata
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match=r"127\.0\.0\.1"):
+        for _ in ds:
+            pass
+    assert time.monotonic() - t0 < POLICY.worst_case_s + SLACK_S
+
+
+# ------------------------------------------------------------------------------------------ answers
+@pytest.mark.parametrize("fault", ["500", "502", "503", "429", "reset", "truncate", "short"])
+def test_transient_answers_are_retried_for_every_kind_of_request(served, dataset, tmp_path, fault):
+    """A fault on each of the first requests: metadata (GET, and HEAD for the size: except a short body,
+    which a HEAD announcing the same short size would make the truth), parquet ranges, whole mp4s."""
+    served.retry_after = "0.05"
+    served.fault_methods = {"GET"} if fault == "short" else {"GET", "HEAD"}
+    served.faults = [fault] * 6
+    remote = _map(served, tmp_path)
+    served.faults = [fault] * 3
+    _all_items_equal(remote, LeRobotDataset("x", root=dataset))
+    assert not served.faults and served.failures == 9
+    assert remote.stats()["retries"] >= 3
+
+
+def test_5xx_on_head_requests(served, dataset, tmp_path):
+    served.fault_methods = {"HEAD"}
+    served.faults = ["503"] * 4
+    remote = _map(served, tmp_path)
+    served.faults = ["503"] * 2  # the size and version of an mp4 before it is fetched
+    _all_items_equal(remote, LeRobotDataset("x", root=dataset))
+    assert not served.faults and served.failures == 6
+
+
+def test_retry_after_is_honoured(served, tmp_path):
+    served.faults, served.retry_after = ["429"], "0.8"
+    t0 = time.monotonic()
+    _map(served, tmp_path)
+    assert time.monotonic() - t0 >= 0.8
+
+
+@pytest.mark.parametrize("fault, error", [("403", FetchError), ("404", MissingFileError)])
+def test_permanent_answers_fail_at_once(served, tmp_path, fault, error):
+    ds = _map(served, tmp_path)
+    served.faults = [fault] * 5
+    n = len(served.requests)
+    t0 = time.monotonic()
+    with pytest.raises(error) as info:
+        ds[0]
+    # one HEAD (the file's size and version), one GET
+    assert time.monotonic() - t0 < SLACK_S and len(served.requests) == n + 2 and len(served.faults) == 4
+    assert served.url + "/ds/videos/" in str(info.value)
+    if error is FetchError:
+        assert info.value.attempts == 1 and "refused, not retried" in str(info.value) and "403" in str(info.value)
+    else:
+        assert isinstance(info.value, DatasetFormatError) and "file not found" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------ changed content
+def test_republished_dataset_is_never_mixed_with_the_old_cache(served, dataset, republished, tmp_path):
+    old = _map(served, tmp_path)
+    _all_items_equal(old, LeRobotDataset("x", root=dataset))  # every mp4 of the old version is cached
+    www = tmp_path / "www" / "ds"
+    shutil.rmtree(www)
+    shutil.copytree(republished, www)  # same URLs, new files
+    new = _map(served, tmp_path)
+    _all_items_equal(new, LeRobotDataset("x", root=republished))
+    cached = sorted((tmp_path / "cache" / "files").rglob("*.mp4"))
+    assert len(cached) == 4  # two versions of two files, under different keys
+
+
+# ------------------------------------------------------------------------------------------ DataLoader workers
+@pytest.mark.parametrize("method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_map_style_over_http_with_two_workers(served, dataset, tmp_path, method):
+    remote = _map(served, tmp_path, delta_timestamps={"action": [0, 1 / 30]})
+    local = LeRobotDataset("x", root=dataset, delta_timestamps={"action": [0, 1 / 30]})
+    remote[0]  # the parent's HTTP session is live when the workers start
+    loader = torch.utils.data.DataLoader(remote, batch_size=5, num_workers=2, multiprocessing_context=method)
+    got = [b for b in loader]
+    idx = torch.cat([b["index"] for b in got])
+    assert idx.tolist() == list(range(len(local)))
+    want = [local[i] for i in range(len(local))]
+    for key in ("observation.images.top", "action", "action_is_pad"):
+        assert torch.equal(torch.cat([b[key] for b in got]), torch.stack([w[key] for w in want])), key
+
+
+# ------------------------------------------------------------------------------------------ exit
+_CHILD = """
+import sys
+from episodic import LeRobotDataset
+from episodic.storage import FetchPolicy
+policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=1.0, timeout_s=1, connect_timeout_s=1)
+kept = []
+for root in sys.argv[2:]:
+    try:
+        LeRobotDataset("x", root=root, cache_dir=sys.argv[1], fetch_policy=policy)
+    except Exception as e:
+        kept.append(e)  # held until exit, frames and all
+        print("caught", type(e).__name__, flush=True)
+"""
+
+
+def test_no_abort_at_exit_after_caught_metadata_errors(served, tmp_path):
+    """The interpreter exits cleanly (no 'terminate called without an active exception') after caught
+    errors from corrupt parquet files (episode metadata, data), read over HTTP and from disk."""
+    import pyarrow.parquet as pq
+
+    www = tmp_path / "www"
+    roots = []
+    for broken in ("meta/episodes/chunk-000/file-000.parquet", "data/chunk-000/file-000.parquet"):
+        name = broken.split("/")[0]
+        shutil.copytree(www / "ds", www / name)
+        path = www / name / broken
+        chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)  # its first column chunk: garbage
+        data = bytearray(path.read_bytes())
+        data[chunk.data_page_offset: chunk.data_page_offset + chunk.total_compressed_size] = \
+            b"\xff" * chunk.total_compressed_size
+        path.write_bytes(bytes(data))
+        roots += [f"{served.url}/{name}", str(www / name)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "c"), *roots], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ["caught DatasetFormatError"] * 4, (p.stdout, p.stderr[-2000:])
+
+
+def test_remote_parquet_is_never_read_on_an_arrow_thread(served, dataset, tmp_path, monkeypatch):
+    """Why nothing aborts at exit: pyarrow reads a remote data file (a Python file object) only on the
+    thread that asked, never on its own threads (which may outlive the interpreter)."""
+    from episodic.storage.ranges import RangeFile
+
+    threads = []
+    read = RangeFile.read
+
+    def spy(self, n=-1):
+        threads.append(threading.current_thread())
+        return read(self, n)
+
+    monkeypatch.setattr(RangeFile, "read", spy)
+    remote = _map(served, tmp_path, video_keys=[])
+    assert len(remote) == len(LeRobotDataset("x", root=dataset)) and threads
+    assert all(not isinstance(t, threading._DummyThread) for t in threads), {t.name for t in threads}
