@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import config
 from .atomic import atomic_write_bytes
 from ..counters import Counters
+from ..format.paths import cache_name, inside
 from .fetch import FetchPolicy, fetch_bytes
 
 
@@ -43,8 +44,11 @@ class FileCache:
         return self.stats.retries
 
     def key_path(self, url: str) -> Path:
+        """The cache file of `url`: a digest of the URL, then its base name made safe (format.paths.cache_name:
+        the URL is untrusted text), inside the cache directory."""
         digest = hashlib.sha1(url.encode()).hexdigest()[:16]
-        return self.directory / digest[:2] / f"{digest}-{posixpath.basename(url)}"
+        name = f"{digest}-{cache_name(posixpath.basename(url))}"
+        return Path(inside(self.directory, f"{digest[:2]}/{name}", f"cache file of {url}"))
 
     def fetch(self, fs, path: str, policy: FetchPolicy | None = None) -> str:
         """A local copy of `path` on `fs` (fetched once, under `policy`, else the cache's own)."""

@@ -14,24 +14,30 @@ from typing import Sequence
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
+from ..checks import episode_list
 from ..format.errors import DatasetFormatError
 from ..format.metadata import load_metadata
+from ..format.paths import check_repo_id, check_revision, inside
 from ..progress import bar
 from .cache import default_cache_dir
 
 
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
     """Where a Hub dataset lives locally: $HF_LEROBOT_HOME/<repo_id> when set (LeRobot's place), else the
-    episodic cache."""
+    episodic cache. The repo id and revision must be ones (format.paths.check_repo_id, check_revision), and
+    the directory lies inside its base (UnsafePathError otherwise)."""
+    check_repo_id(repo_id)
     base = config.hub_home()
-    root = base / repo_id if base is not None else default_cache_dir() / "hub" / repo_id
-    return root / revision if revision and base is None else root
+    if base is not None:
+        return Path(inside(base, repo_id, f"download directory of {repo_id!r}"))
+    rel = f"{repo_id}/{check_revision(revision)}" if revision else repo_id
+    return Path(inside(default_cache_dir() / "hub", rel, f"download directory of {repo_id!r}"))
 
 
 def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:
     meta = load_metadata(LocalFileSystem(), str(local_dir))
     files: list[str] = []
-    for ep in sorted(set(int(e) for e in episodes)):
+    for ep in sorted(set(episode_list(episodes).tolist())):
         if not 0 <= ep < len(meta.episodes):
             raise DatasetFormatError(f"{local_dir}: episode {ep} out of range: the dataset has {len(meta.episodes)} episodes")
         files.append(meta.data_file_of(ep))
@@ -55,7 +61,8 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
                                           allow_patterns=["meta/**"])
         if episodes is None:
             episodes = range(len(load_metadata(LocalFileSystem(), str(local_dir)).episodes))
-        needed = [f for f in files_for_episodes(local_dir, episodes, video_keys) if not (local_dir / f).exists()]
+        needed = [f for f in files_for_episodes(local_dir, episodes, video_keys)
+                  if not os.path.exists(inside(local_dir, f, f"{local_dir}: file of {repo_id!r}"))]
 
         def fetch(rel: str) -> None:
             huggingface_hub.hf_hub_download(repo_id, filename=rel, repo_type="dataset", revision=revision, local_dir=str(local_dir))

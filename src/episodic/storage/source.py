@@ -9,7 +9,6 @@ process can open its own filesystem (`storage.resolve.reopen`).
 from __future__ import annotations
 
 import os
-import posixpath
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -17,7 +16,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from ..format.errors import DatasetFormatError
+from ..format.errors import ProblemList
 from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
+from ..format.paths import dataset_path
 from .cache import FileCache
 from .fetch import FetchPolicy, fetch_bytes, is_local
 from .ranges import open_for_read
@@ -36,13 +37,19 @@ class Source:
     location: str | None = None
     storage_options: dict = field(default_factory=dict)
     policy: FetchPolicy = field(default_factory=FetchPolicy)
+    _checked: dict = field(default_factory=dict, repr=False, compare=False)  # rel -> checked path
 
     @property
     def is_local(self) -> bool:
         return is_local(self.fs)
 
     def path(self, rel: str) -> str:
-        return posixpath.join(self.root, rel)
+        """`root/rel`, checked to stay inside the root (resolved, symlinks included, when local; under the
+        root URL's prefix when remote): UnsafePathError before any I/O (format.paths.dataset_path)."""
+        path = self._checked.get(rel)
+        if path is None:
+            path = self._checked[rel] = dataset_path(self.fs, self.root, rel)
+        return path
 
     def url(self, rel: str) -> str:
         return self.fs.unstrip_protocol(self.path(rel)) if not self.is_local else self.path(rel)
@@ -63,9 +70,9 @@ class Source:
         counters = self.cache.stats if self.cache is not None else None
         return fetch_bytes(self.fs, self.path(rel), self.url(rel), self.policy, counters)
 
-    def load_metadata(self) -> DatasetMetadata:
-        """The dataset's metadata, its files read with `read_bytes`."""
-        return load_metadata(self.fs, self.root, read=self.read_bytes)
+    def load_metadata(self, problems: ProblemList | None = None) -> DatasetMetadata:
+        """The dataset's metadata, its files read with `read_bytes` (`problems`: see `load_metadata`)."""
+        return load_metadata(self.fs, self.root, read=self.read_bytes, problems=problems)
 
     def open_for_read(self, path: str) -> BinaryIO:
         """A seekable binary file of `path` (a path on `fs`, as `path(rel)` gives; `load_columns` passes
