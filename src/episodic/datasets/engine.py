@@ -123,7 +123,10 @@ class FrameEngine:
         """Items for row positions, batched: numpy arrays with a leading batch axis, cameras uint8
         (B, [T,] H, W, C) (with channels_first (B, [T,] C, H, W)), pad masks (B, T) bool, and 'task' a list
         of strings."""
-        rows = np.asarray(positions, dtype=np.int64).reshape(-1)
+        rows = np.asarray(positions).reshape(-1)
+        if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
+            raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")
+        rows = rows.astype(np.int64, copy=False)
         n = len(self)
         if len(rows) and (rows.min() < -n or rows.max() >= n):
             raise IndexError(f"index {int(rows[(rows < -n) | (rows >= n)][0])} out of range for {n} frames")

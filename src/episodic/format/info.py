@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DatasetFormatError, ProblemList
+from .errors import DatasetFormatError, ProblemList, UnsafePathError
 from .features import DEFAULT_FEATURES, Feature
 from .paths import DATA_FIELDS, V21_DATA_FIELDS, V21_VIDEO_FIELDS, VIDEO_FIELDS, render, template_problems
 
@@ -140,21 +140,23 @@ class DatasetInfo:
             if v is not None and (v < 0 or (name == "chunks_size" and v == 0)):
                 problems.add(f"{source}: field {name!r} has an invalid value {v!r}")
         v21 = version is not None and version != V30
+        unsafe = False  # a template that leaves the root: the error is an UnsafePathError
         for name, fields in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
             template = values[name]
             if template is None:
                 continue
             if v21:  # per-episode files; the reader falls back to the standard template when this one is v3.0's
                 fields = tuple(dict.fromkeys(fields + (V21_VIDEO_FIELDS if name == "video_path" else V21_DATA_FIELDS)))
-            for problem in template_problems(template, fields):
+            for problem, kind in template_problems(template, fields):
                 problems.add(f"{source}: field {name!r} ({template!r}) {problem}")
+                unsafe = unsafe or kind is UnsafePathError
         video_keys = [k for k, f in features.items() if f.is_video]
         if video_keys and not values["video_path"]:
             problems.add(f"{source}: features {video_keys} are videos but 'video_path' is empty")
         if problems:
             items = problems.items
             message = items[0] if len(items) == 1 else f"{len(items)} problems: " + "; ".join(items)
-            raise DatasetFormatError(message, problems=items)
+            raise (UnsafePathError if unsafe else DatasetFormatError)(message, problems=items)
         return cls(codebase_version=version, fps=int(fps), features=features,
                    extra={k: v for k, v in raw.items() if k not in known}, **values)
 

@@ -363,7 +363,7 @@ def _int_col(table: pa.Table, name: str, source: str) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0 ** 62))
         if not len(bad):
             return values.astype(np.int64)
-        raise DatasetFormatError(f"{source}: column {name!r} holds {values[bad[0]]!r} at row {int(bad[0])}, "
+        raise DatasetFormatError(f"{source}: column {name!r} holds {values[bad[0]].item()!r} at row {int(bad[0])}, "
                                  f"not a whole number")
     raise DatasetFormatError(f"{source}: column {name!r} is {typ}, not integer")
 
@@ -386,7 +386,7 @@ def _check_times(from_ts: np.ndarray, to_ts: np.ndarray, key: str, source: str, 
         bad = ~np.isfinite(values) | (values < 0)
         if bad.any():
             problems.add(f"{source}: episode(s) {_first(bad)}: column 'videos/{key}/{name}' is "
-                         f"{values[bad][0]!r}, not a finite time >= 0")
+                         f"{float(values[bad][0])!r}, not a finite time >= 0")
     bad = to_ts < from_ts
     if bad.any():
         problems.add(f"{source}: episode(s) {_first(bad)}: 'videos/{key}/to_timestamp' is before from_timestamp")

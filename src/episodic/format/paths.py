@@ -76,23 +76,24 @@ def _parse(template: str) -> tuple[tuple[str, str | None, str], ...]:
     return tuple(out)
 
 
-def template_problems(template: str, allowed: tuple[str, ...]) -> list[str]:
-    """What is wrong with a path template on its own: syntax, placeholders outside `allowed`, and literal
-    parts that already leave the root (rendered with example values)."""
+def template_problems(template: str, allowed: tuple[str, ...]) -> list[tuple[str, type[DatasetFormatError]]]:
+    """What is wrong with a path template on its own, as (text, error class): syntax and placeholders outside
+    `allowed` (DatasetFormatError), literal parts that already leave the root, rendered with example values
+    (UnsafePathError)."""
     try:
         pieces = _parse(template)
     except ValueError as e:
-        return [f"is not a valid path template ({e})"]
+        return [(f"is not a valid path template ({e})", DatasetFormatError)]
     unknown = sorted({n for _, n, _ in pieces if n is not None and n not in allowed})
     if unknown:
-        return [f"uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)} "
-                f"(known: {', '.join('{' + n + '}' for n in allowed)})"]
+        return [(f"uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)} "
+                 f"(known: {', '.join('{' + n + '}' for n in allowed)})", DatasetFormatError)]
     try:
         rel = _render(pieces, {n: _EXAMPLE[n] for n in allowed})
     except (ValueError, TypeError) as e:
-        return [f"cannot be formatted ({e})"]
+        return [(f"cannot be formatted ({e})", DatasetFormatError)]
     problem = relative_problem(rel)
-    return [f"gives paths like {rel!r}, which {problem}"] if problem else []
+    return [(f"gives paths like {rel!r}, which {problem}", UnsafePathError)] if problem else []
 
 
 def _render(pieces, values: dict) -> str:
@@ -146,28 +147,28 @@ def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base + os.sep)
 
 
-def inside(directory: str | os.PathLike, rel: str, where: str, hub_blobs: bool = False) -> str:
+def inside(directory: str | os.PathLike, rel: str, where: str | None = None, hub_blobs: bool = False) -> str:
     """`directory/rel` on the local filesystem, after checking that `rel` is a safe relative path and that
     the joined path, symlinks resolved, stays inside `directory` (resolved). For cache and mirror files
-    and local dataset files alike; `hub_blobs` also admits a Hugging Face snapshot's `blobs/`."""
-    check_relative(rel, where)
+    and local dataset files alike; `hub_blobs` also admits a Hugging Face snapshot's `blobs/`. Errors name
+    `where` (what the path is for) when given."""
     directory = os.fspath(directory)
+    check_relative(rel, where or directory)
     path = os.path.join(directory, rel)
     real = os.path.realpath(path)
     bases = _bases(directory, hub_blobs)
     if not any(_within(real, b) for b in bases):
-        raise UnsafePathError(f"{where}: {path} resolves to {real}, outside {bases[0]} (a symbolic link?); "
-                              f"dataset and cache files must stay inside their directory")
+        raise UnsafePathError(f"{where + ': ' if where else ''}{path} resolves to {real}, outside {bases[0]} (a "
+                              f"symbolic link?); dataset and cache files must stay inside their directory")
     return path
 
 
 def dataset_path(fs, root: str, rel: str, where: str | None = None) -> str:
     """`root/rel` on `fs`, checked: a safe relative path, inside the root's resolved path on the local
     filesystem (symlinks included), under the root URL's prefix on a remote one."""
-    where = where or root
     if is_local_fs(fs):
         return inside(root, rel, where, hub_blobs=True)
-    check_relative(rel, where)
+    check_relative(rel, where or root)
     return f"{root.rstrip('/')}/{rel}"
 
 

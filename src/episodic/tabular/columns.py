@@ -208,5 +208,7 @@ def _check_sizes(meta: DatasetMetadata, episodes: np.ndarray, lengths: np.ndarra
         raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: episode {e}: length {int(meta.episodes.length[e])} "
                                  f"does not fit the dataset ({meta.info.total_frames} frames in info.json)")
     if nbytes >= 1 << 40:
-        raise DatasetFormatError(f"{meta.root}: the selected episodes' columns would take {nbytes / 2 ** 30:.0f} GiB "
-                                 f"({int(lengths.sum())} frames): check the episodes metadata and info.json features")
+        e = int(episodes[np.argmax(lengths)])
+        raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes' columns would "
+                                 f"take {nbytes / 2 ** 30:.0f} GiB ({int(lengths.sum())} frames; episode {e}: length "
+                                 f"{int(meta.episodes.length[e])}): check the episodes metadata and info.json")

@@ -21,18 +21,20 @@ def _is_list(typ: pa.DataType) -> bool:
     return pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ)
 
 
-def _list_sizes(col: pa.Array, where: str, want: int | None) -> tuple[int, pa.Array]:
+def _list_sizes(col: pa.Array, where: str, expected: tuple[int, ...]) -> tuple[int, pa.Array]:
     """The one length every row's list has (ragged lists are an error: flattening them would shift every
-    later vector), and the flattened values."""
+    later vector), and the flattened values. `expected`: the lengths info.json allows at this level."""
     typ = col.type
     if pa.types.is_fixed_size_list(typ):
         return typ.list_size, col.flatten()
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
-    size = int(lengths[0]) if len(lengths) else (want or 0)
-    bad = np.flatnonzero(lengths != size)
-    if len(bad):
-        r = int(bad[0])
-        raise DatasetFormatError(f"{where}: ragged lists: row {r} has {int(lengths[r])} values, row 0 has {size} "
+    if not len(lengths):
+        return (expected or (0,))[0], col.flatten()
+    size = int(lengths[0])
+    if (lengths != size).any():  # ragged: name the first row that differs from the length info.json expects
+        size = next((int(n) for n in expected if (lengths == n).any()), size)
+        r = int(np.flatnonzero(lengths != size)[0])
+        raise DatasetFormatError(f"{where}: ragged lists: row {r} has {int(lengths[r])} values, other rows {size} "
                                  f"(every row must hold the same number)")
     return size, col.flatten()
 
@@ -53,7 +55,7 @@ def column_values(col: pa.ChunkedArray | pa.Array, feature: Feature, where: str)
         while _is_list(col.type):
             if col.null_count:
                 raise DatasetFormatError(f"{where}: {col.null_count} missing values")
-            size, col = _list_sizes(col, where, want if not dims else None)
+            size, col = _list_sizes(col, where, (want, shape[0]) if not dims else ())
             dims.append(size)
         if col.null_count:
             raise DatasetFormatError(f"{where}: {col.null_count} missing values")
@@ -95,7 +97,7 @@ def _converted(col: pa.Array, target: np.dtype, where: str) -> np.ndarray:
             bad = ~np.isfinite(values) | (values != np.round(values))
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                raise DatasetFormatError(f"{where}: holds {values[r]!r} at row {r}, info.json says {target} "
+                raise DatasetFormatError(f"{where}: holds {values[r].item()!r} at row {r}, info.json says {target} "
                                          f"(a float is never truncated)")
         if len(values) and values.dtype != bool:
             lo, hi = np.iinfo(target).min, np.iinfo(target).max
@@ -117,7 +119,7 @@ def check_rows(where: str, episodes: np.ndarray, frame: np.ndarray, first_index:
         r = int(np.flatnonzero(bad)[0])
         more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
         problems.add(f"{where}: episode {int(episodes[r])}: column {column!r} at frame {int(frame[r])} is "
-                     f"{values[column][r]!r}{what}{more}")
+                     f"{values[column][r].item()!r}{what}{more}")
 
     if "index" in values:
         bad = values["index"] != first_index + frame
