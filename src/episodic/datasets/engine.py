@@ -188,7 +188,8 @@ class FrameEngine:
 
         def run(job, reader=None):
             key, _, sel, q = job
-            got = named(job, lambda: (reader or reader_for(job)).frames_at(q, self.spec.tolerance_s))
+            reader = reader or reader_for(job)  # named already: not inside the wrapper below (one prefix)
+            got = named(job, lambda: reader.frames_at(q, self.spec.tolerance_s))
             got = got.reshape(len(sel), times[key].shape[1], *got.shape[1:])
             dest = out.get(key)
             if dest is None:  # setdefault: another thread may have made it meanwhile
