@@ -123,7 +123,8 @@ def _read_table(source: Source, rel: str, path: str, owners: np.ndarray, full: b
     except MissingFileError:
         raise MissingFileError(f"{path}: data file not found (episodes {owners.tolist()[:10]})") from None
     try:
-        return pq.ParquetFile(io.BytesIO(data), page_checksum_verification=full).read()
+        checksums = {"page_checksum_verification": True} if full else {}  # where the writer stored them
+        return pq.ParquetFile(io.BytesIO(data), **checksums).read()
     except (pa.ArrowException, OSError) as e:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
 
