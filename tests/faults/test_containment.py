@@ -245,3 +245,16 @@ def test_info_json_with_nothing_to_escape_still_loads(small_root, copy_of):
     edit_info(root, lambda info: info.update(data_path="custom/data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"))
     assert len(LeRobotDataset("x", root=root)) == 119
     assert json.loads((root / "meta/info.json").read_text())["data_path"].startswith("custom/")
+
+
+def test_hub_home_links_of_the_user_are_kept(monkeypatch, tmp_path):
+    """The repo id is checked, not the user's own layout: a download root linked to another disk stays usable."""
+    from episodic.storage.hub import hub_root
+
+    (tmp_path / "disk2").mkdir()
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "lerobot").symlink_to(tmp_path / "disk2", target_is_directory=True)
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
+    assert hub_root("lerobot/pusht") == tmp_path / "home" / "lerobot" / "pusht"
+    with pytest.raises(UnsafePathError):
+        hub_root("lerobot/../../x")

@@ -36,6 +36,7 @@ def _sentinels(root: Path) -> None:
         shutil.copy(root / DATA, out / name)
 
 
+@pytest.mark.filterwarnings("ignore:.*not in the tasks table")
 @pytest.mark.parametrize("case", HOSTILE, ids=lambda c: c.name)
 def test_map_style_names_the_problem_and_stays_inside(small_root, copy_of, case: Case):
     root = copy_of(small_root)

@@ -111,6 +111,7 @@ def test_validate_over_http_stays_under_the_prefix(small_root, copy_of):
     assert server.requests and all(p.startswith(f"/{root.name}/") for p in server.requests)
 
 
+@pytest.mark.filterwarnings("ignore:.*not in the tasks table")
 def test_terminal_output_escapes_dataset_text(small_root, copy_of, capsys):
     root = copy_of(small_root)
     evil = "pick\x1b[2J\x1b]0;owned\x07\nOK: fake line\u202e"

@@ -24,14 +24,14 @@ from .cache import default_cache_dir
 
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
     """Where a Hub dataset lives locally: $HF_LEROBOT_HOME/<repo_id> when set (LeRobot's place), else the
-    episodic cache. The repo id and revision must be ones (format.paths.check_repo_id, check_revision), and
-    the directory lies inside its base (UnsafePathError otherwise)."""
+    episodic cache. The repo id and revision must be ones (format.paths.check_repo_id, check_revision:
+    UnsafePathError otherwise), so the directory is below its base (the user's own links there are kept)."""
     check_repo_id(repo_id)
     base = config.hub_home()
     if base is not None:
-        return Path(inside(base, repo_id, f"download directory of {repo_id!r}"))
-    rel = f"{repo_id}/{check_revision(revision)}" if revision else repo_id
-    return Path(inside(default_cache_dir() / "hub", rel, f"download directory of {repo_id!r}"))
+        return base / repo_id
+    root = default_cache_dir() / "hub" / repo_id
+    return root / check_revision(revision) if revision else root
 
 
 def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:

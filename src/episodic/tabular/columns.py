@@ -137,7 +137,11 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
                 mmap_files[n] = AtomicFile(base / f"{i:03d}-{cache_name(n)}.npy")
                 arrays[n] = np.lib.format.open_memmap(mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n)))
             else:
-                arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+                try:
+                    arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+                except MemoryError:  # lengths the metadata claims: a named error, not the allocator's
+                    raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes "
+                                             f"claim {total} frames; column {n!r} does not fit in memory") from None
         _read_files(meta, episodes, starts, names, arrays, images, progress, open_file)
         for n, f in mmap_files.items():
             arrays[n].flush()
