@@ -52,3 +52,11 @@ def test_batch_positions_must_be_integers(small_root, positions):
     with pytest.raises(TypeError, match="positions must be integers"):
         ds.get_batch(positions)
     assert ds.get_batch(torch.tensor([0, 3]))["index"].tolist() == [0, 3] and len(ds.get_batch([])["index"]) == 0
+
+
+def test_episodes_table_lookups_must_be_integers(small_root):
+    episodes = LeRobotDataset("x", root=small_root, video_keys=[]).meta.episodes
+    assert episodes[np.int64(2)]["length"] == episodes[2]["length"] == episodes["length"][2]
+    for key in (1.7, True, "1"):
+        with pytest.raises((TypeError, KeyError)):
+            episodes[key]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import operator
 import posixpath
 import warnings
 from collections.abc import Callable
@@ -141,7 +142,12 @@ class EpisodeTable:
             if self.extra is not None and key in self.extra.column_names:
                 return self.extra.column(key).to_numpy(zero_copy_only=False)
             raise KeyError(key)
-        i = int(key)
+        try:  # a float (1.7) or a bool is a TypeError, never episode 1
+            i = operator.index(key) if not isinstance(key, (bool, np.bool_)) else None
+        except TypeError:
+            i = None
+        if i is None:
+            raise TypeError(f"episode index must be an integer, got {key!r}")
         if not -len(self) <= i < len(self):
             raise EpisodeIndexError(f"episode {key} out of range: the dataset has {len(self)} episodes")
         i %= len(self)
