@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from episodic import LeRobotDataset
 from episodic.cli import main
 
 
@@ -16,7 +17,12 @@ def test_info(small_root, capsys):
 
 def test_validate_ok(multifile_root, capsys):
     assert main(["validate", str(multifile_root), "-q"]) == 0
-    assert capsys.readouterr().out.startswith("OK:")
+    quick = capsys.readouterr().out
+    assert main(["validate", str(multifile_root), "-q", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert quick.startswith("OK:") and full.startswith("OK:")
+    frames = [int(out.split(" frames decoded")[0].rsplit(" ", 1)[1]) for out in (quick, full)]
+    assert frames[1] == 2 * sum(LeRobotDataset("x", root=multifile_root).meta.episodes.length) > frames[0]
 
 
 def test_validate_reports_every_problem(multifile_root, copy_of, capsys):

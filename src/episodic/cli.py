@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from .tools.text import printable
+
 
 def _demo(args: argparse.Namespace) -> int:
     import torch
@@ -47,14 +49,14 @@ def _info(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from .tools.validate import validate
 
-    report = validate(args.path, progress=not args.quiet, decode=not args.no_decode)
+    report = validate(args.path, progress=not args.quiet, decode=not args.no_decode, full=args.full)
     checked = ", ".join(f"{n} {what}" for what, n in report.checked.items())
     if report.ok:
-        print(f"OK: {report.root} ({checked})")
+        print(f"OK: {printable(report.root)} ({checked})")
         return 0
-    print(f"{len(report.problems)} problem(s) in {report.root} (checked {checked or 'nothing'}):")
-    for p in report.problems:
-        print(f"  - {p}")
+    print(f"{len(report.problems)} problem(s) in {printable(report.root)} (checked {checked or 'nothing'}):")
+    for p in report.problems:  # dataset text (task strings, names, paths) escaped for the terminal
+        print(f"  - {printable(p)}")
     return 1
 
 
@@ -104,7 +106,7 @@ def _show(args: argparse.Namespace) -> int:
     root = args.dataset if args.dataset is not None else str(demo_root(not args.quiet))
     out = show_episode(root, args.episode, args.output, num_frames=args.frames, cameras=parse_cameras(args.cameras),
                        progress=not args.quiet)
-    print(f"episode {args.episode} of {root}: {out}")
+    print(f"episode {args.episode} of {printable(root)}: {printable(out)}")
     return 0
 
 
@@ -124,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check every file of a dataset; non-zero exit when a problem is found")
     p.add_argument("path")
     p.add_argument("--no-decode", action="store_true", help="skip decoding the first/last frame of each episode")
+    p.add_argument("--full", action="store_true", help="also decode every frame of every video and verify parquet "
+                                                       "page checksums (finds corrupted bytes inside files; slow)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_validate)
     p = sub.add_parser("bench", help="measure loading: frames/s, time to first batch, latency, decode time, peak RSS",
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except EpisodicError as e:
-        print(f"episodic {args.command}: error: {e}", file=sys.stderr)
+        print(f"episodic {args.command}: error: {printable(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -184,7 +184,7 @@ def test_memory_mapped_columns_give_the_same_items(small_root, tmp_path, monkeyp
     monkeypatch.setenv("EPISODIC_FORCE_MMAP", "1")
     mm = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[], cache_dir=str(tmp_path))
     assert isinstance(mm.engine.columns.arrays["action"], np.memmap)
-    assert list(tmp_path.rglob("action.npy")) and not list(tmp_path.rglob("*.tmp"))
+    assert list(tmp_path.rglob("*-action.npy")) and not list(tmp_path.rglob("*.tmp"))
     monkeypatch.delenv("EPISODIC_FORCE_MMAP")
     ram = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[])
     assert not isinstance(ram.engine.columns.arrays["action"], np.memmap)

@@ -129,8 +129,13 @@ def test_corrupt_video_bytes(small_root, copy_of):
     path = root / "videos/observation.images.wrist/chunk-000/file-000.mp4"
     path.write_bytes(b"\x00garbage" * 1000)
     ds = LeRobotDataset("x", root=root)
-    with pytest.raises(VideoDecodeError, match=r"file-000\.mp4.*camera 'observation.images.wrist'|camera 'observation.images.wrist'.*file-000\.mp4"):
+    with pytest.raises(VideoDecodeError, match=r"file-000\.mp4.*camera 'observation.images.wrist'|camera 'observation.images.wrist'.*file-000\.mp4") as err:
         ds[0]
+    assert str(err.value).count("camera 'observation.images.wrist'") == 1  # one prefix, not one per layer
+    one = LeRobotDataset("x", root=root, video_keys=["observation.images.wrist"])  # one file: decoded in this thread
+    with pytest.raises(VideoDecodeError) as err:
+        one[0]
+    assert str(err.value).count("camera 'observation.images.wrist'") == 1
 
 
 def test_rows_missing_from_data_file(small_root, copy_of):

@@ -15,8 +15,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .. import runtime
+from ..checks import check_number, episode_list
 from ..counters import Counters
-from ..format.errors import EpisodeIndexError, FrameTimestampError, VideoDecodeError
+from ..format.errors import DatasetFormatError, EpisodeIndexError, FrameTimestampError, VideoDecodeError
 from ..format.metadata import DatasetMetadata
 from ..storage.source import Source
 from ..tabular import Columns, delta_offsets, window_rows
@@ -41,6 +42,7 @@ class ItemSpec:
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
               tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None) -> "ItemSpec":
         info = meta.info
+        check_number("tolerance_s", tolerance_s, 0, 1e9)
         if video_keys is None:
             videos = list(info.video_keys)
         else:
@@ -70,7 +72,7 @@ def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np
     n = len(meta.episodes)
     if episodes is None:
         return np.arange(n, dtype=np.int64)
-    sel = np.asarray(list(episodes), dtype=np.int64).reshape(-1)
+    sel = episode_list(episodes)  # TypeError for 1.7, '1', True: never a silently different episode
     bad = sel[(sel < 0) | (sel >= n)]
     if len(bad):
         raise EpisodeIndexError(f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})")
@@ -121,7 +123,10 @@ class FrameEngine:
         """Items for row positions, batched: numpy arrays with a leading batch axis, cameras uint8
         (B, [T,] H, W, C) (with channels_first (B, [T,] C, H, W)), pad masks (B, T) bool, and 'task' a list
         of strings."""
-        rows = np.asarray(positions, dtype=np.int64).reshape(-1)
+        rows = np.asarray(positions).reshape(-1)
+        if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
+            raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")
+        rows = rows.astype(np.int64, copy=False)
         n = len(self)
         if len(rows) and (rows.min() < -n or rows.max() >= n):
             raise IndexError(f"index {int(rows[(rows < -n) | (rows >= n)][0])} out of range for {n} frames")
@@ -177,11 +182,14 @@ class FrameEngine:
                 raise type(e)(f"episode {bad[0] if len(bad) == 1 else bad}, camera {job[0]!r}: {e}") from None
 
         def reader_for(job):
-            return named(job, lambda: self.decoders.get(self.source.local_path(job[1])))
+            reader = named(job, lambda: self.decoders.get(self.source.local_path(job[1])))
+            self._check_size(job[0], reader.shape, job[1], eps[job[2]])
+            return reader
 
         def run(job, reader=None):
             key, _, sel, q = job
-            got = named(job, lambda: (reader or reader_for(job)).frames_at(q, self.spec.tolerance_s))
+            reader = reader or reader_for(job)  # named already: not inside the wrapper below (one prefix)
+            got = named(job, lambda: reader.frames_at(q, self.spec.tolerance_s))
             got = got.reshape(len(sel), times[key].shape[1], *got.shape[1:])
             dest = out.get(key)
             if dest is None:  # setdefault: another thread may have made it meanwhile
@@ -202,7 +210,21 @@ class FrameEngine:
                 run(j)
         return out
 
+    def _check_size(self, key: str, hw: tuple[int, int], where: str, episodes: np.ndarray) -> None:
+        """A camera's frames must have info.json's size (a file of another size is an error, never frames of
+        the file's size under the dataset's name)."""
+        want = self.meta.info.camera_hw(key)[:2]
+        if tuple(hw) != tuple(want):
+            bad = sorted(set(np.asarray(episodes).tolist()))
+            raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
+                                     f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")
+
     def _images(self, key: str, q: np.ndarray) -> np.ndarray:
         store = self.columns.images[key]
         flat = [decode_image(store[int(r)], f"{self.meta.root}: row {int(r)} feature {key!r}") for r in q.reshape(-1)]
+        want = self.meta.info.camera_hw(key)[:2]
+        for r, img in zip(q.reshape(-1), flat):
+            if img.shape[:2] != want:
+                self._check_size(key, img.shape[:2], f"row {int(r)} (an image in the data file)",
+                                 self.episodes[self.columns.episode_of_rows(np.array([r]))])
         return np.stack(flat).reshape(*q.shape, *flat[0].shape)

@@ -8,11 +8,41 @@ class EpisodicError(Exception):
 
 
 class DatasetFormatError(EpisodicError, ValueError):
-    """A dataset file is missing, unreadable or does not follow the LeRobot format contract."""
+    """A dataset file is missing, unreadable or does not follow the LeRobot format contract. `problems`
+    lists every problem the check found (one file may have several; the message joins them)."""
+
+    def __init__(self, message: str = "", problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
 
 
 class MissingFileError(DatasetFormatError):
     """A dataset file does not exist (a local path, or a URL answered with "not found")."""
+
+
+class UnsafePathError(DatasetFormatError):
+    """A path built from dataset content (a path template of info.json and its values, a camera key, a
+    repo id) would leave the dataset root, its URL prefix or the cache directory. Raised before any I/O."""
+
+
+class ProblemList:
+    """Problems found while checking a dataset. Strict (the loader): the first one raises at once, as
+    `error(message)`. Lenient (`episodic validate`): they are collected in `items` and checking goes on."""
+
+    def __init__(self, strict: bool = True):
+        self.strict = strict
+        self.items: list[str] = []
+
+    def add(self, message: str, error: type[Exception] = DatasetFormatError) -> None:
+        if self.strict:
+            raise error(message)
+        self.items.append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 class EpisodeIndexError(EpisodicError, IndexError):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from .errors import DatasetFormatError
 
 #: Columns every LeRobot dataset has, in LeRobot's order.
@@ -17,6 +19,19 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
 }
 
 CAMERA_DTYPES = ("video", "image")
+
+#: Keys every item gets besides the features: a feature of that name would be overwritten in items.
+ITEM_KEYS = ("task",)
+PAD_SUFFIX = "_is_pad"  # `<key>_is_pad`: the pad mask of a window
+
+
+def reserved_name_problem(name: str) -> str | None:
+    """Why a feature may not be called `name` (None when it may): items already use the key."""
+    if name in ITEM_KEYS:
+        return f"the name {name!r} is the item key of the task string"
+    if name.endswith(PAD_SUFFIX):
+        return f"names ending in {PAD_SUFFIX!r} are the item keys of window pad masks"
+    return None
 
 
 @dataclass(frozen=True)
@@ -55,17 +70,32 @@ class Feature:
         where = f"{source}: feature {name!r}"
         if "/" in name:
             raise DatasetFormatError(f"{where}: feature names must not contain '/'")
+        reserved = reserved_name_problem(name)
+        if reserved:
+            raise DatasetFormatError(f"{where}: {reserved}; rename the feature")
         if not isinstance(spec, dict):
             raise DatasetFormatError(f"{where}: expected an object, got {type(spec).__name__}")
         dtype = spec.get("dtype")
         if not isinstance(dtype, str):
             raise DatasetFormatError(f"{where}: field 'dtype' must be a string, got {dtype!r}")
+        if dtype not in (*CAMERA_DTYPES, "string") and not _numeric_dtype(dtype):
+            raise DatasetFormatError(f"{where}: field 'dtype' {dtype!r} is not a numeric numpy dtype, 'string', "
+                                     f"'video' or 'image'")
         shape = spec.get("shape")
         if not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) and s >= 0 for s in shape):
             raise DatasetFormatError(f"{where}: field 'shape' must be a list of non-negative ints, got {shape!r}")
         info = spec.get("info") or {}
         if not isinstance(info, dict):
             raise DatasetFormatError(f"{where}: field 'info' must be an object, got {info!r}")
+        if not shape:
+            raise DatasetFormatError(f"{where}: field 'shape' must not be empty (a scalar is [1])")
         if dtype in CAMERA_DTYPES and len(shape) != 3:
             raise DatasetFormatError(f"{where}: a camera needs shape [height, width, channels], got {shape!r}")
         return cls(name=name, dtype=dtype, shape=tuple(int(s) for s in shape), names=spec.get("names"), info=info)
+
+
+def _numeric_dtype(name: str) -> bool:
+    try:
+        return np.dtype(name).kind in "biuf"
+    except (TypeError, ValueError):
+        return False

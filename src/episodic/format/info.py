@@ -6,8 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import DatasetFormatError
+import numpy as np
+
+from .errors import DatasetFormatError, ProblemList, UnsafePathError
 from .features import DEFAULT_FEATURES, Feature
+from .paths import DATA_FIELDS, V21_DATA_FIELDS, V21_VIDEO_FIELDS, VIDEO_FIELDS, render, template_problems
 
 V30 = "v3.0"
 V21 = "v2.1"
@@ -20,10 +23,13 @@ DEFAULT_DATA_FILE_MB = 100
 DEFAULT_VIDEO_FILE_MB = 200
 
 
-def _field(raw: dict, name: str, types: type | tuple[type, ...], source: str, default: Any = ..., allow_none=False):
+def _field(raw: dict, name: str, types: type | tuple[type, ...], source: str, problems: ProblemList,
+           default: Any = ..., allow_none=False):
+    """raw[name] checked against `types`; a problem (and `default`, or None) when missing or mistyped."""
     if name not in raw:
         if default is ...:
-            raise DatasetFormatError(f"{source}: missing required field {name!r}")
+            problems.add(f"{source}: missing required field {name!r}")
+            return None
         return default
     value = raw[name]
     if value is None and allow_none:
@@ -31,7 +37,8 @@ def _field(raw: dict, name: str, types: type | tuple[type, ...], source: str, de
     # bool is an int in Python; never accept it where a number is wanted
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
         want = " or ".join(t.__name__ for t in _as_tuple(types))
-        raise DatasetFormatError(f"{source}: field {name!r} must be {want}, got {value!r}")
+        problems.add(f"{source}: field {name!r} must be {want}, got {value!r}")
+        return None if default is ... else default
     return value
 
 
@@ -81,45 +88,77 @@ class DatasetInfo:
     # ------------------------------------------------------------------ io
     @classmethod
     def from_dict(cls, raw: Any, source: str = "meta/info.json") -> "DatasetInfo":
+        """The info of a parsed info.json. Every problem of the file is found before raising: the
+        DatasetFormatError lists them all (`problems`), each naming the file and the field."""
         if not isinstance(raw, dict):
             raise DatasetFormatError(f"{source}: expected a JSON object, got {type(raw).__name__}")
-        version = _field(raw, "codebase_version", str, source)
-        if version not in SUPPORTED_VERSIONS:
-            raise DatasetFormatError(
-                f"{source}: codebase_version {version!r} is not supported (supported: {', '.join(SUPPORTED_VERSIONS)})"
-            )
-        fps = _field(raw, "fps", (int, float), source)
-        if fps <= 0 or int(fps) != fps:
-            raise DatasetFormatError(f"{source}: field 'fps' must be a positive integer, got {fps!r}")
-        feats_raw = _field(raw, "features", dict, source)
-        features = {name: Feature.from_json(name, spec, source) for name, spec in feats_raw.items()}
+        problems = ProblemList(strict=False)
+        version = _field(raw, "codebase_version", str, source, problems)
+        if version is not None and version not in SUPPORTED_VERSIONS:
+            problems.add(f"{source}: codebase_version {version!r} is not supported "
+                         f"(supported: {', '.join(SUPPORTED_VERSIONS)})")
+        fps = _field(raw, "fps", (int, float), source, problems)
+        if fps is not None and not (fps > 0 and fps < float("inf") and int(fps) == fps):
+            problems.add(f"{source}: field 'fps' must be a positive integer, got {fps!r}")
+            fps = None
+        feats_raw = _field(raw, "features", dict, source, problems) or {}
+        features: dict[str, Feature] = {}
+        for name, spec in feats_raw.items():
+            try:
+                features[name] = Feature.from_json(name, spec, source)
+            except DatasetFormatError as e:
+                problems.items.extend(e.problems)
         for name, spec in DEFAULT_FEATURES.items():
-            features.setdefault(name, Feature.from_json(name, spec, source))
+            if name not in feats_raw:
+                features[name] = Feature.from_json(name, spec, source)
+        for name, spec in DEFAULT_FEATURES.items():  # the reader relies on their kind: integers, float times
+            f = features.get(name)
+            kind = "f" if spec["dtype"].startswith("float") else "iu"
+            if f is not None and (f.shape != (1,) or f.is_camera or f.dtype == "string" or np.dtype(f.dtype).kind not in kind):
+                problems.add(f"{source}: feature {name!r} must be {'a float' if kind == 'f' else 'an integer'} of "
+                             f"shape [1], got {f.dtype} {list(f.shape)}")
         known = {f.name for f in cls.__dataclass_fields__.values()}  # type: ignore[attr-defined]
-        default_data = DEFAULT_DATA_PATH
-        default_video = DEFAULT_VIDEO_PATH if any(f.is_video for f in features.values()) else None
-        info = cls(
-            codebase_version=version,
-            fps=int(fps),
-            features=features,
-            total_episodes=_field(raw, "total_episodes", int, source),
-            total_frames=_field(raw, "total_frames", int, source),
-            total_tasks=_field(raw, "total_tasks", int, source, default=0),
-            chunks_size=_field(raw, "chunks_size", int, source, default=DEFAULT_CHUNKS_SIZE),
-            data_files_size_in_mb=_field(raw, "data_files_size_in_mb", (int, float), source, default=DEFAULT_DATA_FILE_MB),
-            video_files_size_in_mb=_field(raw, "video_files_size_in_mb", (int, float), source, default=DEFAULT_VIDEO_FILE_MB),
-            data_path=_field(raw, "data_path", str, source, default=default_data),
-            video_path=_field(raw, "video_path", str, source, default=default_video, allow_none=True),
-            robot_type=_field(raw, "robot_type", str, source, default=None, allow_none=True),
-            splits=_field(raw, "splits", dict, source, default={}),
-            extra={k: v for k, v in raw.items() if k not in known},
+        has_video = any(f.is_video for f in features.values()) or any(
+            isinstance(s, dict) and s.get("dtype") == "video" for s in feats_raw.values())
+        values = dict(
+            total_episodes=_field(raw, "total_episodes", int, source, problems),
+            total_frames=_field(raw, "total_frames", int, source, problems),
+            total_tasks=_field(raw, "total_tasks", int, source, problems, default=0),
+            chunks_size=_field(raw, "chunks_size", int, source, problems, default=DEFAULT_CHUNKS_SIZE),
+            data_files_size_in_mb=_field(raw, "data_files_size_in_mb", (int, float), source, problems,
+                                         default=DEFAULT_DATA_FILE_MB),
+            video_files_size_in_mb=_field(raw, "video_files_size_in_mb", (int, float), source, problems,
+                                          default=DEFAULT_VIDEO_FILE_MB),
+            data_path=_field(raw, "data_path", str, source, problems, default=DEFAULT_DATA_PATH),
+            video_path=_field(raw, "video_path", str, source, problems,
+                              default=DEFAULT_VIDEO_PATH if has_video else None, allow_none=True),
+            robot_type=_field(raw, "robot_type", str, source, problems, default=None, allow_none=True),
+            splits=_field(raw, "splits", dict, source, problems, default={}),
         )
-        for name in ("total_episodes", "total_frames", "chunks_size"):
-            if getattr(info, name) < 0 or (name == "chunks_size" and info.chunks_size == 0):
-                raise DatasetFormatError(f"{source}: field {name!r} has an invalid value {getattr(info, name)!r}")
-        if info.video_keys and not info.video_path:
-            raise DatasetFormatError(f"{source}: features {info.video_keys} are videos but 'video_path' is empty")
-        return info
+        for name in ("total_episodes", "total_frames", "total_tasks", "chunks_size"):
+            v = values[name]
+            if v is not None and (v < 0 or (name == "chunks_size" and v == 0)):
+                problems.add(f"{source}: field {name!r} has an invalid value {v!r}")
+        v21 = version is not None and version != V30
+        unsafe = False  # a template that leaves the root: the error is an UnsafePathError
+        for name, fields in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
+            template = values[name]
+            if template is None:
+                continue
+            if v21:  # per-episode files; the reader falls back to the standard template when this one is v3.0's
+                fields = tuple(dict.fromkeys(fields + (V21_VIDEO_FIELDS if name == "video_path" else V21_DATA_FIELDS)))
+            for problem, kind in template_problems(template, fields):
+                problems.add(f"{source}: field {name!r} ({template!r}) {problem}")
+                unsafe = unsafe or kind is UnsafePathError
+        video_keys = [k for k, f in features.items() if f.is_video]
+        if video_keys and not values["video_path"]:
+            problems.add(f"{source}: features {video_keys} are videos but 'video_path' is empty")
+        if problems:
+            items = problems.items
+            message = items[0] if len(items) == 1 else f"{len(items)} problems: " + "; ".join(items)
+            raise (UnsafePathError if unsafe else DatasetFormatError)(message, problems=items)
+        return cls(codebase_version=version, fps=int(fps), features=features,
+                   extra={k: v for k, v in raw.items() if k not in known}, **values)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "meta/info.json") -> "DatasetInfo":
@@ -149,12 +188,16 @@ class DatasetInfo:
         return out
 
     # ------------------------------------------------------------------ paths
-    def data_file(self, chunk_index: int, file_index: int) -> str:
-        return self.data_path.format(chunk_index=chunk_index, file_index=file_index)
+    def data_file(self, chunk_index: int, file_index: int, where: str = "meta/info.json") -> str:
+        """The data file of (chunk, file), from the `data_path` template, checked (format.paths.render)."""
+        return render(self.data_path, f"{where}: field 'data_path'", chunk_index=chunk_index, file_index=file_index)
 
-    def video_file(self, video_key: str, chunk_index: int, file_index: int) -> str:
-        assert self.video_path is not None
-        return self.video_path.format(video_key=video_key, chunk_index=chunk_index, file_index=file_index)
+    def video_file(self, video_key: str, chunk_index: int, file_index: int, where: str = "meta/info.json") -> str:
+        """The mp4 of camera `video_key` and (chunk, file), from the `video_path` template, checked."""
+        if self.video_path is None:
+            raise DatasetFormatError(f"{where}: field 'video_path' is empty but {video_key!r} is a video")
+        return render(self.video_path, f"{where}: field 'video_path'", video_key=video_key,
+                      chunk_index=chunk_index, file_index=file_index)
 
     def camera_hw(self, key: str) -> tuple[int, int, int]:
         """(height, width, channels) of a camera, from its names when they say the order."""

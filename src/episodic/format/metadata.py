@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import posixpath
 import warnings
 from collections.abc import Callable
@@ -21,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DatasetFormatError, EpisodeIndexError, MissingFileError
+from .errors import DatasetFormatError, EpisodeIndexError, MissingFileError, ProblemList
 from .info import DatasetInfo
+from .paths import dataset_path, render_many
 from .stats import Stats, aggregate_stats, stats_from_json
 from .timebase import frames_to_seconds
 
@@ -38,8 +40,9 @@ Reader = Callable[[str], bytes]  # rel -> the file's bytes; raises MissingFileEr
 
 
 def read_bytes(fs, root: str, rel: str) -> bytes:
-    """The plain reader: `root/rel` read through `fs` (no retries)."""
-    path = posixpath.join(root, rel)
+    """The plain reader: `root/rel` read through `fs` (no retries); `rel` must stay inside `root`
+    (format.paths.dataset_path: UnsafePathError before anything is opened)."""
+    path = dataset_path(fs, root, rel)
     try:
         with fs.open(path, "rb") as f:
             return f.read()
@@ -68,14 +71,21 @@ def read_parquet(read: Reader, root: str, rel: str, columns=None) -> pa.Table:
 
 
 def _jsonl(read: Reader, root: str, rel: str) -> list[dict]:
-    text = read(rel).decode("utf-8")
+    try:
+        text = read(rel).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetFormatError(f"{posixpath.join(root, rel)}: not UTF-8 text ({e})") from None
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DatasetFormatError(f"{posixpath.join(root, rel)}:{n}: not valid JSON ({e})") from None
+            if not isinstance(row, dict):
+                raise DatasetFormatError(f"{posixpath.join(root, rel)}:{n}: expected a JSON object, got "
+                                         f"{type(row).__name__}")
+            rows.append(row)
     return rows
 
 
@@ -131,7 +141,12 @@ class EpisodeTable:
             if self.extra is not None and key in self.extra.column_names:
                 return self.extra.column(key).to_numpy(zero_copy_only=False)
             raise KeyError(key)
-        i = int(key)
+        try:  # a float (1.7) or a bool is a TypeError, never episode 1
+            i = operator.index(key) if not isinstance(key, (bool, np.bool_)) else None
+        except TypeError:
+            i = None
+        if i is None:
+            raise TypeError(f"episode index must be an integer, got {key!r}")
         if not -len(self) <= i < len(self):
             raise EpisodeIndexError(f"episode {key} out of range: the dataset has {len(self)} episodes")
         i %= len(self)
@@ -140,20 +155,26 @@ class EpisodeTable:
             row.update({k: v[0] for k, v in self.extra.slice(i, 1).to_pydict().items()})
         return row
 
-    def check(self, source: str, total_frames: int | None) -> None:
-        if len(self) and (np.any(self.length < 0) or np.any(self.dataset_to_index - self.dataset_from_index != self.length)):
-            bad = int(np.flatnonzero(self.dataset_to_index - self.dataset_from_index != self.length)[0])
-            raise DatasetFormatError(
-                f"{source}: episode {bad}: dataset_from_index/dataset_to_index "
-                f"({self.dataset_from_index[bad]}, {self.dataset_to_index[bad]}) do not match length {self.length[bad]}"
-            )
-        if len(self) and np.any(self.dataset_from_index[1:] != self.dataset_to_index[:-1]):
-            bad = int(np.flatnonzero(self.dataset_from_index[1:] != self.dataset_to_index[:-1])[0]) + 1
-            raise DatasetFormatError(f"{source}: episode {bad}: dataset_from_index is not contiguous with episode {bad - 1}")
-        if total_frames is not None and len(self) and int(self.dataset_to_index[-1]) != total_frames:
-            raise DatasetFormatError(
-                f"{source}: episodes end at index {int(self.dataset_to_index[-1])} but info.json total_frames is {total_frames}"
-            )
+    def check(self, source: str, total_frames: int | None, problems: ProblemList | None = None) -> None:
+        """Lengths and global index ranges: non-negative lengths, from/to matching them, contiguous, ending
+        at info.json's total_frames (problems named by episode; the first raises unless lenient)."""
+        problems = problems if problems is not None else ProblemList()
+        if not len(self):
+            return
+        bad = np.flatnonzero((self.length < 0) | (self.dataset_to_index - self.dataset_from_index != self.length))
+        if len(bad):
+            e = int(bad[0])
+            problems.add(f"{source}: episode {e}: dataset_from_index/dataset_to_index ({self.dataset_from_index[e]}, "
+                         f"{self.dataset_to_index[e]}) do not match length {self.length[e]}")
+        if self.dataset_from_index[0] != 0:
+            problems.add(f"{source}: episode 0: dataset_from_index is {self.dataset_from_index[0]}, not 0")
+        gaps = np.flatnonzero(self.dataset_from_index[1:] != self.dataset_to_index[:-1])
+        if len(gaps):
+            e = int(gaps[0]) + 1
+            problems.add(f"{source}: episode {e}: dataset_from_index is not contiguous with episode {e - 1}")
+        if total_frames is not None and int(self.dataset_to_index[-1]) != total_frames:
+            problems.add(f"{source}: episodes end at index {int(self.dataset_to_index[-1])} but info.json "
+                         f"total_frames is {total_frames}")
 
 
 @dataclass
@@ -166,6 +187,7 @@ class DatasetMetadata:
     episodes: EpisodeTable
     tasks: list[str]
     stats: Stats
+    problems: list[str] = field(default_factory=list)  # found by a lenient load (`episodic validate`)
 
     # LeRobot-compatible views -------------------------------------------------
     @property
@@ -205,7 +227,8 @@ class DatasetMetadata:
         return self.info.robot_type
 
     def path(self, rel: str) -> str:
-        return posixpath.join(self.root, rel)
+        """`root/rel`, checked to stay inside the root (format.paths.dataset_path)."""
+        return dataset_path(self.fs, self.root, rel)
 
     def data_file_of(self, episode: int) -> str:
         return self.episodes.data_files[self.episodes.data_file_id[episode]]
@@ -233,40 +256,55 @@ class DatasetMetadata:
         return out
 
 
-def load_metadata(fs, root: str, read: Reader | None = None) -> DatasetMetadata:
+def load_metadata(fs, root: str, read: Reader | None = None, problems: ProblemList | None = None) -> DatasetMetadata:
     """The metadata of the dataset at `root` on `fs`. `read(rel) -> bytes` reads one file of it (default: a
     plain read of `fs`; `Source.load_metadata` passes one that retries remote reads); it must raise
-    MissingFileError for a file that does not exist."""
+    MissingFileError for a file that does not exist.
+
+    Every value that decides what an item contains is checked here, vectorised (lengths and index ranges,
+    file indices, video times, task indices), and every path it names is checked to stay inside the root
+    (format.paths): the first problem raises a DatasetFormatError naming the file, the episode and the
+    field. With a lenient `problems` (ProblemList(strict=False), as `episodic validate` passes) problems are
+    collected there instead and loading goes on as far as the files allow (they are also in
+    `metadata.problems`)."""
     root = root.rstrip("/") or "/"
     read = read or plain_reader(fs, root)
+    problems = problems if problems is not None else ProblemList()
     info = DatasetInfo.from_json(read(INFO_PATH), source=posixpath.join(root, INFO_PATH))
     if info.is_v21:
-        episodes, tasks, stats = _load_v21(read, root, info)
+        episodes, tasks, stats = _load_v21(read, root, info, problems)
     else:
-        episodes, tasks, stats = _load_v30(read, root, info)
-    _warn_unknown_tasks(episodes, tasks, posixpath.join(root, "meta"))
-    return DatasetMetadata(fs=fs, root=root, info=info, episodes=episodes, tasks=tasks, stats=stats)
+        episodes, tasks, stats = _load_v30(read, root, info, problems)
+    _unknown_tasks(episodes, tasks, posixpath.join(root, "meta"), problems)
+    return DatasetMetadata(fs=fs, root=root, info=info, episodes=episodes, tasks=tasks, stats=stats,
+                           problems=problems.items)
 
 
-def _warn_unknown_tasks(episodes: EpisodeTable, tasks: list[str], source: str) -> None:
+def _unknown_tasks(episodes: EpisodeTable, tasks: list[str], source: str, problems: ProblemList) -> None:
+    """Task labels of the episodes table that the tasks table lacks: a warning for the loader (items use
+    the data's task_index, checked on its own), a problem for `validate`."""
     known = set(tasks)
     missing = sorted({t for ts in episodes.tasks for t in (ts or []) if t not in known})
     if missing:
-        warnings.warn(
-            f"{source}: {len(missing)} task label(s) named by episodes are not in the tasks table and are skipped: "
-            f"{missing[:5]}",
-            stacklevel=3,
-        )
+        message = (f"{source}: {len(missing)} task label(s) named by episodes are not in the tasks table and are "
+                   f"skipped: {missing[:5]}")
+        if problems.strict:
+            warnings.warn(message, stacklevel=3)
+        else:
+            problems.add(message)
 
 
 def _read_stats_json(read: Reader, root: str) -> Stats | None:
     try:
         raw = json.loads(read(STATS_PATH))
-    except DatasetFormatError:
+    except MissingFileError:
         return None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DatasetFormatError(f"{posixpath.join(root, STATS_PATH)}: not valid JSON ({e})") from None
-    return stats_from_json(raw) if isinstance(raw, dict) else None
+    try:
+        return stats_from_json(raw) if isinstance(raw, dict) else None
+    except (ValueError, TypeError) as e:
+        raise DatasetFormatError(f"{posixpath.join(root, STATS_PATH)}: not statistics ({e})") from None
 
 
 # ----------------------------------------------------------------------------- v3.0
@@ -301,23 +339,96 @@ def _read_v30_episode_tables(read: Reader, root: str, info: DatasetInfo, stats: 
             chunk, file = chunk + 1, 0
     if not tables:
         return pa.table({"episode_index": pa.array([], pa.int64())})
-    return pa.concat_tables(tables, promote_options="default")
+    try:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise DatasetFormatError(f"{posixpath.join(root, 'meta/episodes')}: the episodes files disagree on their "
+                                 f"columns ({e})") from None
+
+
+def _column(table: pa.Table, name: str, source: str) -> pa.Array:
+    if name not in table.column_names:
+        raise DatasetFormatError(f"{source}: missing column {name!r}")
+    col = table.column(name).combine_chunks()
+    if col.null_count:
+        bad = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))
+        raise DatasetFormatError(f"{source}: column {name!r} has missing values (rows {bad[:10].tolist()})")
+    return col
 
 
 def _int_col(table: pa.Table, name: str, source: str) -> np.ndarray:
-    if name not in table.column_names:
-        raise DatasetFormatError(f"{source}: missing column {name!r}")
-    col = table.column(name)
-    if col.null_count:
-        raise DatasetFormatError(f"{source}: column {name!r} has missing values")
+    """An integer column as int64. Floats are accepted only when every value is a whole number (a float
+    index is never truncated)."""
+    col = _column(table, name, source)
+    typ = col.type
+    if pa.types.is_integer(typ):
+        return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if pa.types.is_floating(typ):
+        values = col.to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0 ** 62))
+        if not len(bad):
+            return values.astype(np.int64)
+        raise DatasetFormatError(f"{source}: column {name!r} holds {values[bad[0]].item()!r} at row {int(bad[0])}, "
+                                 f"not a whole number")
+    raise DatasetFormatError(f"{source}: column {name!r} is {typ}, not integer")
+
+
+def _float_col(table: pa.Table, name: str, source: str) -> np.ndarray:
+    col = _column(table, name, source)
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        raise DatasetFormatError(f"{source}: column {name!r} is {col.type}, not a number")
+    return col.to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _first(mask: np.ndarray) -> list[int]:
+    return np.flatnonzero(mask)[:10].tolist()
+
+
+def _check_times(from_ts: np.ndarray, to_ts: np.ndarray, key: str, source: str, problems: ProblemList) -> None:
+    """A camera's per-episode times in its file: finite, from >= 0, to >= from (a NaN time would make
+    every query land on one frame)."""
+    for name, values in (("from_timestamp", from_ts), ("to_timestamp", to_ts)):
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            problems.add(f"{source}: episode(s) {_first(bad)}: column 'videos/{key}/{name}' is "
+                         f"{float(values[bad][0])!r}, not a finite time >= 0")
+    bad = to_ts < from_ts
+    if bad.any():
+        problems.add(f"{source}: episode(s) {_first(bad)}: 'videos/{key}/to_timestamp' is before from_timestamp")
+
+
+def _files(chunk: np.ndarray, file: np.ndarray, prefix: str, source: str, problems: ProblemList,
+           render) -> tuple[list[str], np.ndarray]:
+    """Unique (chunk, file) pairs of the episodes -> their relative paths (rendered and checked by
+    `render(chunks, files)`) and each episode's file id."""
+    bad = (chunk < 0) | (file < 0)
+    if bad.any():
+        problems.add(f"{source}: episode(s) {_first(bad)}: '{prefix}/chunk_index' and '{prefix}/file_index' must "
+                     f"be >= 0, got ({int(chunk[bad][0])}, {int(file[bad][0])})")
+    pairs, inverse = np.unique(np.stack([chunk, file], axis=1), axis=0, return_inverse=True)
     try:
-        return col.to_numpy().astype(np.int64)
-    except (pa.ArrowInvalid, ValueError, TypeError) as e:
-        raise DatasetFormatError(f"{source}: column {name!r} is not integer ({e})") from None
+        files = render([int(c) for c in pairs[:, 0]], [int(f) for f in pairs[:, 1]])
+    except DatasetFormatError as e:
+        problems.add(str(e), type(e))
+        files = [""] * len(pairs)  # lenient: no path; `validate` skips these files (already reported)
+    return files, inverse.reshape(-1).astype(np.int32)
 
 
-def _load_v30(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
+def _tasks_column(table: pa.Table, source: str, problems: ProblemList, n: int) -> list[list[str]]:
+    if "tasks" not in table.column_names:
+        return [[] for _ in range(n)]
+    col = table.column("tasks")
+    typ = col.type
+    if not ((pa.types.is_list(typ) or pa.types.is_large_list(typ)) and
+            (pa.types.is_string(typ.value_type) or pa.types.is_large_string(typ.value_type))):
+        problems.add(f"{source}: column 'tasks' is {typ}, not a list of strings")
+        return [[] for _ in range(n)]
+    return [t or [] for t in col.to_pylist()]
+
+
+def _load_v30(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, "meta/episodes")
+    info_source = posixpath.join(root, INFO_PATH)
     table = _read_v30_episode_tables(read, root, info)
     ep_index = _int_col(table, "episode_index", source)
     order = np.argsort(ep_index, kind="stable")
@@ -326,43 +437,72 @@ def _load_v30(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable,
     if not np.array_equal(order, np.arange(len(order))):
         table = table.take(order)
     if len(ep_index) != info.total_episodes:
-        raise DatasetFormatError(
-            f"{source}: {len(ep_index)} episodes found but info.json total_episodes is {info.total_episodes}"
-        )
+        problems.add(f"{source}: {len(ep_index)} episodes found but info.json total_episodes is {info.total_episodes}")
 
-    def files_of(prefix: str, fmt) -> tuple[list[str], np.ndarray]:
+    def files_of(prefix: str, render) -> tuple[list[str], np.ndarray]:
         chunk = _int_col(table, f"{prefix}/chunk_index", source)
         file = _int_col(table, f"{prefix}/file_index", source)
-        pairs, inverse = np.unique(np.stack([chunk, file], axis=1), axis=0, return_inverse=True)
-        return [fmt(int(c), int(f)) for c, f in pairs], inverse.reshape(-1).astype(np.int32)
+        return _files(chunk, file, prefix, source, problems, render)
 
-    data_files, data_file_id = files_of("data", info.data_file)
+    data_files, data_file_id = files_of(
+        "data", lambda c, f: render_many(info.data_path, f"{info_source}: field 'data_path'", chunk_index=c, file_index=f))
     cameras = {}
     for key in info.video_keys:
-        files, file_id = files_of(f"videos/{key}", lambda c, f, k=key: info.video_file(k, c, f))
-        from_ts = table.column(f"videos/{key}/from_timestamp").to_numpy().astype(np.float64)
-        to_ts = table.column(f"videos/{key}/to_timestamp").to_numpy().astype(np.float64)
-        cameras[key] = CameraFiles(files=files, file_id=file_id, from_ts=from_ts, to_ts=to_ts)
-    tasks_col = table.column("tasks").to_pylist() if "tasks" in table.column_names else [[] for _ in ep_index]
+        files, file_id = files_of(f"videos/{key}", lambda c, f, k=key: render_many(
+            info.video_path or "", f"{info_source}: field 'video_path'", video_key=[k] * len(c), chunk_index=c,
+            file_index=f))
+        times, present = [], True
+        for name in ("from_timestamp", "to_timestamp"):
+            try:
+                times.append(_float_col(table, f"videos/{key}/{name}", source))
+            except DatasetFormatError as e:
+                problems.add(str(e))
+                times.append(np.full(len(ep_index), np.nan))  # lenient: already reported
+                present = False
+        if present:
+            _check_times(*times, key, source, problems)
+        cameras[key] = CameraFiles(files=files, file_id=file_id, from_ts=times[0], to_ts=times[1])
     known = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"}
     extra = table.select([c for c in table.column_names if c not in known and not c.startswith("videos/")])
     episodes = EpisodeTable(
         length=_int_col(table, "length", source),
         dataset_from_index=_int_col(table, "dataset_from_index", source),
         dataset_to_index=_int_col(table, "dataset_to_index", source),
-        tasks=tasks_col,
+        tasks=_tasks_column(table, source, problems, len(ep_index)),
         data_files=data_files,
         data_file_id=data_file_id,
         cameras=cameras,
         extra=extra,
     )
-    episodes.check(source, info.total_frames)
-    tasks = _load_tasks_parquet(read, root)
+    episodes.check(source, info.total_frames, problems)
+    tasks = _load_tasks_parquet(read, root, problems)
     stats = _read_stats_json(read, root) or {}
     return episodes, tasks, stats
 
 
-def _load_tasks_parquet(read: Reader, root: str) -> list[str]:
+def _tasks_by_index(index: np.ndarray, texts: list, source: str, problems: ProblemList) -> list[str]:
+    """Task strings placed at their task_index, which must run 0..T-1 (each once) and name strings: a gap,
+    a negative, a duplicate or a huge index is a problem (never a list sized by it)."""
+    n = len(texts)
+    bad_type = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad_type:
+        problems.add(f"{source}: row {bad_type[0]}: task {texts[bad_type[0]]!r} is not a string")
+    if n and (index.min() < 0 or index.max() >= n or len(np.unique(index)) != n):
+        bad = (index < 0) | (index >= n)
+        why = f"{index[bad][:5].tolist()} out of range" if bad.any() else "repeated values"
+        problems.add(f"{source}: task_index must number the {n} tasks 0..{n - 1} once each ({why})")
+        out = [""] * n
+        for i, t in zip(index.tolist(), texts):
+            if 0 <= i < n:
+                out[i] = t if isinstance(t, str) else ""
+        return out
+    out = [""] * n
+    for i, t in zip(index.tolist(), texts):
+        out[i] = t if isinstance(t, str) else ""
+    return out
+
+
+def _load_tasks_parquet(read: Reader, root: str, problems: ProblemList) -> list[str]:
     source = posixpath.join(root, TASKS_PATH)
     t = read_parquet(read, root, TASKS_PATH)
     names = [c for c in t.column_names if c != "task_index"]
@@ -372,12 +512,8 @@ def _load_tasks_parquet(read: Reader, root: str) -> list[str]:
         raise DatasetFormatError(f"{source}: no task string column (expected 'task')")
     texts = t.column(text_col).to_pylist()
     if "task_index" not in t.column_names:
-        return texts
-    idx = _int_col(t, "task_index", source)
-    out = [""] * (int(idx.max()) + 1 if len(idx) else 0)
-    for i, s in zip(idx, texts):
-        out[int(i)] = s
-    return out
+        return _tasks_by_index(np.arange(len(texts)), texts, source, problems)
+    return _tasks_by_index(_int_col(t, "task_index", source), texts, source, problems)
 
 
 # ----------------------------------------------------------------------------- v2.x
@@ -385,37 +521,57 @@ V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parq
 V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 
 
-def _load_v21(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable, list[str], Stats]:
+def _jsonl_int(rows: list[dict], name: str, source: str, default: int | None = None) -> np.ndarray:
+    """Field `name` of every row as int64: an int (not a bool, a string or a float), else a named error."""
+    out = np.empty(len(rows), dtype=np.int64)
+    for n, r in enumerate(rows):
+        v = r.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not -2 ** 62 < v < 2 ** 62:
+            raise DatasetFormatError(f"{source}: row {n + 1}: field {name!r} must be an integer, got {v!r}")
+        out[n] = v
+    return out
+
+
+def _load_v21(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, V21_EPISODES)
-    rows = sorted(_jsonl(read, root, V21_EPISODES), key=lambda r: int(r.get("episode_index", -1)))
-    ep_index = np.array([int(r.get("episode_index", -1)) for r in rows], dtype=np.int64)
+    info_source = posixpath.join(root, INFO_PATH)
+    rows = _jsonl(read, root, V21_EPISODES)
+    ep_index = _jsonl_int(rows, "episode_index", source)
+    order = np.argsort(ep_index, kind="stable")
+    rows, ep_index = [rows[i] for i in order], ep_index[order]
     if not np.array_equal(ep_index, np.arange(len(rows))):
         raise DatasetFormatError(f"{source}: episode_index must run 0..{len(rows) - 1} without gaps")
-    try:
-        length = np.array([int(r["length"]) for r in rows], dtype=np.int64)
-    except (KeyError, TypeError, ValueError):
-        raise DatasetFormatError(f"{source}: every episode needs an integer 'length'") from None
+    length = _jsonl_int(rows, "length", source)
+    tasks_of = []
+    for r in rows:
+        ts = r.get("tasks") or []
+        if not isinstance(ts, list) or not all(isinstance(t, str) for t in ts):
+            problems.add(f"{source}: episode {r['episode_index']}: field 'tasks' must be a list of strings, got {ts!r}")
+            ts = []
+        tasks_of.append(list(ts))
     to_index = np.cumsum(length)
     from_index = to_index - length
     data_tpl = info.data_path if "episode_index" in info.data_path else V21_DATA_PATH
-    chunk = ep_index // info.chunks_size
-    data_files = [data_tpl.format(episode_chunk=int(c), episode_index=int(e)) for c, e in zip(chunk, ep_index)]
+    chunk = (ep_index // info.chunks_size).tolist()
+    eps = ep_index.tolist()
+    data_files = render_many(data_tpl, f"{info_source}: field 'data_path'", episode_chunk=chunk, episode_index=eps)
     cameras = {}
     video_tpl = info.video_path if info.video_path and "episode_index" in info.video_path else V21_VIDEO_PATH
     for key in info.video_keys:
-        files = [video_tpl.format(episode_chunk=int(c), video_key=key, episode_index=int(e)) for c, e in zip(chunk, ep_index)]
+        files = render_many(video_tpl, f"{info_source}: field 'video_path'", episode_chunk=chunk,
+                            video_key=[key] * len(eps), episode_index=eps)
         cameras[key] = CameraFiles(files=files, file_id=np.arange(len(rows), dtype=np.int32),
                                    from_ts=np.zeros(len(rows)), to_ts=frames_to_seconds(length, info.fps))
     episodes = EpisodeTable(
         length=length, dataset_from_index=from_index, dataset_to_index=to_index,
-        tasks=[list(r.get("tasks") or []) for r in rows], data_files=data_files,
+        tasks=tasks_of, data_files=data_files,
         data_file_id=np.arange(len(rows), dtype=np.int32), cameras=cameras,
     )
-    episodes.check(source, info.total_frames)
+    episodes.check(source, info.total_frames, problems)
+    tasks_source = posixpath.join(root, V21_TASKS)
     task_rows = _jsonl(read, root, V21_TASKS)
-    tasks = [""] * (max((int(r["task_index"]) for r in task_rows), default=-1) + 1)
-    for r in task_rows:
-        tasks[int(r["task_index"])] = r["task"]
+    tasks = _tasks_by_index(_jsonl_int(task_rows, "task_index", tasks_source),
+                            [r.get("task") for r in task_rows], tasks_source, problems)
     stats = _read_stats_json(read, root)
     if stats is None:
         try:
@@ -423,5 +579,9 @@ def _load_v21(read: Reader, root: str, info: DatasetInfo) -> tuple[EpisodeTable,
         except MissingFileError:
             per_episode = None
         if per_episode is not None:
-            stats = aggregate_stats(stats_from_json(r.get("stats", {})) for r in per_episode)
+            try:
+                stats = aggregate_stats(stats_from_json(r.get("stats") or {}) for r in per_episode)
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                raise DatasetFormatError(f"{posixpath.join(root, V21_EPISODE_STATS)}: not statistics "
+                                         f"({type(e).__name__}: {e})") from None
     return episodes, tasks, stats or {}

@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - not POSIX: evictions are not serialise
 from .. import config
 from .atomic import atomic_write_bytes
 from ..counters import Counters
+from ..format.paths import inside
 from .fetch import FetchPolicy, fetch_bytes, file_info, version_token
 
 __all__ = ["FileCache", "default_cache_dir"]
@@ -78,10 +79,12 @@ class FileCache:
         return self.stats.retries
 
     def key_path(self, url: str, version: str) -> Path:
-        """Where the file at `url` in version `version` (`fetch.version_token`) is kept."""
+        """Where the file at `url` in version `version` (`fetch.version_token`) is kept: a digest of both, plus
+        the URL's extension when it is plain (no other URL text reaches the file system), inside the cache."""
         digest = hashlib.sha256(f"{url}\n{version}".encode()).hexdigest()[:32]
         ext = posixpath.splitext(posixpath.basename(url))[1]
-        return self.directory / digest[:2] / (digest + (ext if _PLAIN_EXT.fullmatch(ext) else ""))
+        name = digest + (ext if _PLAIN_EXT.fullmatch(ext) else "")
+        return Path(inside(self.directory, f"{digest[:2]}/{name}", f"cache file of {url}"))
 
     def fetch(self, fs, path: str, policy: FetchPolicy | None = None) -> str:
         """A local copy of the current version of `path` on `fs` (its version asked once per process,

@@ -19,8 +19,10 @@ from typing import Sequence
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
+from ..checks import episode_list
 from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import load_metadata
+from ..format.paths import check_repo_id, check_revision, inside
 from ..progress import bar
 from .cache import default_cache_dir
 from .fetch import FetchPolicy, with_retries
@@ -28,16 +30,20 @@ from .fetch import FetchPolicy, with_retries
 
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
     """Where a Hub dataset lives locally: $HF_LEROBOT_HOME/<repo_id> when set (LeRobot's place), else the
-    episodic cache."""
+    episodic cache. The repo id and revision must be ones (format.paths.check_repo_id, check_revision:
+    UnsafePathError otherwise), so the directory is below its base (the user's own links there are kept)."""
+    check_repo_id(repo_id)
     base = config.hub_home()
-    root = base / repo_id if base is not None else default_cache_dir() / "hub" / repo_id
-    return root / revision if revision and base is None else root
+    if base is not None:
+        return base / repo_id
+    root = default_cache_dir() / "hub" / repo_id
+    return root / check_revision(revision) if revision else root
 
 
 def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:
     meta = load_metadata(LocalFileSystem(), str(local_dir))
     files: list[str] = []
-    for ep in sorted(set(int(e) for e in episodes)):
+    for ep in sorted(set(episode_list(episodes).tolist())):
         if not 0 <= ep < len(meta.episodes):
             raise DatasetFormatError(f"{local_dir}: episode {ep} out of range: the dataset has {len(meta.episodes)} episodes")
         files.append(meta.data_file_of(ep))
@@ -103,6 +109,8 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
         if episodes is None:
             episodes = range(len(load_metadata(LocalFileSystem(), str(local_dir)).episodes))
         needed = files_for_episodes(local_dir, episodes, video_keys)
+        for f in needed:  # paths from the dataset's metadata: contained before any download
+            inside(local_dir, f, f"{local_dir}: file of {repo_id!r}")
 
         def fetch(rel: str) -> None:
             _hub_call(lambda: huggingface_hub.hf_hub_download(

@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from .atomic import atomic_write_bytes
 from ..counters import Counters
+from ..format.paths import dataset_path, inside
 from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size
 from .ranges import (
     Mp4Layout,
@@ -101,10 +102,19 @@ class Prefetcher:
         self._pool = None if local else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episodic-fetch")
 
     def path(self, rel: str) -> str:
-        return f"{self.root}/{rel}" if self.local else str(self.directory / rel)
+        return self.remote_path(rel) if self.local else self.mirror_path(rel)
+
+    def remote_path(self, rel: str) -> str:
+        """`root/rel` on the dataset's filesystem, checked to stay inside the root (format.paths)."""
+        return dataset_path(self.fs, self.root, rel)
+
+    def mirror_path(self, rel: str) -> Path:
+        """`rel`'s file in the mirror, checked to stay inside the mirror directory (format.paths.inside): the
+        one path every write, sparse write and unlink of a mirror file uses."""
+        return Path(inside(self.directory, rel, f"mirror file of {self.url(rel)}"))
 
     def url(self, rel: str) -> str:
-        return self.fs.unstrip_protocol(f"{self.root}/{rel}")
+        return self.fs.unstrip_protocol(self.remote_path(rel))
 
     @property
     def bytes_on_disk(self) -> int:
@@ -203,9 +213,9 @@ class Prefetcher:
         return self._run_once(self._futures, rel, lambda: self._fetch_whole(rel))
 
     def _fetch_whole(self, rel: str) -> str:
-        local = self.directory / rel
+        local = self.mirror_path(rel)
         t0 = time.perf_counter()
-        data = fetch_bytes(self.fs, f"{self.root}/{rel}", self.url(rel), self.policy, self.stats, rng=self._rng)
+        data = fetch_bytes(self.fs, self.remote_path(rel), self.url(rel), self.policy, self.stats, rng=self._rng)
         atomic_write_bytes(local, data)
         self.stats.add(bytes_fetched=len(data), fetch_seconds=time.perf_counter() - t0, files_fetched=1)
         with self._lock:
@@ -222,7 +232,7 @@ class Prefetcher:
         def probe() -> Mp4Layout | None:
             if not self.ranges or not rel.lower().endswith((".mp4", ".mov", ".m4v")):
                 return None
-            path, url = f"{self.root}/{rel}", self.url(rel)
+            path, url = self.remote_path(rel), self.url(rel)
             size = self._size(path, url)
             if size is None:
                 return None
@@ -240,7 +250,7 @@ class Prefetcher:
         """The sparse mirror file of `rel`, created (with the header bytes in place) when absent."""
         sf = self._sparse.get(rel)
         if sf is None:
-            sf = self._sparse[rel] = SparseFile(self.directory / rel, layout.size)
+            sf = self._sparse[rel] = SparseFile(self.mirror_path(rel), layout.size)
             for offset, data in layout.header:
                 sf.write(offset, data)
             self._sizes[rel] = sf.written
@@ -263,7 +273,7 @@ class Prefetcher:
         if layout is None:
             return self._whole(rel)
         start, end = layout.span(from_s, to_s)
-        path, url = f"{self.root}/{rel}", self.url(rel)
+        path, url = self.remote_path(rel), self.url(rel)
         # claim the missing parts of [start, end) (not present, not being fetched by another thread)
         with self._lock:  # the caller holds a reference: the file is not evicted while we work
             sf = self._sparse_file_locked(rel, layout)
@@ -319,7 +329,7 @@ class Prefetcher:
                 sf.close(unlink=True)
             else:
                 try:
-                    os.unlink(self.directory / rel)
+                    os.unlink(self.mirror_path(rel))
                 except FileNotFoundError:
                     pass
             self._gen[rel] = self._gen.get(rel, 0) + 1

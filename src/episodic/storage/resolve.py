@@ -3,16 +3,21 @@ source opened afresh in another process."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Sequence
 
+from ..format.errors import DatasetFormatError
+from ..format.paths import check_repo_id
 from .cache import FileCache
 from .fetch import FetchPolicy
 from .hub import download, hub_root
 from .source import Source, is_url, open_source
 
 __all__ = ["reopen", "resolve_source"]
+
+log = logging.getLogger(__name__)
 
 
 def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
@@ -28,7 +33,15 @@ def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)
     if repo_id is None:
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
-    local = Path(root) if root is not None else hub_root(repo_id, revision)
+    check_repo_id(repo_id)
+    if root is not None:
+        local = Path(root)
+        if local.is_dir() and any(local.iterdir()):  # a directory of something else: never a Hub download into it
+            raise DatasetFormatError(f"{local}: not a dataset (no meta/info.json); Hub repo {repo_id!r} is downloaded "
+                                     f"only into a new or empty root (check the path, or pass root=None)")
+        log.warning("%s: no dataset there yet: downloading Hub repo %r into it", local, repo_id)
+    else:
+        local = hub_root(repo_id, revision)
     # asked every time, also when a copy is on disk: huggingface_hub compares the files there with the Hub's
     # current commit and fetches only what changed (offline, it keeps the copy), so the metadata and the
     # files of a re-published dataset never come from two versions

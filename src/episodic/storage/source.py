@@ -12,15 +12,15 @@ Filesystems opened from a URL get the connect and read timeouts of the source's 
 from __future__ import annotations
 
 import os
-import posixpath
 from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from .. import runtime
-from ..format.errors import DatasetFormatError
+from ..format.errors import DatasetFormatError, ProblemList
 from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
+from ..format.paths import dataset_path
 from .cache import FileCache
 from .fetch import FetchPolicy, fetch_bytes, is_local, timeout_options
 from .ranges import open_for_read
@@ -42,6 +42,7 @@ class Source:
         self.storage_options = dict(storage_options or {})
         self.policy = policy if policy is not None else FetchPolicy()
         self._local = is_local(fs)
+        self._checked: dict[str, str] = {}  # rel -> checked path
         if self._reopens:
             runtime.after_fork(self)
 
@@ -78,7 +79,12 @@ class Source:
         return self._local
 
     def path(self, rel: str) -> str:
-        return posixpath.join(self.root, rel)
+        """`root/rel`, checked to stay inside the root (resolved, symlinks included, when local; under the
+        root URL's prefix when remote): UnsafePathError before any I/O (format.paths.dataset_path)."""
+        path = self._checked.get(rel)
+        if path is None:
+            path = self._checked[rel] = dataset_path(self.fs, self.root, rel)
+        return path
 
     def url(self, rel: str) -> str:
         return self.fs.unstrip_protocol(self.path(rel)) if not self.is_local else self.path(rel)
@@ -99,9 +105,9 @@ class Source:
         counters = self.cache.stats if self.cache is not None else None
         return fetch_bytes(self.fs, self.path(rel), self.url(rel), self.policy, counters)
 
-    def load_metadata(self) -> DatasetMetadata:
-        """The dataset's metadata, its files read with `read_bytes`."""
-        return load_metadata(self.fs, self.root, read=self.read_bytes)
+    def load_metadata(self, problems: ProblemList | None = None) -> DatasetMetadata:
+        """The dataset's metadata, its files read with `read_bytes` (`problems`: see `load_metadata`)."""
+        return load_metadata(self.fs, self.root, read=self.read_bytes, problems=problems)
 
     def open_for_read(self, path: str) -> BinaryIO:
         """A seekable binary file of `path` (a path on `fs`, as `path(rel)` gives; `load_columns` passes

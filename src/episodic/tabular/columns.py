@@ -16,12 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import config
-from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
+from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError, ProblemList
 from ..format.metadata import DatasetMetadata
+from ..format.paths import cache_name
 from ..progress import bar
 from ..storage.atomic import AtomicFile
 from ..storage.fetch import is_local
 from ..storage.ranges import leaf_columns, open_for_read, row_group_spans
+from .values import check_rows, column_values
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -57,27 +59,6 @@ class Columns:
         return Columns(episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64), starts=starts,
                        arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
                        images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images})
-
-
-def _arrow_to_numpy(col: pa.ChunkedArray | pa.Array, dtype: str, shape: tuple[int, ...], where: str) -> np.ndarray:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    n = len(col)
-    if col.null_count:
-        raise DatasetFormatError(f"{where}: {col.null_count} missing values")
-    try:
-        typ = col.type
-        while pa.types.is_fixed_size_list(typ) or pa.types.is_list(typ) or pa.types.is_large_list(typ):
-            col = col.flatten()
-            typ = col.type
-        if dtype == "string":
-            return np.asarray(col.to_pylist(), dtype=object)
-        values = col.to_numpy(zero_copy_only=False)
-        if shape != (1,):
-            values = values.reshape((n, *shape))
-        return values.astype(np.dtype(dtype), copy=False)
-    except (pa.ArrowException, ValueError, TypeError) as e:
-        raise DatasetFormatError(f"{where}: cannot read as {dtype}{list(shape)} ({e})") from None
 
 
 def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> list[int] | None:
@@ -157,19 +138,24 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
                  for n in numeric)
     use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
+    _check_sizes(meta, episodes, lengths, nbytes)
     images: dict[str, list] = {n: [None] * total for n in image_names}
     mmap_files: dict[str, AtomicFile] = {}  # memory-mapped columns: written under temporary names, then renamed
     if use_mmap:
         key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
         base = Path(mmap_dir) / key
     try:
-        for n in numeric:
+        for i, n in enumerate(numeric):
             dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
-            if use_mmap and dt is not object:
-                mmap_files[n] = AtomicFile(base / f"{n}.npy")
+            if use_mmap and dt is not object:  # file names from feature names: made safe (format.paths)
+                mmap_files[n] = AtomicFile(base / f"{i:03d}-{cache_name(n)}.npy")
                 arrays[n] = np.lib.format.open_memmap(mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n)))
             else:
-                arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+                try:
+                    arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
+                except MemoryError:  # lengths the metadata claims: a named error, not the allocator's
+                    raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes "
+                                             f"claim {total} frames; column {n!r} does not fit in memory") from None
         _read_files(meta, episodes, starts, names, arrays, images, progress, open_file)
         for n, f in mmap_files.items():
             arrays[n].flush()
@@ -195,7 +181,7 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
     order = np.unique(file_ids)
     for fid in bar(order, enabled=progress, desc="reading data files", unit="file"):
         rel = table.data_files[fid]
-        path = posixpath.join(meta.root, rel)
+        path = meta.path(rel)  # inside the dataset root (UnsafePathError otherwise)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
         file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
         t = _read_rows(meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel],
@@ -214,14 +200,33 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
         dst = np.concatenate([np.arange(starts[p], starts[p + 1]) for p in sel])
         lo, hi = int(dst[0]), int(dst[-1]) + 1
         contiguous = hi - lo == len(dst)
+        file_values = {}
         for n in numeric:
-            values = _arrow_to_numpy(t.column(n), feats[n].dtype, feats[n].shape, f"{path}: column {n!r}")
+            values = file_values[n] = column_values(t.column(n), feats[n], f"{path}: column {n!r}")
             if contiguous:
                 arrays[n][lo:hi] = values
             else:
                 arrays[n][dst] = values
+        # the values that decide what an item holds, against the metadata (vectorised over the file's rows)
+        first = np.repeat(table.dataset_from_index[episodes[sel]], lengths[sel])
+        frame = np.arange(len(ep_col), dtype=np.int64) - np.repeat(np.cumsum(lengths[sel]) - lengths[sel], lengths[sel])
+        check_rows(path, ep_col, frame, first, file_values, len(meta.tasks), ProblemList())
         for n in image_names:
             col = t.column(n).combine_chunks()
             data = col.field("bytes").to_pylist() if pa.types.is_struct(col.type) else col.to_pylist()
             for r, b in zip(dst, data):
                 images[n][int(r)] = b
+
+
+def _check_sizes(meta: DatasetMetadata, episodes: np.ndarray, lengths: np.ndarray, nbytes: int) -> None:
+    """Episode lengths the data files could hold: a corrupt `length` (huge or negative) is a named error here,
+    before anything is allocated for it (never a MemoryError)."""
+    if len(lengths) and (lengths.min() < 0 or int(lengths.sum()) > meta.info.total_frames):
+        e = int(episodes[np.argmax(lengths)] if lengths.min() >= 0 else episodes[np.argmin(lengths)])
+        raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: episode {e}: length {int(meta.episodes.length[e])} "
+                                 f"does not fit the dataset ({meta.info.total_frames} frames in info.json)")
+    if nbytes >= 1 << 40:
+        e = int(episodes[np.argmax(lengths)])
+        raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes' columns would "
+                                 f"take {nbytes / 2 ** 30:.0f} GiB ({int(lengths.sum())} frames; episode {e}: length "
+                                 f"{int(meta.episodes.length[e])}): check the episodes metadata and info.json")

@@ -6,6 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..checks import number_list
 from ..format.timebase import off_grid, seconds_to_frames
 
 
@@ -19,9 +20,9 @@ def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: i
     for key, seconds in delta_timestamps.items():
         if known_keys is not None and key not in known_keys:
             raise ValueError(f"delta_timestamps: {key!r} is not a feature of this dataset (features: {list(known_keys)})")
-        s = np.asarray(list(seconds), dtype=np.float64)
-        if s.ndim != 1 or len(s) == 0:
-            raise ValueError(f"delta_timestamps[{key!r}] must be a non-empty list of seconds, got {seconds!r}")
+        s = number_list(seconds, f"delta_timestamps[{key!r}]")  # finite numbers: NaN/inf are errors, not huge offsets
+        if np.abs(s).max() * fps >= 2 ** 31:
+            raise ValueError(f"delta_timestamps[{key!r}]: {s[np.argmax(np.abs(s))]} s is out of range")
         off = seconds_to_frames(s, fps)
         bad = off_grid(s, off, fps, tolerance_s)
         if bad.any():

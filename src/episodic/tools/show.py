@@ -10,6 +10,7 @@ import numpy as np
 
 from ..format.features import DEFAULT_FEATURES
 from ..progress import bar
+from .text import printable
 
 _BOOKKEEPING = set(DEFAULT_FEATURES)
 MAX_CURVE_PANELS = 4
@@ -50,5 +51,7 @@ def show_episode(dataset: str | os.PathLike, episode: int, out: str | os.PathLik
         task = batch["task"][0] if batch["task"] else ""
     curves = {k: batch[k].numpy() for k in keys}
     names = {k: tab.meta.info.features[k].names for k in keys}
-    title = f"{task}\nepisode {episode}: {n} frames at {ds.fps} fps ({n / ds.fps:.1f} s)"
+    # the task is dataset text: control characters escaped, '$' kept literal (matplotlib would read mathtext)
+    shown_task = printable(task).replace("$", r"\$")
+    title = f"{shown_task}\nepisode {episode}: {n} frames at {ds.fps} fps ({n / ds.fps:.1f} s)"
     return episode_figure({k: np.stack(v) for k, v in frames.items()}, times[picks], curves, names, times, title, out)

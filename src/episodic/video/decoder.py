@@ -135,6 +135,10 @@ class VideoReader:
         self._container.close()
 
     @property
+    def codec_name(self) -> str:
+        return self._stream.codec_context.name
+
+    @property
     def shape(self) -> tuple[int, int]:
         return self._stream.codec_context.height, self._stream.codec_context.width
 

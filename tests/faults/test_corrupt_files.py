@@ -1,0 +1,104 @@
+"""Corrupt data and video files (columns of the wrong type or shape, ragged lists, bookkeeping columns that
+disagree with the metadata, a camera of another size, bytes damaged inside an mp4 or a parquet page): a named
+error naming the file, the episode where known, and the column or camera; never items of silently wrong data."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from episodic import LeRobotDataset, StreamingLeRobotDataset
+from episodic.format import DatasetFormatError, VideoDecodeError
+from episodic.video import VideoReader
+from episodic.writer.video import VideoFileWriter
+
+from hostile_data import CORRUPT, DATA, TOP, TOP_MP4, Case, column_edit
+from support import assert_items_equal
+
+
+@pytest.mark.parametrize("case", CORRUPT, ids=lambda c: c.name)
+def test_map_style_names_the_problem(small_root, copy_of, case: Case):
+    root = copy_of(small_root)
+    case.edit(root)
+    with pytest.raises(case.error, match=case.message):
+        LeRobotDataset("x", root=root, video_keys=[])
+
+
+@pytest.mark.parametrize("case", [c for c in CORRUPT if c.name in ("ragged list column", "float frame_index")],
+                         ids=lambda c: c.name)
+def test_streaming_names_the_problem(small_root, copy_of, case: Case, tmp_path):
+    root = copy_of(small_root)
+    case.edit(root)
+    ds = StreamingLeRobotDataset("x", root=root, video_keys=[], cache_dir=tmp_path)
+    with pytest.raises(case.error, match=case.message):
+        next(iter(ds.loader(batch_size=4)))
+
+
+def test_whole_float_frame_index_loads_the_same_items(small_root, copy_of):
+    """A float column of whole numbers is exact: accepted for an integer feature (nothing truncated)."""
+    root = copy_of(small_root)
+    column_edit(DATA, "frame_index", lambda v: v.astype(np.float64))(root)
+    want, got = LeRobotDataset("x", root=small_root, video_keys=[]), LeRobotDataset("x", root=root, video_keys=[])
+    for i in (0, 17, len(want) - 1):
+        assert_items_equal(want[i], got[i])
+
+
+def _reencode(path, height: int, width: int) -> None:
+    reader = VideoReader(str(path))
+    frames = reader.decode(np.arange(len(reader.index)))
+    reader.close()
+    w = VideoFileWriter(str(path), width, height, 30)
+    w.add(np.ascontiguousarray(frames[:, :height, :width]))
+    w.close()
+
+
+def test_camera_of_another_size(small_root, copy_of):
+    root = copy_of(small_root)
+    _reencode(root / TOP_MP4, 32, 48)
+    ds = LeRobotDataset("x", root=root)
+    with pytest.raises(DatasetFormatError, match=rf"file-000\.mp4: camera '{TOP}' \(episode 0\): frames are 32x48 "
+                                                 r"\(height x width\) but info\.json says 48x64"):
+        ds[0]
+    assert LeRobotDataset("x", root=root, video_keys=["observation.images.wrist"])[0]  # the other camera is fine
+
+
+def _damage_packet(path, packet: int) -> float:
+    """XOR the payload of one video packet (not the container's index); returns the packet's time."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        pk = [(p.pos, p.size, float(p.pts * s.time_base)) for p in c.demux(s) if p.size]
+    pos, size, t = pk[packet]
+    data = bytearray(path.read_bytes())
+    for i in range(pos + 4, pos + size - 2):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    return t
+
+
+def test_damaged_bytes_inside_an_mp4(small_root, copy_of):
+    root = copy_of(small_root)
+    ds = LeRobotDataset("x", root=small_root)
+    row = int(ds.meta.episodes.dataset_from_index[3]) + 2  # a frame in the middle of the file
+    t = float(ds.meta.episodes.cameras[TOP].from_ts[3]) + 2 / 30
+    packet = int(round(t * 30))
+    assert abs(_damage_packet(root / TOP_MP4, packet) - t) < 1e-3
+    bad = LeRobotDataset("x", root=root)
+    with pytest.raises(VideoDecodeError, match=rf"episode 3, camera '{TOP}': .*file-000\.mp4: decoding the frame at"):
+        bad[row]
+    assert_items_equal(ds[0], bad[0])  # frames before the damage decode as before
+
+
+def test_damaged_parquet_page(small_root, copy_of):
+    root = copy_of(small_root)
+    path = root / DATA
+    md = pq.ParquetFile(path).metadata
+    col = md.row_group(2).column(0)  # episode 2's observation.state
+    data = bytearray(path.read_bytes())
+    for i in range(col.data_page_offset + 16, col.data_page_offset + col.total_compressed_size - 8):
+        data[i] ^= 0x33
+    path.write_bytes(bytes(data))
+    with pytest.raises(DatasetFormatError, match=r"data/chunk-000/file-000\.parquet: not a readable parquet file"):
+        LeRobotDataset("x", root=root, video_keys=[])
+    assert len(LeRobotDataset("x", root=root, video_keys=[], episodes=[0, 1])) > 0  # row groups of other episodes

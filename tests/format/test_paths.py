@@ -1,0 +1,99 @@
+"""format/paths.py: the one check that keeps paths from dataset content inside the root and the cache."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+
+from episodic.format import DatasetFormatError
+from episodic.format.errors import UnsafePathError
+from episodic.format.paths import (cache_name, check_repo_id, dataset_path, inside, relative_problem, render,
+                                   render_many, template_problems, DATA_FIELDS, VIDEO_FIELDS)
+
+
+@pytest.mark.parametrize("rel", ["data/chunk-000/file-000.parquet", "videos/observation.images.top/c/f.mp4", "a",
+                                 "...", "a/...b", "x/y:z"])
+def test_safe_relative_paths(rel):
+    assert relative_problem(rel) is None
+
+
+@pytest.mark.parametrize("rel, why", [
+    ("", "empty"), ("/etc/passwd", "absolute"), ("//host/x", "absolute"), ("a/../../b", "'..'"), ("..", "'..'"),
+    ("a//b", "empty"), ("./a", "'.'"), ("a/", "empty"), ("a\\..\\b", "character"), ("a%2e%2e", "character '%'"),
+    ("a?b", "character '?'"), ("a#b", "character '#'"), ("a\x00b", "character"), ("a\nb", "character"),
+    ("http://h/x", "scheme"), ("C:/x", "scheme"), (None, "not a string"),
+])
+def test_unsafe_relative_paths(rel, why):
+    problem = relative_problem(rel)
+    assert problem is not None and why in problem, problem
+
+
+def test_render_uses_only_the_given_placeholders():
+    assert render("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", "w", chunk_index=1, file_index=22) == \
+        "data/chunk-001/file-022.parquet"
+    with pytest.raises(DatasetFormatError, match=r"^w: .*unknown placeholder \{episode_index\}") as e:
+        render("{episode_index}.parquet", "w", chunk_index=1, file_index=2)
+    assert not isinstance(e.value, UnsafePathError)
+    with pytest.raises(DatasetFormatError, match="not a plain name"):
+        render("{chunk_index.real}", "w", chunk_index=1)
+    with pytest.raises(DatasetFormatError, match="cannot be formatted"):
+        render("{video_key:03d}", "w", video_key="top")
+    with pytest.raises(UnsafePathError, match=r"w \(video_key='\.\.', chunk_index=0\): path '\.\./0'"):
+        render("{video_key}/{chunk_index}", "w", video_key="..", chunk_index=0)
+    with pytest.raises(UnsafePathError, match="character"):
+        render("v/{chunk_index:c}", "w", chunk_index=0)  # chr(0)
+
+
+def test_render_many_checks_every_path():
+    good = render_many("e/{episode_chunk}/{episode_index:06d}.parquet", "w", episode_chunk=[0, 0], episode_index=[1, 2])
+    assert good == ["e/0/000001.parquet", "e/0/000002.parquet"]
+    with pytest.raises(UnsafePathError, match=r"video_key='\.\.'"):
+        render_many("v/{video_key}/{video_key}/x", "w", video_key=["top", ".."])
+    with pytest.raises(UnsafePathError, match=r"chunk_index=47"):  # '{chunk_index:c}' of 47 is '/'
+        render_many("v/{chunk_index:c}x", "w", chunk_index=[97, 47])
+
+
+def test_template_problems():
+    assert template_problems("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", DATA_FIELDS) == []
+    (text, kind), = template_problems("../{video_key}/{chunk_index}/{file_index}", VIDEO_FIELDS)
+    assert kind is UnsafePathError and "'..'" in text
+    (text, kind), = template_problems("{chunk_index}/{x}", DATA_FIELDS)
+    assert kind is DatasetFormatError and "{x}" in text
+    (text, kind), = template_problems("{chunk_index", DATA_FIELDS)
+    assert "not a valid path template" in text
+
+
+def test_inside_resolves_links(tmp_path):
+    (tmp_path / "root/a").mkdir(parents=True)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "root/in").symlink_to(tmp_path / "root/a")
+    (tmp_path / "root/away").symlink_to(tmp_path / "out")
+    assert inside(tmp_path / "root", "in/f", "w") == str(tmp_path / "root/in/f")
+    with pytest.raises(UnsafePathError, match=r"^w: .*/root/away/f resolves to .*/out/f, outside .*/root"):
+        inside(tmp_path / "root", "away/f", "w")
+    with pytest.raises(UnsafePathError, match="'..'"):
+        inside(tmp_path / "root", "../out/f", "w")
+
+
+def test_dataset_path_on_a_remote_filesystem_stays_under_the_prefix():
+    class Remote:  # any non-local fsspec filesystem: only the lexical check applies
+        pass
+
+    assert dataset_path(Remote(), "http://h/ds/", "meta/info.json") == "http://h/ds/meta/info.json"
+    for rel in ("//other/x", "../x", "/x", "a/%2e%2e/x"):
+        with pytest.raises(UnsafePathError):
+            dataset_path(Remote(), "http://h/ds", rel)
+    assert dataset_path(LocalFileSystem(), "/", "etc") == os.path.join("/", "etc")
+
+
+def test_cache_names_and_repo_ids():
+    assert cache_name("file-000.mp4") == "file-000.mp4"
+    assert cache_name("../\x1b[2J é") == "___2J__"
+    assert cache_name("..") == "_" and len(cache_name("x" * 500)) == 64
+    for repo in ("lerobot/pusht", "pusht", "a-b/c_d.e"):
+        assert check_repo_id(repo) == repo
+    for repo in ("../x", "a/..", "/a/b", "a/b/c", "", "a b/c", "a/.hidden"):
+        with pytest.raises(UnsafePathError):
+            check_repo_id(repo)
