@@ -19,6 +19,7 @@ from episodic import EpisodicDataset, LeRobotDataset, StreamingLeRobotDataset
 from episodic.format import DatasetFormatError
 from episodic.format.errors import UnsafePathError
 from episodic.storage.cache import FileCache
+from episodic.storage.fetch import file_info, version_token
 from episodic.storage.prefetch import Prefetcher
 
 from hostile_data import DATA, HOSTILE, TOP, TOP_MP4, OpenRecorder, RecordingServer, edit_info
@@ -131,10 +132,10 @@ def test_http_root_template_naming_another_host(small_root, copy_of, tmp_path):
 def test_cache_file_names_are_escaped_and_inside(tmp_path):
     cache = FileCache(tmp_path / "files")
     for url in ("http://h/ds/..", "http://h/ds/%2e%2e%2f%2e%2e%2fetc", "http://h/a/\x1b[2J\nx.mp4", "http://h/" + "é" * 300):
-        p = cache.key_path(url)
+        p = cache.key_path(url, "size=1")
         assert p.parent.parent == tmp_path / "files" and p.name.isascii() and p.name.isprintable()
         assert len(p.name) < 100 and not p.name.startswith(".")
-    assert cache.key_path("http://h/a.mp4") != cache.key_path("http://h/b/a.mp4")
+    assert cache.key_path("http://h/a.mp4", "v") != cache.key_path("http://h/b/a.mp4", "v")
 
 
 def test_cache_directory_link_out_is_refused(small_root, tmp_path):
@@ -142,7 +143,8 @@ def test_cache_directory_link_out_is_refused(small_root, tmp_path):
     written through it."""
     cache = FileCache(tmp_path / "files")
     url_path = str(small_root / DATA)
-    key = cache.key_path(LocalFileSystem().unstrip_protocol(url_path))
+    url = LocalFileSystem().unstrip_protocol(url_path)
+    key = cache.key_path(url, version_token(file_info(LocalFileSystem(), url_path, url, cache.policy)))
     outside = tmp_path / "outside"
     outside.mkdir()
     key.parent.parent.mkdir(parents=True, exist_ok=True)
