@@ -189,7 +189,6 @@ def hub(small_root, v2_root):
 @pytest.fixture()
 def options(hub, monkeypatch, tmp_path):
     monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     return {"endpoint": hub.endpoint, "token": False}
 
 
@@ -257,8 +256,9 @@ torch.save(out, sys.argv[1])
 def test_hf_endpoint_variable_and_hub_downloads_by_revision(small_root, v2_root, hub, tmp_path):
     """HF_ENDPOINT is read when huggingface_hub is imported: a fresh interpreter, as a user's script has. There
     the same server also serves the Hub downloads of `LeRobotDataset(repo_id, revision=...)`."""
-    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1", HF_HOME=str(tmp_path / "hf"),
-               EPISODIC_CACHE=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1", HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HOME=str(tmp_path / "hf"), EPISODIC_CACHE=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(sys.path))
     for name in ("HF_TOKEN", "HF_LEROBOT_HOME", "HF_HUB_OFFLINE"):
         env.pop(name, None)
     out = subprocess.run([sys.executable, "-c", _SCRIPT % {"repo": REPO}, str(tmp_path / "items.pt"),

@@ -86,7 +86,7 @@ def test_missing_dataset_and_missing_file_name_the_url_at_once(env):
     with pytest.raises(MissingFileError, match=r"s3://data/broken/videos/observation\.images\.top/chunk-000/"
                                                r"file-000\.mp4: file not found"):
         ds[0]
-    assert time.monotonic() - t0 < 10  # not retried
+    assert time.monotonic() - t0 < 20  # not retried through the 30 s retry window
 
 
 @pytest.mark.parametrize("variable", ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"])
@@ -95,4 +95,4 @@ def test_wrong_credentials_are_refused_naming_the_url(env, monkeypatch, variable
     t0 = time.monotonic()
     with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: refused, not retried") as info:
         LeRobotDataset("x", root=URL)
-    assert info.value.attempts == 1 and time.monotonic() - t0 < 10
+    assert info.value.attempts == 1 and time.monotonic() - t0 < 20
