@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,3 +57,83 @@ def http_server(small_root):
 def http_root(http_server, small_root) -> str:
     """The URL of `small_root` on `http_server`."""
     return f"{http_server.url}/{small_root.name}"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A moto S3 server process on 127.0.0.1 that checks credentials: `key`/`secret` may read `bucket`."""
+
+    endpoint: str
+    bucket: str
+    key: str
+    secret: str
+
+
+S3_READ_POLICY = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", '
+                  '"Resource": "*"}]}')
+
+
+@pytest.fixture(scope="session")
+def s3_server(small_root, tmp_path_factory):
+    """moto's S3 server as a separate process on a free port of 127.0.0.1 (`moto_server -p 0`), killed at the end.
+    Bucket "data" holds `small_root` under "small/" and the same without its top camera's mp4 under "broken/".
+    Credentials are checked (moto's IAM): only the access key of the user made here may read."""
+    pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline, port = time.monotonic() + 60, None
+        while port is None:
+            found = re.search(r"Running on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+            port = int(found.group(1)) if found else None
+            if port is None and (proc.poll() is not None or time.monotonic() > deadline):
+                raise RuntimeError(f"moto server did not start: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.05)
+        endpoint = f"http://127.0.0.1:{port}"
+        admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "setup",
+                 "aws_secret_access_key": "setup"}
+        iam = boto3.client("iam", **admin)
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=S3_READ_POLICY)
+        access = iam.create_access_key(UserName="reader")["AccessKey"]
+        s3 = boto3.client("s3", **admin)
+        s3.create_bucket(Bucket="data")
+        for path in sorted(p for p in small_root.rglob("*") if p.is_file()):
+            rel = path.relative_to(small_root).as_posix()
+            s3.upload_file(str(path), "data", f"small/{rel}")
+            if not rel.startswith("videos/observation.images.top/"):
+                s3.upload_file(str(path), "data", f"broken/{rel}")
+        # from now on every request must be signed by a known access key, with a policy that allows it
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
+                                                      headers={"Content-Type": "text/plain"}),
+                               timeout=10).read()
+        yield S3Server(endpoint, "data", access["AccessKeyId"], access["SecretAccessKey"])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture()
+def s3_env(s3_server, monkeypatch, tmp_path):
+    """The environment a user of `s3_server` has: credentials and endpoint in AWS_* variables, no AWS config
+    files; s3fs's per-process instance cache emptied before and after (instances remember credentials)."""
+    s3fs = pytest.importorskip("s3fs")
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never ask 169.254.169.254 for credentials
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3_server
+    s3fs.S3FileSystem.clear_instance_cache()

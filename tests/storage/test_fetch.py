@@ -5,6 +5,7 @@ once; programming errors are never retried; exhausted retries raise FetchError n
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 import fsspec
@@ -15,6 +16,7 @@ from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
+from episodic.storage.cache import FileCache
 from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size, timeout_options, version_token
 from episodic.tabular import load_columns
 from support import FaultServer
@@ -351,3 +353,33 @@ def test_version_token():
     assert a != version_token({"size": 10, "ETag": '"abd"'}) != version_token({"size": 11, "ETag": '"abc"'})
     assert version_token({"size": 10, "Last-Modified": "Mon"}) != version_token({"size": 10, "Last-Modified": "Tue"})
     assert version_token({"size": 10}) == "size=10"
+
+
+# ------------------------------------------------------------------------------------------ S3 (s3fs, moto)
+def test_s3_range_past_the_end_is_refused_at_once(s3_env):
+    stats = Counters()
+    source = open_source("s3://data/small", policy=FAST)
+    with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: refused, not retried") as info:
+        fetch_bytes(source.fs, source.path("meta/info.json"), source.url("meta/info.json"), FAST, stats,
+                    start=10**6, end=10**6 + 10)  # 416, which s3fs turns into OSError(EINVAL)
+    assert info.value.attempts == 1 and stats.retries == 0
+
+
+def test_s3_without_credentials_is_refused_naming_the_url(s3_env, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: refused.*NoCredentialsError"):
+        open_source("s3://data/small", policy=FAST).read_bytes("meta/info.json")
+
+
+def test_s3_unreachable_endpoint_is_retried_then_names_the_url(s3_env, monkeypatch, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: the policy's count alone
+    source = open_source("s3://data/small", policy=FAST, cache=FileCache(tmp_path))
+    with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: cannot fetch after 5 attempts .*"
+                                         r"\(last: EndpointConnectionError"):
+        source.read_bytes("meta/info.json")
+    assert source.cache.stats.retries == 4

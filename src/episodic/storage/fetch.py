@@ -22,6 +22,11 @@ files are read directly.
 - Refusals (PermissionError, HTTP 401/403 and other 4xx, a directory) fail at once with `FetchError`.
 - Programming errors (TypeError, KeyError, ValueError, ...), episodic's own errors and `RangesIgnored`
   propagate at once, unchanged.
+- S3 (s3fs over botocore): the HTTP status of a botocore `ClientError`, or of the one s3fs turned into an
+  OSError (its `__cause__`), decides as above (a 416 is refused, not retried); botocore's connection and
+  read failures (`EndpointConnectionError`, `ConnectionClosedError`, its timeouts) are transient; its other
+  errors (no credentials, bad configuration) are refusals. botocore and s3fs also retry inside each of these
+  attempts, under their own settings (`AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`, s3fs's `retries`).
 
 Counters: `with_retries` calls `counters.add(retries=1)` before each retry, for any object with an
 `add(**counts)` method (`episodic.counters.Counters`).
@@ -119,12 +124,33 @@ _RETRY, _NOT_FOUND, _REFUSED, _RAISE = "retry", "not found", "refused", "raise"
 
 
 def _status(e: BaseException) -> int | None:
-    """The HTTP status an exception carries: aiohttp's ClientResponseError.status, or requests' (an
-    OSError) response.status_code."""
+    """The HTTP status an exception carries: aiohttp's ClientResponseError.status, requests' (an OSError)
+    or httpx's response.status_code, or a botocore ClientError's
+    response["ResponseMetadata"]["HTTPStatusCode"]."""
     status = getattr(e, "status", None)
+    response = getattr(e, "response", None)
     if status is None:
-        status = getattr(getattr(e, "response", None), "status_code", None)
+        status = getattr(response, "status_code", None)
+    if status is None and isinstance(response, dict):
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
     return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def _botocore_kind(e: BaseException) -> str | None:
+    """How to treat a botocore error that s3fs let through (None: not one). Connection and read failures
+    are transient; the other BotoCoreErrors (no credentials, bad configuration) are refusals. ClientErrors
+    are judged by their HTTP status in `_classify`."""
+    exceptions = sys.modules.get("botocore.exceptions")  # not imported: no botocore error can exist
+    if exceptions is None or not isinstance(e, exceptions.BotoCoreError):
+        return None
+    transient = (exceptions.ConnectionError, exceptions.HTTPClientError, exceptions.IncompleteReadError)
+    return _RETRY if isinstance(e, transient) else _REFUSED
+
+
+def _client_error(e: BaseException | None) -> bool:
+    """`e` is a botocore ClientError (an S3 answer with an error status)."""
+    exceptions = sys.modules.get("botocore.exceptions")
+    return exceptions is not None and isinstance(e, exceptions.ClientError)
 
 
 def _http_client_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
@@ -149,8 +175,13 @@ def _classify(e: BaseException) -> str:
         return _RAISE
     if isinstance(e, TruncatedRead):
         return _RETRY
+    botocore_kind = _botocore_kind(e)
+    if botocore_kind is not None:
+        return botocore_kind
     transport, status_errors = _http_client_errors()
-    status = _status(e) if isinstance(e, status_errors) or isinstance(e, OSError) else None
+    status = _status(e) if isinstance(e, status_errors) or isinstance(e, OSError) or _client_error(e) else None
+    if status is None and isinstance(e, OSError) and _client_error(e.__cause__):
+        status = _status(e.__cause__)  # s3fs's translation of a ClientError (a 416 is OSError(EINVAL))
     if status is not None:
         if status in (404, 410):
             return _NOT_FOUND
