@@ -93,6 +93,11 @@ def short_action_lists(root: Path) -> None:
                                                                       pa.list_(pa.float32(), 7))))
 
 
+# pyarrow 15 cannot read a null inside a fixed-size list column at all (an error naming the file, not the column)
+MISSING_VALUES = (r"column 'action': 1 missing values" if int(pa.__version__.split(".")[0]) >= 16
+                  else r"file-000\.parquet: not a readable parquet file")
+
+
 def missing_action_value(root: Path) -> None:
     def change(t: pa.Table) -> pa.Table:
         rows = t.column("action").to_pylist()
@@ -201,7 +206,7 @@ CORRUPT = [
          r"file-000\.parquet: episode 0: column 'index' at frame 0 is 1, expected 0"),
     Case("NaN timestamp", column_edit(DATA, "timestamp", lambda v: _put(v, 4, np.nan)), DatasetFormatError,
          r"file-000\.parquet: episode 0: column 'timestamp' at frame 4 is nan, not a finite time"),
-    Case("missing values", missing_action_value, DatasetFormatError, r"column 'action': 1 missing values"),
+    Case("missing values", missing_action_value, DatasetFormatError, MISSING_VALUES),
 ]
 
 

@@ -65,14 +65,15 @@ def test_camera_of_another_size(small_root, copy_of):
 
 
 def _damage_packet(path, packet: int) -> float:
-    """XOR the payload of one video packet (not the container's index); returns the packet's time."""
+    """Overwrite one video packet's bytes (not the container's index) with 0xFF; returns the packet's time. AV1
+    OBUs whose forbidden bit is set are invalid, so the decoder must refuse the packet (bits flipped at random
+    inside a payload may instead decode into a wrong picture: no decoder can see that)."""
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         pk = [(p.pos, p.size, float(p.pts * s.time_base)) for p in c.demux(s) if p.size]
     pos, size, t = pk[packet]
     data = bytearray(path.read_bytes())
-    for i in range(pos + 4, pos + size - 2):
-        data[i] ^= 0x5A
+    data[pos:pos + size] = b"\xff" * size
     path.write_bytes(bytes(data))
     return t
 
