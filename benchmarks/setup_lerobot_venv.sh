@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or repair) a Python 3.11 virtualenv in which LeRobot 0.4.4 can write and read v3.0 datasets
-# on CPU with video decoding (LeRobotDataset and StreamingLeRobotDataset). Idempotent.
+# on CPU with video decoding (LeRobotDataset and StreamingLeRobotDataset) and run its training script
+# (lerobot-train, ACT and Diffusion Policy on CPU). Idempotent.
 #
 #   benchmarks/setup_lerobot_venv.sh [VENV]        (default: .bench/lerobot-venv)
 #
@@ -37,6 +38,11 @@ have torchcodec 0.17.0 || "${PIP[@]}" --no-deps torchcodec==0.17.0
     "deepdiff==8.6.2" "imageio[ffmpeg]==2.38.1" "termcolor==3.3.0" "einops==0.8.2" "packaging==25.0" \
     "pandas==3.1.1" "pyarrow==26.0.1" "psutil==7.2.2" "accelerate==1.15.0" "safetensors==0.8.0" \
     "numpy==2.4.6" "pillow==13.0.0" "fsspec==2026.2.0"
+# LeRobot 0.4.4 base dependencies for its training script (exact versions in its ranges; they add packages and
+# change none of the above): lerobot.scripts.lerobot_train imports serial (lerobot.motors), gymnasium
+# (lerobot.envs) and diffusers (Diffusion Policy); wandb (--wandb.enable=true) and cv2 complete the set.
+"${PIP[@]}" "pyserial==3.5" "gymnasium==1.4.0" "diffusers==0.35.2" "wandb==0.24.2" \
+    "opencv-python-headless==4.11.0.86"
 
 # FFmpeg for torchcodec: symlink every lib of PyAV's av.libs (so their $ORIGIN rpaths resolve here too)
 # plus the plain sonames (libavcodec.so.61, ...) that libtorchcodec_core7.so links against.
@@ -71,6 +77,7 @@ from torchcodec.decoders import VideoDecoder  # noqa: F401  (loads libtorchcodec
 from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: F401
 from lerobot.datasets.streaming_dataset import StreamingLeRobotDataset  # noqa: F401
 from lerobot.datasets.video_utils import get_safe_default_codec
+from lerobot.scripts import lerobot_train  # noqa: F401  (the training script's imports)
 assert get_safe_default_codec() == "torchcodec"
 import torchcodec._core.ops  # noqa: F401
 print(f"ok: torch {torch.__version__}, torchvision {torchvision.__version__}, torchcodec {torchcodec.__version__}, "

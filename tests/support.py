@@ -18,6 +18,16 @@ import torch
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEROBOT_FIXTURE = FIXTURES / "lerobot-0.4.4"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def lerobot_python() -> Path | None:
+    """`bin/lerobot-python` (its python, with the FFmpeg that torchcodec needs on the library path) of the
+    LeRobot 0.4.4 venv made by benchmarks/setup_lerobot_venv.sh: the venv named by $EPISODIC_LEROBOT_VENV,
+    else .bench/lerobot-venv in this repository; None when there is none."""
+    venv = Path(os.environ.get("EPISODIC_LEROBOT_VENV") or REPO / ".bench" / "lerobot-venv")
+    python = venv / "bin" / "lerobot-python"
+    return python if python.exists() else None
 
 
 def assert_items_equal(want: dict, got: dict) -> None:

@@ -110,6 +110,12 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lerobot_train(args: argparse.Namespace) -> int:
+    from .lerobot.train import main as lerobot_train
+
+    return lerobot_train(args.args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="episodic", description="Fast, exact loading of LeRobot-format robot datasets.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -171,12 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cameras", default=None, help="comma list of cameras, 'none' for curves only (default: all)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_show)
+    p = sub.add_parser("lerobot-train", add_help=False,
+                       help="LeRobot's own training script (lerobot-train, LeRobot 0.4.x) on episodic's datasets",
+                       description="episodic lerobot-train ARGS: the usual lerobot-train arguments, passed to "
+                                   "LeRobot's lerobot_train as they are (run where LeRobot is installed); see "
+                                   "episodic.lerobot.train.")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_lerobot_train)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     from .format.errors import EpisodicError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lerobot-train"]:  # every argument after it is LeRobot's, --help included
+        return _lerobot_train(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

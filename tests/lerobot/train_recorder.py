@@ -1,0 +1,79 @@
+"""Run LeRobot's `lerobot_train` in LeRobot's venv and record what every step computed (used by test_train.py).
+
+    python train_recorder.py OUT.json RUNS.json
+
+RUNS.json is a list of {"name", "loader": "lerobot" | "episodic", "args": [lerobot-train arguments]}, run one
+after the other in this process: LeRobot is imported once; each run starts from `set_seed(cfg.seed)` as
+`lerobot_train` does, and with LeRobot's per-process video decoder cache emptied as in a new process (forked
+DataLoader workers must not inherit the open decoders of an earlier run). "lerobot" runs LeRobot's own
+script as it is (`lerobot_train.main()`); "episodic" runs `episodic.lerobot.train.main(args)`.
+
+Recorded per step: what `lerobot_train.update_policy` stored in the metrics tracker (loss and grad norm, full
+precision) and the `index` of the batch's frames (a wrapper around `update_policy`), and the line LeRobot
+logged (`step:N ... loss:X grdn:Y ...`, captured by a handler added after LeRobot's `init_logging`).
+OUT.json gets {name: {"steps": [{"loss", "grad_norm", "index"}], "log": [line, ...], "seconds"}}, rewritten
+after each run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+
+class _StepLines(logging.Handler):
+    def __init__(self, lines: list):
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("step:"):
+            self.lines.append(msg)
+
+
+def main() -> int:
+    out, runs = sys.argv[1], json.load(open(sys.argv[2]))
+    from lerobot.datasets import video_utils
+    from lerobot.scripts import lerobot_train
+
+    from episodic.lerobot.train import main as episodic_train
+
+    steps: list = []
+    lines: list = []
+    update_policy, init_logging = lerobot_train.update_policy, lerobot_train.init_logging
+
+    def recording_update_policy(train_metrics, policy, batch, *a, **kw):
+        index = batch.get("index")
+        train_metrics, output = update_policy(train_metrics, policy, batch, *a, **kw)
+        steps.append({"loss": train_metrics.loss.val, "grad_norm": train_metrics.grad_norm.val,
+                      "index": index.flatten().tolist() if index is not None else None})
+        return train_metrics, output
+
+    def capturing_init_logging(*a, **kw):
+        init_logging(*a, **kw)  # clears the root logger's handlers, then adds LeRobot's
+        logging.getLogger().addHandler(_StepLines(lines))
+
+    lerobot_train.update_policy = recording_update_policy
+    lerobot_train.init_logging = capturing_init_logging
+    results = {}
+    for run in runs:
+        steps.clear()
+        lines.clear()
+        video_utils._default_decoder_cache.clear()
+        t0 = time.perf_counter()
+        if run["loader"] == "lerobot":
+            sys.argv = ["lerobot-train", *run["args"]]
+            lerobot_train.main()
+        else:
+            episodic_train(run["args"])
+        results[run["name"]] = {"steps": list(steps), "log": list(lines), "seconds": time.perf_counter() - t0}
+        with open(out, "w") as f:
+            json.dump(results, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
