@@ -6,7 +6,8 @@ offset is ``e``'s draw ``d``. Draw ``d`` reads kept frame ``permute(d mod n_e, n
 entry (its `EpisodeFrames`: the frames of its selected episodes), with ``key_e`` a 64-bit mix of the seed and
 the entry's name, so each pass over an entry's frames is a new keyed permutation and an entry's order does
 not depend on the other entries. Without shuffling, entries still interleave by the quota, and each entry's
-frames come in order. Memory: the entries' `EpisodeFrames` (O(episodes)) and the tree (O(entries)).
+frames come in order. Memory: the entries' `EpisodeFrames` and one table of all their episodes side by side
+(O(episodes)), the tree (O(entries)). A lookup is vectorised over positions whatever entries they land on.
 
 `MixtureSampler` has the interface `EpisodicBatchSampler` uses (``len``, ``seed``, ``indices_at``), so
 sharding, padding, exact and elastic resume are the single-dataset ones (`order.shard`); use
@@ -25,13 +26,14 @@ import numpy as np
 from episodic.order.frames import EpisodeFrames
 from episodic.order.mixture_quota import QuotaTree, quantize
 from episodic.order.mixture_state import MixtureState, SpecChangeError
-from episodic.order.permutation import GOLDEN, MASK64, permute
+from episodic.order.permutation import GOLDEN, MASK64, permute, permute_lanes
 
 __all__ = ["MixtureSampler", "entry_key"]
 
 logger = logging.getLogger(__name__)
 
 ON_CHANGE = ("continue", "refuse")
+_FEW_KEYS = 8  # up to this many (entry, pass) permutations in one lookup: one `permute` call each
 
 
 def entry_key(seed: int, name: str) -> int:
@@ -76,7 +78,12 @@ class MixtureSampler:
         self.epoch = 0
         self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped)
         self.state = self.fresh
-        self._trees: dict[int, QuotaTree] = {}
+        self._trees: dict[int | None, QuotaTree] = {}
+        self._entry_keys: dict[int, np.ndarray] = {}
+        # every entry's kept frames side by side: kept position kept_base[e] + p of entry e -> its row
+        self._kept_base = np.concatenate([[0], np.cumsum(self.frames)]).astype(np.int64)
+        self._cum_end = np.concatenate([f.cum_end + b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
+        self._offset = np.concatenate([f.offset - b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -104,21 +111,29 @@ class MixtureSampler:
         return entry, local + np.asarray(self.state.base, dtype=np.int64)[entry]
 
     def locate(self, positions, epoch: int | None = None, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(entry, row in that entry's dataset) at `positions` of epoch `epoch`'s order."""
+        """(entry, row in that entry's dataset) at `positions` of epoch `epoch`'s order: vectorised over the
+        positions whatever entries they land on (tree walk, lane-wise permutation, one binary search)."""
         seed = self.seed if seed is None else int(seed)
         entry, draw = self.draws_at(positions, epoch, seed)
         flat_e, flat_d = entry.reshape(-1), draw.reshape(-1)
-        rows = np.empty(flat_e.shape, dtype=np.int64)
         n = self.frames[flat_e]
         cycle, j = np.divmod(flat_d, n)
-        groups = np.unique(np.stack([flat_e, cycle]), axis=1) if flat_e.size else np.zeros((2, 0), np.int64)
-        for e, c in groups.T.tolist():
-            lanes = np.flatnonzero((flat_e == e) & (cycle == c))
-            pos = j[lanes]
-            if self.shuffle:
-                pos = permute(pos, int(self.frames[e]), entry_key(seed, self.names[e]), c)
-            rows[lanes] = self.entries[e].frame_at(pos)
-        return entry, rows.reshape(entry.shape)
+        if self.shuffle:
+            keys = np.unique(np.stack([flat_e, cycle]), axis=1) if flat_e.size else np.zeros((2, 0), np.int64)
+            if keys.shape[1] <= _FEW_KEYS:  # few permutations: one call each (small domains use tables)
+                for e, c in keys.T.tolist():
+                    lanes = np.flatnonzero((flat_e == e) & (cycle == c))
+                    j[lanes] = permute(j[lanes], int(self.frames[e]), entry_key(seed, self.names[e]), c)
+            else:
+                j = permute_lanes(j, n, self._keys(seed)[flat_e], cycle)
+        kept = self._kept_base[flat_e] + j
+        slot = np.searchsorted(self._cum_end, kept, side="right")
+        return entry, (self._offset[slot] + kept).reshape(entry.shape)
+
+    def _keys(self, seed: int) -> np.ndarray:
+        if seed not in self._entry_keys:
+            self._entry_keys = {seed: np.asarray([entry_key(seed, n) for n in self.names], dtype=np.uint64).view(np.int64)}
+        return self._entry_keys[seed]
 
     def indices_at(self, positions, epoch: int | None = None, seed: int | None = None):
         """Flat indices (``row_offset[entry] + row``) at `positions` (int or array) of epoch `epoch`'s order."""
