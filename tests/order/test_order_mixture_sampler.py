@@ -166,3 +166,37 @@ def test_bad_arguments():
         MixtureSampler(f, [1, 1], ["a", "b"], samples_per_epoch=0)
     with pytest.raises(ValueError, match=">= 0"):
         MixtureSampler(f, [1, -1], ["a", "b"])
+
+
+class _Identity:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+def test_real_dataloader_with_workers_resumes_on_another_batch_size():
+    import torch
+
+    from episodic.order import TrackedLoader
+
+    s = make(5, seed=6)
+    bs = MixtureBatchSampler(s, 4, rank=0, world_size=1)
+    loader = TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_rows), batch_sampler=bs, num_workers=2), bs)
+    got = []
+    for k, batch in enumerate(loader):
+        got += batch.tolist()
+        if k == 4:
+            break
+    state = json.loads(json.dumps(loader.state_dict()))
+    bs2 = MixtureBatchSampler(make(5, seed=6), 7, rank=0, world_size=1)
+    bs2.load_state_dict(state)
+    for batch in TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_rows), batch_sampler=bs2, num_workers=2), bs2):
+        got += batch.tolist()
+    n = len(s)
+    assert np.array_equal(got[:n], s.indices_at(np.arange(n), 0))
+    assert bs2.epoch == 1 and bs2.consumed == 0

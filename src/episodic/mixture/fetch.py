@@ -18,7 +18,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..format.errors import DatasetFormatError
+from ..format.errors import DatasetFormatError, EpisodicError
 from ..format.metadata import DatasetMetadata
 from ..progress import bar
 from ..storage.source import Source, is_url, open_source
@@ -65,6 +65,8 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False) -> Fetched:
         if isinstance(e, DatasetFormatError) and kind == "local" and not os.path.exists(entry.source):
             e = DatasetFormatError(f"{entry.source}: not found: not a directory, an fsspec URL or a Hub repo id "
                                    "(owner/name)")
+        elif kind == "hub" and isinstance(e, EpisodicError):
+            e = DatasetFormatError(f"{entry.source}: no local directory of that name, and as a Hub repo id: {e}")
         return Fetched(error=e, kind=kind)
 
 
