@@ -86,3 +86,14 @@ def test_mixture_check_exits_1_with_every_problem(small_root, multifile_root, tm
     spec.write_text(json.dumps({"entries": [{"sorce": "x"}]}))
     assert main(["mixture", "check", str(spec), "-q"]) == 1
     assert "unknown field 'sorce' (did you mean 'source'" in capsys.readouterr().out
+
+
+def test_mixture_check_escapes_dataset_text(small_root, tmp_path, capsys):
+    import json
+
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"entries": [{"source": str(small_root), "name": "evil\x1b[2Jname",
+                                             "roles": {"wrist": "observation.images.\x1b[31mred"}}]}))
+    assert main(["mixture", "check", str(spec), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "evil\\x1b[2Jname" in out and "\\x1b[31mred" in out

@@ -120,21 +120,25 @@ def _mixture_check(args: argparse.Namespace) -> int:
     from .format.errors import MixturePreflightError, MixtureSpecError
     from .mixture import preflight
 
+    def show(text: str) -> None:  # names, keys and messages come from specs and datasets: escaped line by line
+        for line in text.splitlines():
+            print(printable(line))
+
     try:
         report = preflight(args.spec, on_error=args.on_error, concurrency=args.concurrency, progress=not args.quiet,
                            refresh_hub=args.refresh_hub)
     except MixtureSpecError as e:
-        print(str(e))
+        show(str(e))
         return 1
     except MixturePreflightError as e:
         if e.report is None:
             raise
         report = e.report
-    print(report.table())
-    print(report.message())
+    show(report.table())
+    show(report.message())
     if report.spec.ignored:
-        print(f"read but not used ({len(report.spec.ignored)}): {', '.join(report.spec.ignored[:8])}"
-              + (" ..." if len(report.spec.ignored) > 8 else ""))
+        show(f"read but not used ({len(report.spec.ignored)}): {', '.join(report.spec.ignored[:8])}"
+             + (" ..." if len(report.spec.ignored) > 8 else ""))
     if args.json:
         from .storage.atomic import atomic_write_bytes
 
