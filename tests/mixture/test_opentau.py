@@ -24,7 +24,7 @@ def test_training_config_with_ref_mapping_and_weights(tmp_path, synthetic):
     assert spec.weighting.rule == "explicit" and [e.weight for e in spec.entries] == [1.0, 2.0, 3.0, 4.0]
     first = synthetic[0]
     e = spec.entries[0]
-    assert e.name == first.name and e.source == first.path  # root given: the local copy, named by repo id
+    assert e.name == e.source == first.name and e.root == first.path  # root: the Hub dataset's local copy
     assert spec.entry_roles(e) == {**first.slots, "state": first.state_key, "action": "action", "task": "task"}
     assert any("response" in x for x in spec.ignored) and any("action_freq" in x for x in spec.ignored)
     assert any("batch_size" in x for x in spec.ignored)
@@ -71,3 +71,24 @@ def test_opentau_problems():
                  "datasets[3]: field 'repo_id' must be a non-empty string", "one weight per dataset (4)",
                  "unknown field 'acton_freq' (did you mean 'action_freq'"]:
         assert want in text, want
+
+
+def test_a_root_without_a_copy_fetches_the_hub_metadata_there(synthetic, tmp_path, monkeypatch):
+    import shutil
+
+    calls = []
+
+    def download(repo_id, local_dir, revision=None, episodes=None, **kw):  # the Hub, as far as metadata goes
+        calls.append((repo_id, str(local_dir), revision, episodes))
+        shutil.copytree(f"{synthetic[0].path}/meta", f"{local_dir}/meta")
+
+    monkeypatch.setattr("episodic.storage.hub.download", download)
+    root = tmp_path / "copy"
+    spec = MixtureSpec.from_dict({"datasets": [{"repo_id": "org/ds", "root": str(root), "revision": "v3.0"}]})
+    report = preflight(spec)
+    assert report.ok and report.entries[0].frames == synthetic[0].frames
+    assert calls == [("org/ds", str(root), "v3.0", [])]
+    preflight(spec)
+    assert len(calls) == 1  # the copy now has meta/info.json: no request at all
+    with pytest.raises(MixturePreflightError, match="applies to Hub repo ids only"):
+        preflight(MixtureSpec.from_dict({"entries": [{"source": synthetic[0].path, "root": str(root)}]}))

@@ -3,9 +3,10 @@
 An entry's source is an fsspec URL (``s3://``, ``http(s)://``, ``hf://``, ...), an existing local directory, or
 else a Hub repo id (``owner/name``). URLs and directories are opened with `storage.open_source` and read with
 `Source.load_metadata` (info.json, episodes, tasks, stats; remote reads under the fetch policy). A Hub dataset
-is read from its local copy (`storage.hub.hub_root`) when that has ``meta/info.json``, else only its
-``meta/`` files are downloaded there (`storage.hub.download` with no episode: no data file, no video) --
-``refresh_hub=True`` downloads them again (huggingface_hub re-checks files already there).
+is read from its local copy (the entry's ``root``, else `storage.hub.hub_root`) when that has
+``meta/info.json``, else only its ``meta/`` files are downloaded there (`storage.hub.download` with no
+episode: no data file, no video) -- ``refresh_hub=True`` downloads them again (huggingface_hub re-checks files
+already there).
 
 `fetch_all` runs `concurrency` entries at a time in threads and returns, per entry, the source and metadata
 or the exception that stopped it: one entry's failure never stops the others.
@@ -17,6 +18,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..format.errors import DatasetFormatError, EpisodicError
 from ..format.metadata import DatasetMetadata
@@ -54,11 +56,14 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False) -> Fetched:
         if kind == "hub":
             from ..storage.hub import download, hub_root
 
-            local = hub_root(entry.source, entry.revision)
+            local = Path(entry.root).expanduser() if entry.root else hub_root(entry.source, entry.revision)
             if refresh_hub or not (local / "meta" / "info.json").exists():
                 download(entry.source, local, revision=entry.revision, episodes=[], progress=False)
             source = open_source(local)
         else:
+            if entry.root:
+                raise DatasetFormatError(f"{entry.source}: 'root' (a local copy of a Hub dataset) applies to Hub "
+                                         f"repo ids only, this source is a {kind} one")
             source = open_source(entry.source, storage_options=dict(entry.storage_options or {}))
         return Fetched(source=source, meta=source.load_metadata(), kind=kind)
     except Exception as e:  # noqa: BLE001  reported as this entry's problem, the others go on

@@ -3,7 +3,7 @@
 OpenTau (``opentau.configs.default.DatasetMixtureConfig``) writes ``{"datasets": [DatasetConfig, ...],
 "weights": [...] | null, "action_freq": ..., ...}``, alone or as the ``dataset_mixture`` of a training config,
 often split over files with ``{"$ref": ...}`` (resolved by `mixture.refs`). Each dataset: ``repo_id``,
-``root`` (a local copy), ``revision``, ``episodes`` and ``data_features_name_mapping``, which maps OpenTau's
+``root`` (the local copy: read when it has ``meta/info.json``, else the Hub's files go there), ``revision``, ``episodes`` and ``data_features_name_mapping``, which maps OpenTau's
 standard names to the dataset's keys: ``camera0..N`` (camera roles, kept under those names), ``state``,
 ``actions`` (our ``action``), ``prompt`` (our ``task``); ``response`` has no counterpart here and is dropped.
 ``weights`` become explicit weights; without them the mixture is proportional to frames (OpenTau infers them
@@ -103,8 +103,8 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
         root = d.get("root")
         episodes = d.get("episodes")
         entries.append(MixtureEntry(
-            source=root if isinstance(root, str) and root else repo,
-            name=repo if isinstance(root, str) and root else None,
+            source=repo,
+            root=root,
             revision=d.get("revision"),
             episodes=tuple(episodes) if isinstance(episodes, list) else episodes,
             weight=weights[i] if weights is not None else None,

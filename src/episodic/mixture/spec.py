@@ -10,6 +10,7 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
     entries:
       - source: lerobot/svla_so101_pickplace     # Hub repo id, local path or fsspec URL
         revision: 3c8e1d0a...                    # tag, branch or commit SHA (Hub only)
+        root: /data/hub/svla_so101_pickplace     # optional local copy of a Hub dataset (default: the cache)
         roles: {front: observation.images.up, wrist: observation.images.side}
         exclude_episodes: [3, 7]
         weight: 2.0
@@ -91,6 +92,7 @@ class MixtureEntry:
     delta_timestamps: Mapping[str, tuple[float, ...]] | None = None
     group: str | None = None
     storage_options: Mapping[str, Any] | None = None
+    root: str | None = None  # a Hub dataset's local copy (read when it has meta/info.json, else downloaded there)
 
     @property
     def label(self) -> str:
@@ -389,6 +391,8 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
         _check_delta(e.delta_timestamps, where, problems)
         if e.group is not None and not isinstance(e.group, str):
             problems.append(f"{where}: field 'group' must be a string, got {e.group!r}")
+        if e.root is not None and (not isinstance(e.root, str) or not e.root):
+            problems.append(f"{where}: field 'root' must be a directory path, got {e.root!r}")
         if e.storage_options is not None and not isinstance(e.storage_options, Mapping):
             problems.append(f"{where}: field 'storage_options' must be an object, got {e.storage_options!r}")
         name = e.name
