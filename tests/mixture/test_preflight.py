@@ -200,3 +200,17 @@ def test_concurrency_is_bounded(synthetic, monkeypatch):
     assert report.ok and peak[0] == 3
     with pytest.raises(ValueError, match=r"concurrency must be an int in \[1, 256\]"):
         preflight(MixtureSpec.from_dict(mixture_spec(synthetic)), concurrency=0)
+
+
+def test_missing_statistics_are_a_warning(synthetic, copy_of):
+    import json as _json
+
+    root = copy_of(synthetic[0].path)
+    stats = _json.loads((root / "meta/stats.json").read_text())
+    del stats["action"]
+    (root / "meta/stats.json").write_text(_json.dumps(stats))
+    mix = mixture_spec(synthetic[:1])
+    mix["entries"][0]["source"] = str(root)
+    report = preflight(MixtureSpec.from_dict(mix))
+    assert report.ok and [(p.field, p.severity) for p in report.problems] == [("roles.action", "warning")]
+    assert "no statistics for 'action'" in report.problems[0].message

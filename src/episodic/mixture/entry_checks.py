@@ -6,7 +6,7 @@ role's key (exists, is a camera for camera roles, a numeric vector for ``state``
 ``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps (rounded to the
 nearest frame, the rounding recorded; with ``delta_rounding="exact"`` each must be on the grid within the
 entry's tolerance, LeRobot's rule),
-camera frame rates against the dataset's, task labels present. A key that does not exist gets the closest
+camera frame rates against the dataset's, task labels present, statistics present for state and action. A key that does not exist gets the closest
 existing keys (difflib) as suggestions. Pure: metadata in, facts and problems out; numpy only.
 """
 
@@ -142,6 +142,9 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         if limit is not None and dim > limit:
             add(f"roles.{role}", f"{key!r} has {dim} dimensions, more than max_{role}_dim={limit}")
         keys[role], dims[role] = key, dim
+        if key not in meta.stats:
+            add(f"roles.{role}", f"no statistics for {key!r} in the dataset's stats (normalising it needs them)",
+                "warning")
 
     task_key = explicit.get("task", "task")
     if task_key == "task":
