@@ -50,3 +50,50 @@ def test_demo_runs(tmp_path):
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "frames/s" in out.stdout and (tmp_path / "demo/demo-3ep/meta/info.json").exists()
+
+
+def test_mixture_check_prints_the_table(small_root, multifile_root, tmp_path, capsys):
+    import json
+
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"weighting": "uniform", "entries": [str(small_root), str(small_root),
+                                                                      {"source": str(multifile_root), "name": "multi"}]}))
+    assert main(["mixture", "check", str(spec), "-q", "--json", str(tmp_path / "report.json")]) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0].split()
+    assert head == ["#", "entry", "status", "ver", "episodes", "frames", "cameras", "state/action", "fps", "weight",
+                    "share"]
+    assert f"{small_root}#2" in out and "multi" in out and "33.3%" in out and "2 (top,wrist)" in out
+    assert "0 error(s)" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["ok"] and [e["episodes"] for e in report["entries"]] == [6, 6, 12]
+
+
+def test_mixture_check_exits_1_with_every_problem(small_root, multifile_root, tmp_path, capsys):
+    import json
+
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"entries": [
+        {"source": str(small_root), "roles": {"wrist": "observation.images.wirst"}},
+        {"source": str(multifile_root), "episodes": [3, 40]},
+        {"source": str(tmp_path / "gone")}]}))
+    assert main(["mixture", "check", str(spec), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "3 error(s)" in out and "observation.images.wirst" in out and "closest: 'observation.images.wrist'" in out
+    assert "out of range [40]" in out and "gone" in out and "error" in out.splitlines()[2]
+    assert main(["mixture", "check", str(spec), "-q", "--on-error", "skip"]) == 1  # still an error: reported
+    assert "skipped (3)" in capsys.readouterr().out
+    spec.write_text(json.dumps({"entries": [{"sorce": "x"}]}))
+    assert main(["mixture", "check", str(spec), "-q"]) == 1
+    assert "unknown field 'sorce' (did you mean 'source'" in capsys.readouterr().out
+
+
+def test_mixture_check_escapes_dataset_text(small_root, tmp_path, capsys):
+    import json
+
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"entries": [{"source": str(small_root), "name": "evil\x1b[2Jname",
+                                             "roles": {"wrist": "observation.images.\x1b[31mred"}}]}))
+    assert main(["mixture", "check", str(spec), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "evil\\x1b[2Jname" in out and "\\x1b[31mred" in out

@@ -116,6 +116,36 @@ def _lerobot_train(args: argparse.Namespace) -> int:
     return lerobot_train(args.args)
 
 
+def _mixture_check(args: argparse.Namespace) -> int:
+    from .format.errors import MixturePreflightError, MixtureSpecError
+    from .mixture import preflight
+
+    def show(text: str) -> None:  # names, keys and messages come from specs and datasets: escaped line by line
+        for line in text.splitlines():
+            print(printable(line))
+
+    try:
+        report = preflight(args.spec, on_error=args.on_error, concurrency=args.concurrency, progress=not args.quiet,
+                           refresh_hub=args.refresh_hub)
+    except MixtureSpecError as e:
+        show(str(e))
+        return 1
+    except MixturePreflightError as e:
+        if e.report is None:
+            raise
+        report = e.report
+    show(report.table())
+    show(report.message())
+    if report.spec.ignored:
+        show(f"read but not used ({len(report.spec.ignored)}): {', '.join(report.spec.ignored[:8])}"
+             + (" ..." if len(report.spec.ignored) > 8 else ""))
+    if args.json:
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, report.to_json().encode())
+    return 1 if report.errors else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="episodic", description="Fast, exact loading of LeRobot-format robot datasets.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -184,6 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "episodic.lerobot.train.")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_lerobot_train)
+    p = sub.add_parser("mixture", help="weighted mixtures of datasets")
+    msub = p.add_subparsers(dest="mixture_command", required=True)
+    p = msub.add_parser("check", help="preflight a mixture spec: every entry's metadata read and checked, no data",
+                        description="Read every entry's metadata (never a data file), check every mapping, feature, "
+                                    "shape, dtype, fps and episode range, print a table of the entries and every "
+                                    "problem; exit status 1 when there is an error.")
+    p.add_argument("spec", help="mixture spec file: JSON or YAML, episodic's format or OpenTau's")
+    p.add_argument("--on-error", choices=["raise", "skip"], default=None,
+                   help="skip: entries with errors are left out and their share re-spread (default: the spec's)")
+    p.add_argument("--concurrency", type=int, default=16, help="entries read at a time (default 16)")
+    p.add_argument("--refresh-hub", action="store_true", help="download Hub metadata again even when a local copy exists")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_mixture_check)
     return ap
 
 

@@ -65,3 +65,21 @@ class FetchError(EpisodicError, OSError):
     def __init__(self, message: str, url: str | None = None, attempts: int | None = None):
         super().__init__(message)
         self.url, self.attempts = url, attempts
+
+
+class MixtureSpecError(EpisodicError, ValueError):
+    """A mixture spec (file or objects) is malformed. The message lists every problem found, each naming the
+    file, the entry and the field; `problems` holds them one per item."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
+class MixturePreflightError(EpisodicError, ValueError):
+    """Preflight found problems in a mixture's entries. The message lists every problem of every entry;
+    `report` is the whole preflight report."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report

@@ -12,11 +12,20 @@
   :func:`consumed_items` model the DataLoader's round-robin over workers,
   :func:`segment_plan` / :func:`remaining_after` compose them over the topologies
   ("segments") of one epoch, keyed by :func:`segment_seed` / :func:`consumer_rng`.
+- Mixtures of weighted entries: :class:`QuotaTree` (which entry owns each position of an endless sequence,
+  every prefix within :data:`QUOTA_BOUND` of the weights), :class:`MixtureSampler` (position -> (entry,
+  frame)), :class:`MixtureBatchSampler` (per-rank batches, state with the mixture), :class:`MixtureState`
+  (resume, also after the mixture changed), :func:`epoch_episodes` (the streaming epoch's whole episodes).
 """
 
 from episodic.order.batch_sampler import EpisodicBatchSampler, TrackedLoader
 from episodic.order.episode_split import plan_episodes
 from episodic.order.frames import EpisodeFrames
+from episodic.order.mixture_batch import MixtureBatchSampler
+from episodic.order.mixture_quota import QUOTA_BOUND, QuotaTree, quantize
+from episodic.order.mixture_sampler import MixtureSampler
+from episodic.order.mixture_state import MixtureState, SpecChangeError
+from episodic.order.mixture_stream import EpochEpisodes, epoch_episodes
 from episodic.order.permutation import permute, unpermute
 from episodic.order.pool_order import PoolOrder
 from episodic.order.round_robin import consumed_items, round_robin, worker_batches_consumed
@@ -30,14 +39,21 @@ from episodic.order.stream_plan import ConsumerPlan, consumer_plan, remaining_af
 from episodic.order.stream_state import StreamState
 
 __all__ = [
+    "QUOTA_BOUND",
     "ConsumedBatch",
     "ConsumerPlan",
     "EpisodeAwareSampler",
     "EpisodeFrames",
     "EpisodicBatchSampler",
+    "EpochEpisodes",
+    "MixtureBatchSampler",
+    "MixtureSampler",
+    "MixtureState",
     "OrderState",
     "PoolOrder",
+    "QuotaTree",
     "Simulation",
+    "SpecChangeError",
     "StreamBatch",
     "StreamSimulation",
     "StreamState",
@@ -47,8 +63,10 @@ __all__ = [
     "consumed_items",
     "consumer_plan",
     "consumer_rng",
+    "epoch_episodes",
     "permute",
     "plan_episodes",
+    "quantize",
     "rank_positions",
     "remaining_after",
     "resolve_topology",

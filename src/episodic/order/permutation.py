@@ -13,13 +13,15 @@ independently of the others, and no RNG state exists to synchronise or save.
 
 Everything is vectorised over numpy ``uint64`` arrays; cycle walking re-applies
 the network only to the lanes that are still out of range (expected < 4 passes).
+`permute_lanes` is the same permutation with its own ``(n, seed, epoch)`` per lane (a mixture's
+entries in one batch): identical values, one vectorised pass instead of one call per key.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GOLDEN", "MASK64", "MIX1", "MIX2", "ROUNDS", "permute", "round_keys", "unpermute"]
+__all__ = ["GOLDEN", "MASK64", "MIX1", "MIX2", "ROUNDS", "permute", "permute_lanes", "round_keys", "unpermute"]
 
 ROUNDS = 6
 # SplitMix64's constants, shared by every key derivation of the order package (Python ints)
@@ -154,3 +156,62 @@ def permute(positions, n: int, seed: int = 0, epoch: int = 0):
 def unpermute(indices, n: int, seed: int = 0, epoch: int = 0):
     """Inverse of :func:`permute`: ``unpermute(permute(p, n, s, e), n, s, e) == p``."""
     return _walk(indices, int(n), seed, epoch, inverse=True)
+
+
+def _mix64_array(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 (increment + finalizer) on a uint64 array, modulo 2**64 (= `_mix64` lane by lane)."""
+    with np.errstate(over="ignore"):
+        return _mix_array(x + np.uint64(GOLDEN))
+
+
+def _bit_length(v: np.ndarray) -> np.ndarray:
+    """int.bit_length of each non-negative int64, exactly."""
+    v = v.astype(np.int64).copy()
+    out = np.zeros(v.shape, dtype=np.int64)
+    for shift in (32, 16, 8, 4, 2, 1):
+        big = v >= (np.int64(1) << shift)
+        out += shift * big
+        v = np.where(big, v >> shift, v)
+    return out + (v > 0)
+
+
+def permute_lanes(positions, n, seed, epoch) -> np.ndarray:
+    """``permute(positions[i], n[i], seed[i], epoch[i])`` for every lane i, in one vectorised pass (int64 arrays
+    of one shape; `seed` and `epoch` are taken modulo 2**64 like `permute` does). Lanes with ``n <= 1`` give 0."""
+    x = np.asarray(positions, dtype=np.int64)
+    shape = x.shape
+    x = x.reshape(-1)
+    n = np.broadcast_to(np.asarray(n, dtype=np.int64), shape).reshape(-1)
+    if x.size and ((x < 0).any() or (x >= np.maximum(n, 1)).any()):
+        bad = np.flatnonzero((x < 0) | (x >= np.maximum(n, 1)))[0]
+        raise ValueError(f"positions must lie in [0, n) lane by lane, got {int(x[bad])} for n={int(n[bad])}")
+    as_u64 = lambda v: np.broadcast_to(np.asarray(v), shape).reshape(-1).astype(np.int64).view(np.uint64)  # noqa: E731
+    seed_u, epoch_u = as_u64(seed), as_u64(epoch)
+    bits = np.maximum(2, _bit_length(np.maximum(n, 1) - 1))  # _domain_bits, lane by lane
+    bits += bits & 1
+    half = bits // 2
+    rounds = np.maximum(ROUNDS, -(-60 // half))
+    max_rounds = int(rounds.max()) if x.size else 0
+    state = _mix64_array(_mix64_array(seed_u.copy()) ^ epoch_u)  # round_keys
+    keys = np.empty((max_rounds, x.size), dtype=np.uint64)
+    for r in range(max_rounds):
+        state = _mix64_array(state)
+        keys[r] = state
+    h = half.astype(np.uint64)
+    mask = (np.uint64(1) << h) - np.uint64(1)
+    out = x.astype(np.uint64)
+    lanes = np.flatnonzero(n > 1)
+    out[n <= 1] = 0
+    while lanes.size:
+        v = out[lanes]
+        hl, ml, rl = h[lanes], mask[lanes], rounds[lanes]
+        left, right = v >> hl, v & ml
+        for r in range(int(rl.max())):
+            on = r < rl
+            f = _mix_array(right ^ keys[r, lanes]) & ml
+            new_left = np.where(on, right, left)
+            new_right = np.where(on, (left + f) & ml, right)
+            left, right = new_left, new_right
+        out[lanes] = (left << hl) | right
+        lanes = lanes[out[lanes] >= n[lanes].astype(np.uint64)]  # cycle walking
+    return out.astype(np.int64).reshape(shape)

@@ -66,8 +66,8 @@ class Simulation:
         return out
 
 
-def _as_sampler(source, shuffle: bool, seed: int) -> EpisodeAwareSampler:
-    if isinstance(source, EpisodeAwareSampler):
+def _as_sampler(source, shuffle: bool, seed: int):
+    if hasattr(source, "indices_at"):  # an EpisodeAwareSampler, a MixtureSampler
         return source
     if isinstance(source, (int, np.integer)):
         return EpisodeAwareSampler([0], [int(source)], shuffle=shuffle, seed=seed)
@@ -86,9 +86,11 @@ def simulate(
     seed: int = 0,
     state: dict | None = None,
     prefetch_factor: int = 2,
+    batch_sampler=EpisodicBatchSampler,
 ) -> Simulation:
     """Simulate training over ``source`` (a dataset size, ``(from, to)`` arrays or a sampler).
 
+    ``batch_sampler`` is the per-rank batch sampler class (``MixtureBatchSampler`` for a ``MixtureSampler``).
     ``events`` is a list of ``(stop_step, new_topology)``: after global step ``stop_step``
     (counted from the start of the simulation) the job stops and restarts with
     ``new_topology``. Runs until ``epochs`` epochs have ended or ``max_steps`` steps.
@@ -104,7 +106,7 @@ def simulate(
         topo = topology if segment == 0 else events[segment - 1][1]
         ranks = []
         for rank in range(topo.world_size):
-            bs = EpisodicBatchSampler(
+            bs = batch_sampler(
                 sampler, topo.batch_size, rank=rank, world_size=topo.world_size, drop_last=topo.drop_last
             )
             bs.load_state_dict(current)

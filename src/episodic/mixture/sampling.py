@@ -1,0 +1,37 @@
+"""The map-style order of a checked mixture: a `MixtureSampler` built from a preflight report.
+
+Entries that take part (status ``ok``, share > 0 or not) become the sampler's entries, in spec order, each with
+the frames of its selected episodes (`entry_checks.selected_episodes`, minus ``drop_n_first/last_frames`` per
+episode); weights are the report's shares; skipped entries are recorded in the mixture state. Flat indices are
+``row_offset[entry] + row`` over the entries that take part (`MixtureSampler.split`). No data file is read.
+"""
+
+from __future__ import annotations
+
+from ..order.frames import EpisodeFrames
+from ..order.mixture_sampler import MixtureSampler
+from .entry_checks import selected_episodes
+from .report import PreflightReport
+
+__all__ = ["build_sampler"]
+
+
+def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = True, drop_n_first_frames: int = 0,
+                  drop_n_last_frames: int = 0) -> tuple[MixtureSampler, list[int]]:
+    """The sampler of `report`'s mixture and, per sampler entry, the index of its spec entry."""
+    if report.on_error == "raise":
+        report.raise_for_errors()
+    used = [rep.index for rep in report.entries if rep.status == "ok"]
+    frames, weights, names, rows = [], [], [], []
+    for i in used:
+        meta = report.metadata[i]
+        eps = meta.episodes
+        sel = selected_episodes(report.spec.entries[i], len(eps))
+        frames.append(EpisodeFrames(eps.dataset_from_index, eps.dataset_to_index, sel, drop_n_first_frames,
+                                    drop_n_last_frames))
+        weights.append(report.entries[i].share)
+        names.append(report.entries[i].name)
+        rows.append(int(meta.total_frames))
+    sampler = MixtureSampler(frames, weights, names, samples_per_epoch=report.spec.samples_per_epoch, shuffle=shuffle,
+                             seed=seed, entry_rows=rows, skipped=report.skipped)
+    return sampler, used

@@ -1,0 +1,419 @@
+"""A mixture spec: which datasets, how much of each, and how their keys map to shared roles.
+
+As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includes, `mixture.refs`)::
+
+    weighting: {rule: temperature, alpha: 0.5}   # frames (default) | episodes | uniform | temperature | explicit
+    tolerance_s: 0.0001
+    delta_timestamps: {action: [0.0, 0.1, 0.2], state: [0.0]}   # by role, seconds
+    delta_rounding: nearest                      # or exact (LeRobot's rule: on each entry's fps grid)
+    roles: {state: observation.state, action: action, task: task}   # defaults for every entry
+    entries:
+      - source: lerobot/svla_so101_pickplace     # Hub repo id, local path or fsspec URL
+        revision: 3c8e1d0a...                    # tag, branch or commit SHA (Hub only)
+        root: /data/hub/svla_so101_pickplace     # optional local copy of a Hub dataset (default: the cache)
+        roles: {front: observation.images.up, wrist: observation.images.side}
+        exclude_episodes: [3, 7]
+        weight: 2.0
+      - source: s3://bucket/datasets/koch_pick
+        name: koch                               # unique; default: the source (+ "#2", "#3" when repeated)
+        episodes: [0, 1, 2, 3]
+        state_indices: [0, 1, 2, 3, 4, 5]
+        tolerance_s: 0.001
+        delta_timestamps: {action: [0.0, 0.05]}  # replaces the mixture's windows for this entry
+
+or as objects (`MixtureSpec(entries=(MixtureEntry(...), ...))`). OpenTau's mixture configs
+(``{"datasets": [...], "weights": [...]}``) load as they are (`mixture.opentau`).
+
+Roles: ``state``, ``action`` and ``task`` are reserved; every other role names a camera (``wrist``,
+``front``, ...: the same role is the same camera slot in every entry, whatever the entry's key or key order).
+An entry's roles are the mixture's ``roles`` updated by its own (``null`` removes one). An entry without any
+camera role gets every camera of its dataset, each under its key's last dotted part (``observation.images.top``
+-> ``top``); without ``state``/``action`` roles, ``observation.state``/``action`` are used when the dataset has
+them; ``task`` defaults to ``task`` (the episode's task text).
+
+Windows: ``delta_timestamps`` are seconds, turned into frame offsets with each entry's own fps: rounded to the
+nearest frame (``nearest``; preflight reports the largest shift) or required to lie on the entry's frame grid
+within its ``tolerance_s`` (``exact``).
+
+Weights: each entry's size under the rule (frames or episodes of its selected episodes, 1 for uniform,
+frames ** alpha for temperature) times its ``weight`` (default 1), normalised; ``explicit`` uses the weights
+alone and needs one on every entry. Every spec problem is collected and raised together (`MixtureSpecError`),
+each naming the file, the entry and the field; unknown fields get the closest known names as suggestions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..format.errors import MixtureSpecError
+
+__all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
+
+RESERVED_ROLES = ("state", "action", "task")
+WEIGHT_RULES = ("frames", "episodes", "uniform", "temperature", "explicit")
+ON_ERROR = ("raise", "skip")
+DELTA_ROUNDING = ("nearest", "exact")
+CAMERA_ROLE_STYLES = ("names", "slots")
+_ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+DEFAULT_TOLERANCE_S = 1e-4
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """How entry weights are derived: `rule` in WEIGHT_RULES; `alpha` in [0, 1] for ``temperature``
+    (``size ** alpha``: 0 is uniform, 1 proportional), `size` (``frames`` or ``episodes``) what it raises."""
+
+    rule: str = "frames"
+    alpha: float = 1.0
+    size: str = "frames"
+
+
+@dataclass(frozen=True)
+class MixtureEntry:
+    """One dataset of a mixture (see the module docstring for the fields)."""
+
+    source: str
+    name: str | None = None
+    revision: str | None = None
+    episodes: tuple[int, ...] | None = None
+    exclude_episodes: tuple[int, ...] = ()
+    weight: float | None = None
+    roles: Mapping[str, str | None] | None = None
+    state_indices: tuple[int, ...] | None = None
+    action_indices: tuple[int, ...] | None = None
+    tolerance_s: float | None = None
+    delta_timestamps: Mapping[str, tuple[float, ...]] | None = None
+    group: str | None = None
+    storage_options: Mapping[str, Any] | None = None
+    root: str | None = None  # a Hub dataset's local copy (read when it has meta/info.json, else downloaded there)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.source
+
+
+@dataclass(frozen=True)
+class MixtureSpec:
+    """A whole mixture. `entries` get unique names when built (`MixtureSpec.build` / `load_spec`)."""
+
+    entries: tuple[MixtureEntry, ...]
+    weighting: Weighting = field(default_factory=Weighting)
+    roles: Mapping[str, str | None] = field(default_factory=dict)
+    tolerance_s: float = DEFAULT_TOLERANCE_S
+    delta_timestamps: Mapping[str, tuple[float, ...]] | None = None
+    delta_rounding: str = "nearest"
+    on_error: str = "raise"
+    samples_per_epoch: int | None = None
+    max_state_dim: int | None = None
+    max_action_dim: int | None = None
+    camera_role_style: str = "names"
+    origin: str = "<objects>"  # the file it came from, for messages
+    ignored: tuple[str, ...] = ()  # fields of a foreign format that were read but play no part
+
+    @classmethod
+    def build(cls, entries: Sequence[MixtureEntry], **options) -> "MixtureSpec":
+        """A checked spec from objects: every problem raised together, names filled in."""
+        origin = options.pop("origin", "<objects>")
+        problems: list[str] = []
+        spec = _checked(cls(entries=tuple(entries), origin=origin, **options), problems)
+        _raise(problems, origin)
+        return spec
+
+    @classmethod
+    def from_dict(cls, raw: Any, origin: str = "<dict>") -> "MixtureSpec":
+        """A spec from parsed JSON/YAML: episodic's format (``entries``) or OpenTau's (``datasets``, also inside
+        a training config's ``dataset_mixture``)."""
+        if isinstance(raw, Mapping) and ("datasets" in raw or "dataset_mixture" in raw):
+            from .opentau import from_opentau
+
+            return from_opentau(raw, origin)
+        problems: list[str] = []
+        spec = _parse(raw, origin, problems)
+        if spec is not None:
+            spec = _checked(spec, problems)
+        _raise(problems, origin)
+        return spec
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "MixtureSpec":
+        from .refs import resolve_refs
+
+        return cls.from_dict(resolve_refs(path), origin=str(Path(path)))
+
+    def entry_roles(self, entry: MixtureEntry) -> dict[str, str]:
+        """The entry's explicit roles: the mixture's defaults updated by its own (``None`` values removed)."""
+        merged = {**dict(self.roles), **dict(entry.roles or {})}
+        return {k: v for k, v in merged.items() if v is not None}
+
+    def entry_delta_timestamps(self, entry: MixtureEntry) -> dict[str, tuple[float, ...]]:
+        return dict(entry.delta_timestamps if entry.delta_timestamps is not None else (self.delta_timestamps or {}))
+
+    def entry_tolerance_s(self, entry: MixtureEntry) -> float:
+        return self.tolerance_s if entry.tolerance_s is None else entry.tolerance_s
+
+    def to_dict(self) -> dict:
+        """The spec in episodic's file format (loads back with `from_dict`)."""
+        out: dict[str, Any] = {"weighting": {"rule": self.weighting.rule, "alpha": self.weighting.alpha,
+                                             "size": self.weighting.size},
+                               "tolerance_s": self.tolerance_s, "delta_rounding": self.delta_rounding,
+                               "on_error": self.on_error}
+        for key in ("samples_per_epoch", "max_state_dim", "max_action_dim"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.roles:
+            out["roles"] = dict(self.roles)
+        if self.delta_timestamps is not None:
+            out["delta_timestamps"] = {k: list(v) for k, v in self.delta_timestamps.items()}
+        if self.camera_role_style != "names":
+            out["camera_role_style"] = self.camera_role_style
+        entries = []
+        for e in self.entries:
+            d: dict[str, Any] = {"source": e.source, "name": e.name}
+            for f in fields(MixtureEntry):
+                v = getattr(e, f.name)
+                if f.name in d or v is None or v == ():
+                    continue
+                if isinstance(v, tuple):
+                    v = list(v)
+                elif f.name == "delta_timestamps":
+                    v = {k: list(x) for k, x in v.items()}
+                elif isinstance(v, Mapping):
+                    v = dict(v)
+                d[f.name] = v
+            entries.append(d)
+        out["entries"] = entries
+        return out
+
+
+def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
+    """A `MixtureSpec` from a spec, a parsed dict, or a JSON/YAML file path."""
+    if isinstance(spec, MixtureSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return MixtureSpec.from_dict(spec)
+    return MixtureSpec.from_file(spec)
+
+
+# ----------------------------------------------------------------------------- parsing
+_ENTRY_FIELDS = [f.name for f in fields(MixtureEntry)]
+_SPEC_FIELDS = ["entries", "weighting", "roles", "tolerance_s", "delta_timestamps", "delta_rounding", "on_error",
+                "samples_per_epoch",
+                "max_state_dim", "max_action_dim", "camera_role_style"]
+
+
+def _unknown(keys, known: Sequence[str], where: str, problems: list[str]) -> None:
+    for k in keys:
+        if k not in known:
+            close = difflib.get_close_matches(str(k), known, n=3, cutoff=0.5)
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else f" (known: {', '.join(known)})"
+            problems.append(f"{where}: unknown field {k!r}{hint}")
+
+
+def _parse(raw: Any, origin: str, problems: list[str]) -> MixtureSpec | None:
+    if not isinstance(raw, Mapping):
+        problems.append(f"{origin}: a mixture spec must be an object with 'entries', got {type(raw).__name__}")
+        return None
+    _unknown(raw.keys(), _SPEC_FIELDS, origin, problems)
+    items = raw.get("entries")
+    if not isinstance(items, list) or not items:
+        problems.append(f"{origin}: field 'entries' must be a non-empty list of entries, got {items!r}")
+        items = []
+    entries = []
+    for i, item in enumerate(items):
+        where = f"{origin}: entries[{i}]"
+        if isinstance(item, str):
+            item = {"source": item}
+        if not isinstance(item, Mapping):
+            problems.append(f"{where}: an entry must be an object (or a source string), got {type(item).__name__}")
+            continue
+        label = item.get("name") or item.get("source")
+        where += f" ({label})" if isinstance(label, str) and label else ""
+        _unknown(item.keys(), _ENTRY_FIELDS, where, problems)
+        kw = {k: item[k] for k in _ENTRY_FIELDS if k in item}
+        kw.setdefault("source", None)
+        if kw.get("exclude_episodes") is None:
+            kw.pop("exclude_episodes", None)
+        entries.append(MixtureEntry(**kw))
+    opts: dict[str, Any] = {k: raw[k] for k in _SPEC_FIELDS if k in raw and k != "entries"}
+    w = opts.get("weighting")
+    if isinstance(w, str):
+        opts["weighting"] = Weighting(rule=w)
+    elif isinstance(w, Mapping):
+        _unknown(w.keys(), ["rule", "alpha", "size"], f"{origin}: weighting", problems)
+        opts["weighting"] = Weighting(**{k: w[k] for k in ("rule", "alpha", "size") if k in w})
+    elif w is not None:
+        problems.append(f"{origin}: field 'weighting' must be a rule name or an object, got {w!r}")
+        opts.pop("weighting")
+    if opts.get("roles") is None:
+        opts.pop("roles", None)
+    if opts.get("tolerance_s") is None:
+        opts.pop("tolerance_s", None)
+    return MixtureSpec(entries=tuple(entries), origin=origin, **opts)
+
+
+# ----------------------------------------------------------------------------- checks
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_roles(roles: Any, where: str, problems: list[str]) -> None:
+    if roles is None:
+        return
+    if not isinstance(roles, Mapping):
+        problems.append(f"{where}: field 'roles' must map roles to dataset keys, got {roles!r}")
+        return
+    for role, key in roles.items():
+        if not isinstance(role, str) or not _ROLE.match(role):
+            problems.append(f"{where}: role {role!r} must be a name of letters, digits and '_' starting with a letter")
+        elif role.endswith("_is_pad"):
+            problems.append(f"{where}: role {role!r} must not end in '_is_pad' (item keys use that suffix for masks)")
+        if key is not None and (not isinstance(key, str) or not key):
+            problems.append(f"{where}: role {role!r} must map to a dataset key (a non-empty string) or null, got {key!r}")
+
+
+def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: bool = True) -> None:
+    if v is None:
+        return
+    if not isinstance(v, tuple) or not v or not all(_is_int(i) and i >= 0 for i in v):
+        problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {v!r}")
+    elif unique and len(set(v)) != len(v):
+        problems.append(f"{where}: field {name!r} repeats indices {sorted({i for i in v if v.count(i) > 1})[:10]}")
+
+
+def _check_delta(dt: Any, where: str, problems: list[str]) -> None:
+    if dt is None:
+        return
+    if not isinstance(dt, Mapping):
+        problems.append(f"{where}: field 'delta_timestamps' must map roles to lists of seconds, got {dt!r}")
+        return
+    for role, seconds in dt.items():
+        ok = isinstance(seconds, tuple) and seconds and all(_is_num(s) for s in seconds)
+        if not ok:
+            problems.append(f"{where}: delta_timestamps[{role!r}] must be a non-empty list of finite seconds, "
+                            f"got {list(seconds) if isinstance(seconds, tuple) else seconds!r}")
+
+
+def _number(name: str, v: Any, lo: float, hi: float, where: str, problems: list[str], integer: bool = False,
+            lo_open: bool = False) -> None:
+    ok = (_is_int(v) if integer else _is_num(v)) and (lo < v if lo_open else lo <= v) and v <= hi
+    if not ok:
+        kind = "an int" if integer else "a number"
+        problems.append(f"{where}: field {name!r} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
+
+
+def _seq(v: Any) -> Any:
+    """Lists and arrays as tuples (numpy numbers as Python numbers); anything else as it is."""
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+        v = v.tolist()
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _normalised(e: MixtureEntry) -> MixtureEntry:
+    kw = {k: _seq(getattr(e, k)) for k in ("episodes", "exclude_episodes", "state_indices", "action_indices")}
+    if isinstance(e.delta_timestamps, Mapping):
+        kw["delta_timestamps"] = {k: _seq(v) for k, v in e.delta_timestamps.items()}
+    return replace(e, **kw)
+
+
+def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
+    """`spec` with names filled in and lists as tuples; every problem appended to `problems`."""
+    origin = spec.origin
+    if isinstance(spec.delta_timestamps, Mapping):
+        spec = replace(spec, delta_timestamps={k: _seq(v) for k, v in spec.delta_timestamps.items()})
+    spec = replace(spec, entries=tuple(_normalised(e) if isinstance(e, MixtureEntry) else e for e in spec.entries))
+    w = spec.weighting
+    if w.rule not in WEIGHT_RULES:
+        close = difflib.get_close_matches(str(w.rule), WEIGHT_RULES, n=1)
+        problems.append(f"{origin}: weighting rule {w.rule!r} is not one of {', '.join(WEIGHT_RULES)}"
+                        + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if w.rule == "temperature":
+        _number("weighting.alpha", w.alpha, 0, 1, origin, problems)
+    if w.size not in ("frames", "episodes"):
+        problems.append(f"{origin}: weighting size {w.size!r} must be 'frames' or 'episodes'")
+    if spec.delta_rounding not in DELTA_ROUNDING:
+        problems.append(f"{origin}: field 'delta_rounding' must be one of {', '.join(DELTA_ROUNDING)}, "
+                        f"got {spec.delta_rounding!r}")
+    if spec.on_error not in ON_ERROR:
+        problems.append(f"{origin}: field 'on_error' must be one of {', '.join(ON_ERROR)}, got {spec.on_error!r}")
+    if spec.camera_role_style not in CAMERA_ROLE_STYLES:
+        problems.append(f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
+                        f"got {spec.camera_role_style!r}")
+    _number("tolerance_s", spec.tolerance_s, 0, 10, origin, problems)
+    if spec.samples_per_epoch is not None:
+        _number("samples_per_epoch", spec.samples_per_epoch, 1, 2 ** 40 - 1, origin, problems, integer=True)
+    for key in ("max_state_dim", "max_action_dim"):
+        if getattr(spec, key) is not None:
+            _number(key, getattr(spec, key), 1, 1 << 16, origin, problems, integer=True)
+    _check_roles(spec.roles, origin, problems)
+    _check_delta(spec.delta_timestamps, origin, problems)
+    if not spec.entries:
+        problems.append(f"{origin}: a mixture needs at least one entry")
+    explicit_names = [e.name for e in spec.entries if isinstance(e, MixtureEntry) and e.name is not None]
+    named: list[MixtureEntry] = []
+    seen: dict[str, int] = {}
+    for i, e in enumerate(spec.entries):
+        if not isinstance(e, MixtureEntry):
+            problems.append(f"{origin}: entries[{i}] must be a MixtureEntry, got {type(e).__name__}")
+            continue
+        where = f"{origin}: entries[{i}]" + (f" ({e.label})" if isinstance(e.label, str) and e.label else "")
+        if e.source is None:
+            problems.append(f"{where}: missing field 'source' (a Hub repo id, local path or fsspec URL)")
+        elif not isinstance(e.source, str) or not e.source.strip():
+            problems.append(f"{where}: field 'source' must be a non-empty string, got {e.source!r}")
+        if e.name is not None and (not isinstance(e.name, str) or not e.name or e.name != e.name.strip()):
+            problems.append(f"{where}: field 'name' must be a non-empty string without surrounding spaces, got {e.name!r}")
+        if e.revision is not None and (not isinstance(e.revision, str) or not e.revision.strip()):
+            problems.append(f"{where}: field 'revision' must be a tag, branch or commit SHA, got {e.revision!r}")
+        if e.episodes is not None:
+            _check_indices("episodes", e.episodes, where, problems, unique=False)
+        if e.exclude_episodes != ():
+            _check_indices("exclude_episodes", e.exclude_episodes, where, problems, unique=False)
+        if e.weight is not None:
+            _number("weight", e.weight, 0, 1e12, where, problems)
+        elif w.rule == "explicit":
+            problems.append(f"{where}: weighting rule 'explicit' needs a 'weight' on every entry")
+        _check_roles(e.roles, where, problems)
+        _check_indices("state_indices", e.state_indices, where, problems)
+        _check_indices("action_indices", e.action_indices, where, problems)
+        if e.tolerance_s is not None:
+            _number("tolerance_s", e.tolerance_s, 0, 10, where, problems)
+        _check_delta(e.delta_timestamps, where, problems)
+        if e.group is not None and not isinstance(e.group, str):
+            problems.append(f"{where}: field 'group' must be a string, got {e.group!r}")
+        if e.root is not None and (not isinstance(e.root, str) or not e.root):
+            problems.append(f"{where}: field 'root' must be a directory path, got {e.root!r}")
+        if e.storage_options is not None and not isinstance(e.storage_options, Mapping):
+            problems.append(f"{where}: field 'storage_options' must be an object, got {e.storage_options!r}")
+        name = e.name
+        if name is None and isinstance(e.source, str):
+            base = e.source.rstrip("/") or e.source
+            k = seen.get(base, 0) + 1
+            seen[base] = k
+            name = base if k == 1 else f"{base}#{k}"
+            while name in explicit_names:
+                k += 1
+                seen[base] = k
+                name = f"{base}#{k}"
+        named.append(replace(e, name=name))
+    names = [e.name for e in named]
+    dups = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    if dups:
+        problems.append(f"{origin}: entry names must be unique, repeated: {', '.join(repr(d) for d in dups[:10])}")
+    return replace(spec, entries=tuple(named))
+
+
+def _raise(problems: list[str], origin: str) -> None:
+    if problems:
+        head = f"{origin}: {len(problems)} problem(s) in the mixture spec:\n  - "
+        raise MixtureSpecError(head + "\n  - ".join(problems), problems)

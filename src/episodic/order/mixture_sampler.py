@@ -1,0 +1,180 @@
+"""The map-style order of a weighted mixture: position -> (entry, frame), a pure function of (seed, epoch, position).
+
+Position ``p`` of epoch ``t`` is global sequence position ``m`` (`MixtureState.position`); the quota tree
+(`order.mixture_quota`) gives its entry ``e`` and how many times ``e`` came up before, which plus the state's
+offset is ``e``'s draw ``d``. Draw ``d`` reads kept frame ``permute(d mod n_e, n_e, key_e, d div n_e)`` of the
+entry (its `EpisodeFrames`: the frames of its selected episodes), with ``key_e`` a 64-bit mix of the seed and
+the entry's name, so each pass over an entry's frames is a new keyed permutation and an entry's order does
+not depend on the other entries. Without shuffling, entries still interleave by the quota, and each entry's
+frames come in order. Memory: the entries' `EpisodeFrames` and one table of all their episodes side by side
+(O(episodes)), the tree (O(entries)). A lookup is vectorised over positions whatever entries they land on.
+
+`MixtureSampler` has the interface `EpisodicBatchSampler` uses (``len``, ``seed``, ``indices_at``), so
+sharding, padding, exact and elastic resume are the single-dataset ones (`order.shard`); use
+`MixtureBatchSampler` (`order.mixture_batch`) to keep the mixture's state in checkpoints. A flat index is
+``row_offset[e] + row`` (entries side by side, like ``ConcatDataset``); `split` turns it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from episodic.order.frames import EpisodeFrames
+from episodic.order.mixture_quota import QuotaTree, quantize
+from episodic.order.mixture_state import MixtureState, SpecChangeError
+from episodic.order.permutation import GOLDEN, MASK64, permute, permute_lanes
+
+__all__ = ["MixtureSampler", "entry_key"]
+
+logger = logging.getLogger(__name__)
+
+ON_CHANGE = ("continue", "refuse")
+_FEW_KEYS = 8  # up to this many (entry, pass) permutations in one lookup: one `permute` call each
+
+
+def entry_key(seed: int, name: str) -> int:
+    """The permutation seed of entry `name`: a 64-bit mix of the order's seed and the name's BLAKE2b digest."""
+    digest = int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "little")
+    return ((int(seed) & MASK64) * GOLDEN ^ digest) & MASK64
+
+
+class MixtureSampler:
+    """The order of a mixture of `entries` (one `EpisodeFrames` each) with `weights` and unique `names`.
+
+    `samples_per_epoch` defaults to the entries' total frames. `entry_rows[e]` is entry e's row count (the
+    flat-index span of the entry; default: one past its last kept frame). `skipped` names entries that were
+    left out (recorded in the state). The state (`mixture_state`, `resume`) says where the sequence stands.
+    """
+
+    def __init__(self, entries: Sequence[EpisodeFrames], weights: Sequence[float], names: Sequence[str], *,
+                 samples_per_epoch: int | None = None, shuffle: bool = True, seed: int = 0,
+                 entry_rows: Sequence[int] | None = None, skipped: Sequence[str] = ()):
+        self.entries = list(entries)
+        self.names = tuple(str(n) for n in names)
+        if len(self.names) != len(self.entries) or len(weights) != len(self.entries):
+            raise ValueError(f"need one name and one weight per entry: {len(self.entries)} entries, "
+                             f"{len(self.names)} names, {len(weights)} weights")
+        if len(set(self.names)) != len(self.names):
+            dup = sorted({n for n in self.names if self.names.count(n) > 1})
+            raise ValueError(f"entry names must be unique, repeated: {dup[:5]}")
+        self.units = quantize(weights)
+        self.frames = np.asarray([len(f) for f in self.entries], dtype=np.int64)
+        total = int(self.frames.sum())
+        n = total if samples_per_epoch is None else samples_per_epoch
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n < 1 << 40:
+            raise ValueError(f"samples_per_epoch must be an int in [1, 2**40), got {samples_per_epoch!r}")
+        self.num_samples = int(n)
+        rows = ([int(f.frame_at(len(f) - 1)) + 1 for f in self.entries] if entry_rows is None
+                else [int(r) for r in entry_rows])
+        if len(rows) != len(self.entries):
+            raise ValueError(f"entry_rows needs one value per entry, got {len(rows)}")
+        self.row_offset = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.epoch = 0
+        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped)
+        self.state = self.fresh
+        self._trees: dict[int | None, QuotaTree] = {}
+        self._entry_keys: dict[int, np.ndarray] = {}
+        # every entry's kept frames side by side: kept position kept_base[e] + p of entry e -> its row
+        self._kept_base = np.concatenate([[0], np.cumsum(self.frames)]).astype(np.int64)
+        self._cum_end = np.concatenate([f.cum_end + b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
+        self._offset = np.concatenate([f.offset - b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.row_offset[-1])
+
+    def tree(self, seed: int | None = None) -> QuotaTree:
+        """The quota tree of the current weights for `seed` (plain rounding without shuffling)."""
+        key = self._tree_seed(seed)
+        if key not in self._trees:
+            self._trees = {key: QuotaTree.build(self.units, key)}
+        return self._trees[key]
+
+    def _tree_seed(self, seed: int | None) -> int | None:
+        return (self.seed if seed is None else int(seed)) if self.shuffle else None
+
+    # ------------------------------------------------------------------ the order
+    def draws_at(self, positions, epoch: int | None = None, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(entry, draw) at `positions` of epoch `epoch`'s order (int64 arrays shaped like `positions`)."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        m = self.state.position(epoch, positions)
+        entry, local = self.tree(seed).locate(m)
+        return entry, local + np.asarray(self.state.base, dtype=np.int64)[entry]
+
+    def locate(self, positions, epoch: int | None = None, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(entry, row in that entry's dataset) at `positions` of epoch `epoch`'s order: vectorised over the
+        positions whatever entries they land on (tree walk, lane-wise permutation, one binary search)."""
+        seed = self.seed if seed is None else int(seed)
+        entry, draw = self.draws_at(positions, epoch, seed)
+        flat_e, flat_d = entry.reshape(-1), draw.reshape(-1)
+        n = self.frames[flat_e]
+        cycle, j = np.divmod(flat_d, n)
+        if self.shuffle:
+            keys = np.unique(np.stack([flat_e, cycle]), axis=1) if flat_e.size else np.zeros((2, 0), np.int64)
+            if keys.shape[1] <= _FEW_KEYS:  # few permutations: one call each (small domains use tables)
+                for e, c in keys.T.tolist():
+                    lanes = np.flatnonzero((flat_e == e) & (cycle == c))
+                    j[lanes] = permute(j[lanes], int(self.frames[e]), entry_key(seed, self.names[e]), c)
+            else:
+                j = permute_lanes(j, n, self._keys(seed)[flat_e], cycle)
+        kept = self._kept_base[flat_e] + j
+        slot = np.searchsorted(self._cum_end, kept, side="right")
+        return entry, (self._offset[slot] + kept).reshape(entry.shape)
+
+    def _keys(self, seed: int) -> np.ndarray:
+        if seed not in self._entry_keys:
+            self._entry_keys = {seed: np.asarray([entry_key(seed, n) for n in self.names], dtype=np.uint64).view(np.int64)}
+        return self._entry_keys[seed]
+
+    def indices_at(self, positions, epoch: int | None = None, seed: int | None = None):
+        """Flat indices (``row_offset[entry] + row``) at `positions` (int or array) of epoch `epoch`'s order."""
+        entry, rows = self.locate(np.asarray(positions), epoch, seed)
+        out = self.row_offset[entry] + rows
+        return int(out) if out.ndim == 0 else out
+
+    def split(self, flat) -> tuple[np.ndarray, np.ndarray]:
+        """(entry, row) of flat indices: one binary search over the entries' offsets."""
+        flat = np.asarray(flat, dtype=np.int64)
+        entry = np.searchsorted(self.row_offset, flat, side="right") - 1
+        return entry, flat - self.row_offset[entry]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    # ------------------------------------------------------------------ state
+    def mixture_state(self) -> dict:
+        return self.state.to_dict()
+
+    def resume(self, saved: Mapping | None, epoch: int, consumed: int, seed: int | None = None,
+               on_change: str = "continue") -> list[str]:
+        """Adopt a saved mixture state for a run resuming at (`epoch`, `consumed`); returns what changed in the
+        mixture since it was saved (empty when nothing). A changed mixture continues by the rule of
+        `order.mixture_state` (logged as a warning), or raises `SpecChangeError` with ``on_change="refuse"``.
+        `saved=None` (a state from before mixtures, or a fresh run) means this mixture from epoch 0."""
+        if on_change not in ON_CHANGE:
+            raise ValueError(f"on_change must be one of {ON_CHANGE}, got {on_change!r}")
+        if saved is None:
+            self.state = self.fresh
+            return []
+        old = MixtureState.from_dict(saved)
+        changes = old.changes(self.fresh)
+        if not changes and old.same_spec(self.fresh):
+            self.state = old
+            return []
+        if on_change == "refuse":
+            raise SpecChangeError("the mixture differs from the one the order state was saved with ("
+                                  + "; ".join(changes) + "); resume with on_change='continue' to apply the new "
+                                  "mixture from the resume point, or restore the old mixture")
+        logger.warning("mixture changed since the order state was saved (%s): the new mixture applies from epoch "
+                       "%d position %d on; kept entries continue their draws", "; ".join(changes), epoch, consumed)
+        self.state = old.continued(self.fresh, self._tree_seed(seed), int(epoch), int(consumed))
+        return changes

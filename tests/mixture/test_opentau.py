@@ -1,0 +1,94 @@
+"""OpenTau's mixture configs load as they are: datasets + weights, $ref includes, standard-name mappings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from episodic.format.errors import MixturePreflightError, MixtureSpecError
+from episodic.mixture import MixtureSpec, preflight
+from episodic.mixture.synthetic import mixture_spec
+
+
+def test_training_config_with_ref_mapping_and_weights(tmp_path, synthetic):
+    mix = mixture_spec(synthetic[:4], style="opentau")
+    for d in mix["datasets"]:
+        d["data_features_name_mapping"]["response"] = "response"
+        d.update(image_transforms={"enable": False}, use_imagenet_stats=True, val_split_ratio=0.05)
+    mix.update(weights=[1.0, 2.0, 3.0, 4.0], action_freq=30.0)
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "refs/mixture.json").write_text(json.dumps(mix))
+    (tmp_path / "train.json").write_text(json.dumps({"dataset_mixture": {"$ref": "refs/mixture.json"},
+                                                     "batch_size": 8, "policy": {"type": "pi05"}}))
+    spec = MixtureSpec.from_file(tmp_path / "train.json")
+    assert spec.weighting.rule == "explicit" and [e.weight for e in spec.entries] == [1.0, 2.0, 3.0, 4.0]
+    first = synthetic[0]
+    e = spec.entries[0]
+    assert e.name == e.source == first.name and e.root == first.path  # root: the Hub dataset's local copy
+    assert spec.entry_roles(e) == {**first.slots, "state": first.state_key, "action": "action", "task": "task"}
+    assert any("response" in x for x in spec.ignored) and any("action_freq" in x for x in spec.ignored)
+    assert any("batch_size" in x for x in spec.ignored)
+    report = preflight(spec)
+    assert report.ok, report.message()
+    assert np.allclose(report.shares, np.array([1, 2, 3, 4]) / 10)
+    assert report.entries[0].cameras == first.slots  # camera0..N stay slot roles, mapped as the config says
+
+
+def test_without_weights_or_mapping(synthetic):
+    spec = MixtureSpec.from_dict({"datasets": [{"repo_id": d.name, "root": d.path} for d in synthetic[:3]]})
+    assert spec.weighting.rule == "frames" and spec.camera_role_style == "slots"
+    report = preflight(spec)
+    for d, rep in zip(synthetic, report.entries):
+        assert rep.cameras == {f"camera{i}": k for i, k in enumerate(d.cameras)}  # info.json order
+        assert rep.state_key == ("observation.state" if d.state_key == "observation.state" else None)
+    frames = np.array([d.frames for d in synthetic[:3]])
+    assert np.allclose(report.shares, frames / frames.sum())  # OpenTau infers weights from dataset lengths
+
+
+def test_a_stray_quote_in_a_camera_key_is_reported_with_the_key_it_meant(synthetic):
+    mix = mixture_spec(synthetic[:5], style="opentau")
+    mapping = mix["datasets"][3]["data_features_name_mapping"]
+    meant = mapping["camera0"]
+    mapping["camera0"] = meant + '"'  # the typo of the public SO-101 mixture
+    mix["datasets"][1]["episodes"] = [0, 99]
+    with pytest.raises(MixturePreflightError) as err:
+        preflight(MixtureSpec.from_dict(mix))
+    problems = err.value.report.errors
+    typo = [p for p in problems if p.entry == 3]
+    assert len(typo) == 1 and typo[0].field == "roles.camera0" and typo[0].suggestions[0] == meant
+    assert any(p.entry == 1 and p.field == "episodes" for p in problems)  # reported together
+    assert f"{meant}\"" in str(err.value) and "closest" in str(err.value)
+
+
+def test_opentau_problems():
+    bad = {"datasets": [{"vqa": "clevr"}, {"repo_id": "a/b", "data_features_name_mapping": {"camra0": "x"}},
+                        {"repo_id": "a/c", "episode": [1]}, {}], "weights": [1, 2], "acton_freq": 3}
+    with pytest.raises(MixtureSpecError) as err:
+        MixtureSpec.from_dict(bad)
+    text = "\n".join(err.value.problems)
+    for want in ["'vqa' datasets are not LeRobot datasets", "'camra0' is not one of OpenTau's standard names",
+                 "did you mean 'camera0'", "unknown field 'episode' (did you mean 'episodes'",
+                 "datasets[3]: field 'repo_id' must be a non-empty string", "one weight per dataset (4)",
+                 "unknown field 'acton_freq' (did you mean 'action_freq'"]:
+        assert want in text, want
+
+
+def test_a_root_without_a_copy_fetches_the_hub_metadata_there(synthetic, tmp_path, monkeypatch):
+    import shutil
+
+    calls = []
+
+    def download(repo_id, local_dir, revision=None, episodes=None, **kw):  # the Hub, as far as metadata goes
+        calls.append((repo_id, str(local_dir), revision, episodes))
+        shutil.copytree(f"{synthetic[0].path}/meta", f"{local_dir}/meta")
+
+    monkeypatch.setattr("episodic.storage.hub.download", download)
+    root = tmp_path / "copy"
+    spec = MixtureSpec.from_dict({"datasets": [{"repo_id": "org/ds", "root": str(root), "revision": "v3.0"}]})
+    report = preflight(spec)
+    assert report.ok and report.entries[0].frames == synthetic[0].frames
+    assert calls == [("org/ds", str(root), "v3.0", [])]
+    preflight(spec)
+    assert len(calls) == 1  # the copy now has meta/info.json: no request at all
+    with pytest.raises(MixturePreflightError, match="applies to Hub repo ids only"):
+        preflight(MixtureSpec.from_dict({"entries": [{"source": synthetic[0].path, "root": str(root)}]}))

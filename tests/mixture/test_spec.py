@@ -1,0 +1,111 @@
+"""Mixture specs from JSON, YAML and objects: fields, defaults, names, and every problem reported at once."""
+
+import json
+import sys
+
+import pytest
+
+from episodic.format.errors import EpisodicError, MixtureSpecError
+from episodic.mixture import MixtureEntry, MixtureSpec, Weighting, load_spec
+
+FULL = {
+    "weighting": {"rule": "temperature", "alpha": 0.5},
+    "tolerance_s": 0.001,
+    "delta_timestamps": {"action": [0.0, 0.1], "state": [0.0]},
+    "roles": {"state": "observation.state", "action": "action"},
+    "samples_per_epoch": 1000,
+    "max_state_dim": 14,
+    "entries": [
+        {"source": "lerobot/svla_so101_pickplace", "revision": "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b",
+         "roles": {"front": "observation.images.up", "wrist": "observation.images.side"}, "exclude_episodes": [3, 7],
+         "weight": 2.0},
+        {"source": "s3://bucket/koch", "name": "koch", "episodes": [0, 1, 2], "state_indices": [0, 1, 2],
+         "tolerance_s": 0.01, "delta_timestamps": {"action": [0.0, 0.05]}, "group": "koch",
+         "storage_options": {"anon": True}},
+        "lerobot/svla_so101_pickplace",
+        {"source": "/data/local_ds", "roles": {"state": None, "task": "task"}},
+    ],
+}
+
+
+def test_full_spec_from_json_and_yaml(tmp_path):
+    (tmp_path / "m.json").write_text(json.dumps(FULL))
+    spec = MixtureSpec.from_file(tmp_path / "m.json")
+    yaml = pytest.importorskip("yaml")
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(FULL))
+    assert MixtureSpec.from_file(tmp_path / "m.yaml").entries == spec.entries
+    a, b, c, d = spec.entries
+    assert spec.weighting == Weighting("temperature", 0.5, "frames") and spec.samples_per_epoch == 1000
+    assert a.name == "lerobot/svla_so101_pickplace" and c.name == "lerobot/svla_so101_pickplace#2"  # same repo twice
+    assert a.revision.startswith("3c8e") and a.exclude_episodes == (3, 7) and a.weight == 2.0
+    assert b.name == "koch" and b.episodes == (0, 1, 2) and b.state_indices == (0, 1, 2)
+    assert spec.entry_roles(a) == {"state": "observation.state", "action": "action", "front": "observation.images.up",
+                                   "wrist": "observation.images.side"}
+    assert spec.entry_roles(d) == {"action": "action", "task": "task"}  # null removes a default role
+    assert spec.entry_delta_timestamps(b) == {"action": (0.0, 0.05)} and spec.entry_tolerance_s(b) == 0.01
+    assert spec.entry_delta_timestamps(a) == {"action": (0.0, 0.1), "state": (0.0,)}
+    again = MixtureSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again.entries == spec.entries and again.weighting == spec.weighting
+
+
+def test_objects_and_load_spec():
+    spec = MixtureSpec.build([MixtureEntry("org/a", weight=1), MixtureEntry("org/a", episodes=[2, 0], weight=2),
+                              MixtureEntry("org/b", name="org/a#2", weight=0)], weighting=Weighting("explicit"),
+                             delta_timestamps={"action": [0, 0.1]})
+    assert [e.name for e in spec.entries] == ["org/a", "org/a#3", "org/a#2"]
+    assert spec.entries[1].episodes == (2, 0)
+    assert load_spec(spec) is spec
+    assert load_spec({"entries": ["x/y"]}).entries[0].source == "x/y"
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    raw = {"weighting": {"rule": "temprature", "alpha": 2}, "on_error": "ignore", "tolerance": 1,
+           "entries": [{"source": "a/b", "weigth": 1},
+                       {"source": "a/c", "episodes": [1, -2], "roles": {"3d": "x", "wrist": ""}},
+                       {"name": "nameless"},
+                       {"source": "a/d", "delta_timestamps": {"action": [0, float("nan")]}, "state_indices": [1, 1]},
+                       {"source": "a/e", "name": "dup"}, {"source": "a/f", "name": "dup"}, 7]}
+    (tmp_path / "bad.json").write_text(json.dumps(raw).replace("NaN", "NaN"))
+    with pytest.raises(MixtureSpecError) as err:
+        MixtureSpec.from_file(tmp_path / "bad.json")
+    msg, problems = str(err.value), err.value.problems
+    assert str(tmp_path / "bad.json") in msg
+    expected = ["'temprature' is not one of", "did you mean 'temperature'", "'on_error' must be one of",
+                "unknown field 'tolerance' (did you mean 'tolerance_s'", "entries[0] (a/b): unknown field 'weigth' "
+                "(did you mean 'weight'", "entries[1] (a/c): field 'episodes'", "role '3d'", "role 'wrist' must map",
+                "entries[2] (nameless): missing field 'source'", "delta_timestamps['action']", "'state_indices' repeats",
+                "repeated: 'dup'", "entries[6]: an entry must be an object"]
+    for text in expected:
+        assert any(text in p for p in problems), (text, problems)
+    assert isinstance(err.value, EpisodicError) and len(problems) == 12
+
+
+def test_explicit_rule_needs_every_weight_and_ranges_are_stated():
+    with pytest.raises(MixtureSpecError, match=r"entries\[1\] \(b/c\): weighting rule 'explicit' needs a 'weight'"):
+        MixtureSpec.build([MixtureEntry("a/b", weight=1.0), MixtureEntry("b/c")], weighting=Weighting("explicit"))
+    with pytest.raises(MixtureSpecError, match=r"'weight' must be a number in \[0, 1e\+12\], got -1"):
+        MixtureSpec.build([MixtureEntry("a/b", weight=-1)])
+    with pytest.raises(MixtureSpecError, match=r"'weighting.alpha' must be a number in \[0, 1\]"):
+        MixtureSpec.build([MixtureEntry("a/b")], weighting=Weighting("temperature", alpha=1.5))
+    with pytest.raises(MixtureSpecError, match="must be a MixtureEntry"):
+        MixtureSpec.build([{"source": "a/b"}])
+
+
+def test_yaml_without_pyyaml_is_a_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "m.yaml").write_text("entries: [a/b]\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml -> ImportError
+    with pytest.raises(MixtureSpecError, match="needs PyYAML"):
+        MixtureSpec.from_file(tmp_path / "m.yaml")
+    (tmp_path / "m.json").write_text('{"entries": ["a/b"]}')
+    assert MixtureSpec.from_file(tmp_path / "m.json").entries[0].name == "a/b"  # JSON needs nothing
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(MixtureSpecError, match="file not found"):
+        MixtureSpec.from_file(tmp_path / "missing.json")
+    (tmp_path / "m.json").write_text("{not json")
+    with pytest.raises(MixtureSpecError, match="not valid JSON"):
+        MixtureSpec.from_file(tmp_path / "m.json")
+    (tmp_path / "l.json").write_text("[1, 2]")
+    with pytest.raises(MixtureSpecError, match="must be an object with 'entries'"):
+        MixtureSpec.from_file(tmp_path / "l.json")
