@@ -99,11 +99,17 @@ def write_segment(table: pa.Table, path: str, fsync: bool = False) -> int:
     """One episode's rows as a parquet file of one row group; returns the row group's size in bytes (what it
     adds to a data file; the segment's own footer is not copied)."""
     write_parquet(path, table.schema, [table], fsync=fsync)
-    rg = pq.read_metadata(path).row_group(0)
+    with pa.OSFile(path, "rb") as f:
+        rg = pq.read_metadata(f).row_group(0)
     return sum(rg.column(i).total_compressed_size for i in range(rg.num_columns))
 
 
 def concat_parquet(segments: Sequence[str], final: str, schema: pa.Schema, fsync: bool = False) -> int:
     """Join episode segments into one data file, one row group per episode (LeRobot's layout); returns the
     number of rows. The segments are left as they are."""
-    return write_parquet(final, schema, (pq.read_table(p, schema=schema) for p in segments), fsync=fsync)
+    return write_parquet(final, schema, (_read(p, schema) for p in segments), fsync=fsync)
+
+
+def _read(path: str, schema: pa.Schema) -> pa.Table:
+    with pa.OSFile(path, "rb") as f:  # closed here, not when a garbage collection finds the reader
+        return pq.read_table(f, schema=schema)
