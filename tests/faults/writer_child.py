@@ -6,8 +6,9 @@ and reports each step on stdout, flushed: `opened K` (K complete episodes found)
 reopening dropped), `added E` (add_episode
 returned for episode E), `finalizing`, `finalized`, or `error NAME: MESSAGE` for a writer error.
 
-Each frame carries its identity (seed, episode, frame index and a checksum) as 8x8 blocks of dark and light
-grey, so a decoded frame can be matched to the exact frame that was written despite the lossy codec.
+Each frame carries its identity (seed, episode, frame index, camera and a checksum) as 8x8 blocks of dark and
+light grey: no two frames of a session look alike, so a frame shifted, swapped or taken from another episode
+shows in the checks (writer_checks.py compares the decoded frames with the episode encoded alone).
 """
 
 from __future__ import annotations
@@ -49,18 +50,6 @@ def coded_frame(seed: int, ep: int, frame: int, cam: int) -> np.ndarray:
     bits = np.array([(code >> i) & 1 for i in range(BITS)], np.uint8).reshape(HEIGHT // BLOCK, WIDTH // BLOCK)
     img = np.kron(bits, np.ones((BLOCK, BLOCK), np.uint8)) * 160 + 48  # 48 or 208
     return np.repeat(img[:, :, None], 3, axis=2)
-
-
-def read_code(img: np.ndarray) -> int:
-    """The code of a decoded HWC frame (uint8)."""
-    grey = img.astype(np.float64).mean(axis=2)
-    blocks = grey.reshape(HEIGHT // BLOCK, BLOCK, WIDTH // BLOCK, BLOCK)[:, 2:-2, :, 2:-2].mean(axis=(1, 3))
-    bits = (blocks.reshape(-1) > 128).astype(np.int64)
-    return int(sum(int(b) << i for i, b in enumerate(bits)))
-
-
-def expected_code(seed: int, ep: int, frame: int, cam: int) -> int:
-    return _code(seed, ep, frame, cam)
 
 
 def episode(seed: int, ep: int) -> dict[str, np.ndarray]:
