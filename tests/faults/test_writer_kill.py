@@ -136,9 +136,13 @@ def _one_kill(tmp_path: Path, seed: int, episodes: int) -> None:
     root = tmp_path / f"ds{seed}"
     rnd = Round(root, episodes, seed)
     n_events = int(rng.integers(0, episodes + 3))  # opened, added x episodes, finalizing, (finalized)
-    rnd.kill_after(n_events, float(rng.uniform(0, 0.15)) if n_events else float(rng.uniform(0.2, 1.5)))
+    delay = float(rng.uniform(0, 0.15)) if n_events else float(rng.uniform(0.2, 1.5))
+    rnd.kill_after(n_events, delay)
     assert rnd.proc.returncode in (0, -signal.SIGKILL), (rnd.proc.returncode, rnd.stderr[-3000:])
-    repair_and_check(root, seed, len(rnd.added()))
+    try:
+        repair_and_check(root, seed, len(rnd.added()))
+    except AssertionError as e:  # say where the kill landed
+        raise AssertionError(f"{e}\nkilled {delay:.3f} s after event {n_events}: {rnd.events}") from e
 
 
 def _chain(tmp_path: Path, seed: int, episodes: int, rounds: int) -> None:
