@@ -113,15 +113,15 @@ def test_dtypes_are_checked_against_the_features(tmp_path):
 
 
 @pytest.mark.parametrize("features, match", [
-    ({"task": {"dtype": "float32", "shape": [1]}}, "collides with a key the loader adds"),
-    ({"action_is_pad": {"dtype": "bool", "shape": [1]}}, "collides with a key the loader adds"),
+    ({"task": {"dtype": "float32", "shape": [1]}}, "item key of the task string; rename the feature"),
+    ({"action_is_pad": {"dtype": "bool", "shape": [1]}}, "item keys of window pad masks; rename the feature"),
     ({"a/b": {"dtype": "float32", "shape": [1]}}, "must not contain '/'"),
     ({"": {"dtype": "float32", "shape": [1]}}, "non-empty strings"),
     ({"x\x1b": {"dtype": "float32", "shape": [1]}}, "control character"),
     ({"timestamp": {"dtype": "float64", "shape": [1]}}, "written by the writer as float32"),
     ({"x": {"dtype": "float", "shape": [1]}}, "dtype 'float' is not one the writer stores"),
     ({"x": {"dtype": "float32", "shape": [0]}}, "positive ints"),
-    ({"x": {"dtype": "float32", "shape": []}}, "positive ints"),
+    ({"x": {"dtype": "float32", "shape": []}}, "must not be empty"),
     ({"x": {"dtype": "string", "shape": [2]}}, "string feature has shape"),
     ({"cam": {"dtype": "image", "shape": [8, 8, 3]}}, "use 'video'"),
     ({"cam": {"dtype": "video", "shape": [8, 8, 1]}}, r"\[height, width, 3\]"),

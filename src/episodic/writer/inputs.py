@@ -16,10 +16,6 @@ from ..format.features import DEFAULT_FEATURES, Feature
 NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                   "float16", "float32", "float64")
 WRITABLE_DTYPES = (*NUMERIC_DTYPES, "string", "video")
-#: Keys LeRobot's loader adds to every item (`task`) or to windowed ones (`<key>_is_pad`): a feature with
-#: such a name would be overwritten in the items.
-ITEM_KEY = "task"
-PAD_SUFFIX = "_is_pad"
 # Unicode categories a task string must not contain: control characters (terminal escapes, newlines, tabs),
 # lone surrogates (not representable in UTF-8, so not in a parquet file), line and paragraph separators.
 _BAD_CATEGORIES = ("Cc", "Cs", "Zl", "Zp")
@@ -46,12 +42,9 @@ def check_features(features: Any) -> dict[str, Feature]:
         bad = _bad_char(name)
         if bad:
             raise WriterInputError(f"{where}: the name contains the control character {bad}")
-        if name == ITEM_KEY or name.endswith(PAD_SUFFIX):
-            raise WriterInputError(f"{where}: the name collides with a key the loader adds to every item "
-                                   f"('{ITEM_KEY}', and '<feature>{PAD_SUFFIX}' masks); rename the feature")
         if not isinstance(spec, Mapping):
             raise WriterInputError(f"{where}: expected a mapping with 'dtype' and 'shape', got {spec!r}")
-        try:
+        try:  # also refuses the names of keys the loader adds to items ('task', '<key>_is_pad')
             f = Feature.from_json(name, {"names": None, **spec}, "features")
         except DatasetFormatError as e:
             raise WriterInputError(str(e)) from None
