@@ -74,7 +74,7 @@ def _is_enospc(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno == errno.ENOSPC
 
 
-@pytest.mark.parametrize("size_kb", [96, 160, 256, 400, 640])
+@pytest.mark.parametrize("size_kb", [64, 96, 200, 320])  # full while: encoding, journal, joining an mp4, a segment
 def test_disk_full_while_adding(tmpfs, size_kb, capsys):
     """Add episodes until the disk is full (at a different point of an episode or of a join for each size);
     the original error comes out of the `with` block; then repair on the still-full disk fails cleanly or
@@ -105,7 +105,7 @@ def test_disk_full_while_adding(tmpfs, size_kb, capsys):
     writer_checks.assert_episodes(root, SEED, found)
 
 
-@pytest.mark.parametrize("leave_kb", [0, 4, 12, 24, 48, 96])
+@pytest.mark.parametrize("leave_kb", [0, 25, 48])  # full while: joining the data file, writing metadata; not full
 def test_disk_full_in_finalize_then_finalize_again(tmpfs, leave_kb):
     """All episodes added, then the disk fills up before finalize: finalize raises the original error (or
     works when enough was left), leaves no temporary file, and works when called again with space."""
