@@ -60,6 +60,22 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
+def _repair(args: argparse.Namespace) -> int:
+    from .format.errors import EpisodicError
+    from .tools.repair import repair
+
+    try:
+        report = repair(args.path)
+    except EpisodicError:
+        raise
+    except OSError as e:  # e.g. a full disk: the session is left as it was
+        print(f"episodic repair: error: {e}; the session in {args.path} is unchanged: fix the cause and run "
+              f"repair again", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from .tools import bench as B
 
@@ -166,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "page checksums (finds corrupted bytes inside files; slow)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_validate)
+    p = sub.add_parser("repair", help="finalize an interrupted writing session up to its last complete episode",
+                       description="Finalize the dataset an interrupted DatasetWriter (killed, crashed, disk full) "
+                                   "left in PATH: every episode whose add_episode returned is kept, the partial one "
+                                   "and temporary files are removed, the metadata is written. A finished dataset is "
+                                   "left as it is.")
+    p.add_argument("path", help="the dataset directory the writer was writing")
+    p.set_defaults(func=_repair)
     p = sub.add_parser("bench", help="measure loading: frames/s, time to first batch, latency, decode time, peak RSS",
                        description="Measure one loader configuration on DATASET (default: the built-in demo dataset, "
                                    "written on first use). Prints a table; --json/--csv write the result. Exits "

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from episodic.storage.atomic import AtomicFile, atomic_path, atomic_write_bytes
+from episodic.storage.atomic import AtomicFile, atomic_path, atomic_write_bytes, is_temp_name, temp_files
 
 
 def _entries(directory) -> list[str]:
@@ -139,3 +139,20 @@ def test_concurrent_writers_from_two_processes(tmp_path):
     data = open(final, "rb").read()
     assert data in (b"\x01" * 200_000, b"\x02" * 200_000)
     assert _entries(tmp_path) == ["shared.bin"]
+
+
+def test_fsync_commit_and_temp_files(tmp_path):
+    final = tmp_path / "new" / "deeper" / "f.bin"
+    f = AtomicFile(final)
+    with open(f.tmp, "wb") as out:
+        out.write(b"data")
+    assert temp_files(tmp_path) == [f.tmp]
+    f.commit(fsync=True)  # flushes the file, its directory and the directories it created
+    assert final.read_bytes() == b"data" and temp_files(tmp_path) == []
+    atomic_write_bytes(tmp_path / "g", b"x", fsync=True)
+    with atomic_path(tmp_path / "h", fsync=True) as tmp:
+        with open(tmp, "wb") as out:
+            out.write(b"y")
+    assert (tmp_path / "g").read_bytes() == b"x" and (tmp_path / "h").read_bytes() == b"y"
+    assert is_temp_name(".f.bin.123.0123456789ab.tmp")
+    assert not is_temp_name("f.bin.tmp") and not is_temp_name(".f.bin.x.0123456789ab.tmp")

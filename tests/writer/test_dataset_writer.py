@@ -1,8 +1,12 @@
-"""The writer: round trips, file layout, rotation, codecs, stats, atomic files."""
+"""The writer: round trips, file layout, rotation, codecs, stats; sessions kept after errors, reopened,
+resumed and repaired; what overwrite may replace; file modes."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -10,7 +14,14 @@ import pytest
 
 from episodic import DatasetWriter, EpisodicDataset
 from episodic.demo import demo_features, synthetic_episode, write_demo_dataset
+from episodic.format.errors import ExistingDirectoryError, WriterError, WriterSessionError
 from episodic.format.stats import array_stats
+from episodic.storage.atomic import temp_files
+from episodic.tools.repair import repair
+from episodic.writer.session import SESSION_DIR
+
+H, W = 48, 64
+FEATS = demo_features(height=H, width=W)
 
 
 def test_layout_and_metadata(small_root):
@@ -68,32 +79,176 @@ def test_other_codecs_round_trip(tmp_path, vcodec, info_codec):
         assert np.abs(got - src[ep]["observation.images.top"][f]).mean() < 6
 
 
-def test_aborted_write_leaves_no_complete_looking_dataset(tmp_path):
+def _files(root) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in Path(root).rglob("*") if p.is_file())
+
+
+def _write(w: DatasetWriter, episodes, length: int = 10) -> None:
+    for e in episodes:
+        w.add_episode(synthetic_episode(e, length + e, height=H, width=W), task=f"task {e % 2}")
+
+
+def _assert_episodes(root, count: int, length: int = 10) -> None:
+    ds = EpisodicDataset(root, return_uint8=True)
+    assert ds.meta.episodes.length.tolist() == [length + e for e in range(count)]
+    batch = ds.get_batch(np.arange(len(ds)))
+    start = 0
+    for e in range(count):
+        src = synthetic_episode(e, length + e, height=H, width=W)
+        n = length + e
+        assert np.array_equal(batch["observation.state"][start:start + n].numpy(), src["observation.state"])
+        frames = batch["observation.images.top"][start:start + n].numpy().transpose(0, 2, 3, 1).astype(np.float64)
+        assert np.abs(frames - src["observation.images.top"]).mean() < 6
+        start += n
+
+
+def test_error_in_the_with_block_keeps_the_episodes_for_repair(tmp_path, caplog):
+    """The user's error goes through unchanged; the complete episodes stay, and repair finalizes them."""
     root = tmp_path / "ds"
-    with pytest.raises(RuntimeError, match="boom"):
-        with DatasetWriter(root, fps=30, features=demo_features(height=48, width=64)) as w:
-            w.add_episode(synthetic_episode(0, 10, height=48, width=64), task="t")
+    with pytest.raises(RuntimeError, match="boom") as e:
+        with DatasetWriter(root, fps=30, features=FEATS) as w:
+            _write(w, range(2))
             raise RuntimeError("boom")
-    assert not (root / "meta/info.json").exists()
-    assert not [p for p in root.rglob("*") if p.is_file()]
+    assert e.value.__context__ is None  # nothing raised while cleaning up
+    assert not (root / "meta/info.json").exists() and not temp_files(root)
+    assert "2 complete episode(s) are kept" in caplog.text and "episodic repair" in caplog.text
+    assert repair(root).repaired
+    _assert_episodes(root, 2)
+    assert _files(root) == sorted(f for f in _files(root) if not f.startswith(SESSION_DIR))
 
 
-def test_bad_episode_input_is_rejected(tmp_path):
-    w = DatasetWriter(tmp_path / "ds", fps=30, features=demo_features(height=48, width=64))
-    ep = synthetic_episode(0, 10, height=48, width=64)
-    with pytest.raises(ValueError, match="observation.images.top"):
-        w.add_episode({**ep, "observation.images.top": ep["observation.images.top"][:, :10]}, task="t")
-    with pytest.raises(ValueError, match="same positive number of frames"):
-        w.add_episode({**ep, "action": ep["action"][:5]}, task="t")
-    with pytest.raises(ValueError, match="missing features"):
-        w.add_episode({k: v for k, v in ep.items() if k != "action"}, task="t")
+def test_abort_discard_removes_what_the_session_wrote(tmp_path):
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.001)
+    _write(w, range(3))
+    assert any(f.startswith("data/") for f in _files(root))  # full files are joined while writing
+    w.abort(discard=True)
+    assert root.is_dir() and os.listdir(root) == []
+
+
+def test_reopen_continues_an_interrupted_session(tmp_path):
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.004, video_files_size_in_mb=0.006,
+                      chunks_size=2)
+    _write(w, range(3))
     w.abort()
+    with pytest.raises(ExistingDirectoryError, match="interrupted writing session.*episodic repair"):
+        DatasetWriter(root, fps=30, features=FEATS)
+    w = DatasetWriter.reopen(root)
+    assert w.recovery.episodes == 3 and w.recovery.frames == 10 + 11 + 12 and w.num_episodes == 3
+    _write(w, range(3, 5))
+    w.abort()
+    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.004, video_files_size_in_mb=0.006,
+                      chunks_size=2, resume=True)  # the same settings, given again
+    _write(w, range(5, 6))
+    assert w.finalize() == str(root)
+    _assert_episodes(root, 6)
+    ds = EpisodicDataset(root)
+    assert ds.meta.tasks == ["task 0", "task 1"] and len(ds.meta.episodes.data_files) > 2
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS)
+    _write(w, range(1))
+    w.abort()
+    with pytest.raises(WriterSessionError, match="fps: session 30, now 15"):
+        DatasetWriter(root, fps=15, features=FEATS, resume=True)
+    with pytest.raises(WriterSessionError, match="vcodec: session 'av1', now 'h264'"):
+        DatasetWriter(root, fps=30, features=FEATS, vcodec="h264", resume=True)
+    assert DatasetWriter.reopen(root).num_episodes == 1  # still there, and unlocked after the refusals
+
+
+def test_resume_on_a_new_directory_starts_a_session(tmp_path):
+    w = DatasetWriter(tmp_path / "ds", fps=30, features=FEATS, resume=True)
+    assert w.recovery is None and w.num_episodes == 0
+    _write(w, range(1))
+    w.finalize()
+    with pytest.raises(ExistingDirectoryError, match="finished dataset; resume=True"):
+        DatasetWriter(tmp_path / "ds", fps=30, features=FEATS, resume=True)
+    with pytest.raises(WriterSessionError, match="a finished dataset to reopen"):
+        DatasetWriter.reopen(tmp_path / "ds")
+
+
+def test_finalize_is_idempotent_and_ends_the_writer(tmp_path):
+    w = DatasetWriter(tmp_path / "ds", fps=30, features=FEATS)
+    _write(w, range(1))
+    root = w.finalize()
+    assert w.finalize() == root
+    with pytest.raises(WriterError, match="already finalized"):
+        _write(w, range(1, 2))
+    assert not (tmp_path / "ds" / SESSION_DIR).exists()
+    w.abort()  # a no-op after finalize
+    assert (tmp_path / "ds" / "meta/info.json").exists()
 
 
 def test_refuses_to_overwrite(small_root):
-    with pytest.raises(FileExistsError):
+    with pytest.raises(ExistingDirectoryError, match="holds a dataset"):
         DatasetWriter(small_root, fps=30, features=demo_features())
-    assert (small_root / "meta/info.json").exists()
+    assert (small_root / "meta/info.json").exists() and not (small_root / SESSION_DIR).exists()
+
+
+def test_overwrite_replaces_a_dataset_or_a_session_never_other_files(tmp_path, small_root, copy_of):
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(ExistingDirectoryError, match="not a LeRobot dataset"):
+            DatasetWriter(other, fps=30, features=FEATS, overwrite=overwrite)
+    assert os.listdir(other) == ["notes.txt"]  # nothing created, nothing deleted
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    DatasetWriter(empty, fps=30, features=FEATS, overwrite=True).abort(discard=True)
+
+    ds = copy_of(small_root)
+    w = DatasetWriter(ds, fps=30, features=FEATS, overwrite=True)
+    assert sorted(os.listdir(ds)) == [SESSION_DIR]  # the old dataset is gone
+    _write(w, range(2))
+    w.abort()
+    w = DatasetWriter(ds, fps=30, features=FEATS, overwrite=True)  # an interrupted session, replaced
+    assert w.num_episodes == 0
+    _write(w, range(1))
+    w.finalize()
+    _assert_episodes(ds, 1)
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ExistingDirectoryError, match="not a directory"):
+        DatasetWriter(a_file, fps=30, features=FEATS, overwrite=True)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_files_get_the_umask_mode(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        w = DatasetWriter(tmp_path / "ds", fps=30, features=FEATS, data_files_size_in_mb=0.001)
+        _write(w, range(2))
+        w.finalize()
+    finally:
+        os.umask(old)
+    root = tmp_path / "ds"
+    for p in [root, *root.rglob("*")]:
+        want = (0o777 if p.is_dir() else 0o666) & ~umask
+        assert stat.S_IMODE(p.stat().st_mode) == want, (p, oct(p.stat().st_mode))
+
+
+def test_full_files_are_joined_while_writing(tmp_path):
+    """Finalize only joins the files still open: the full ones were joined by add_episode."""
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.002, video_files_size_in_mb=0.006)
+    _write(w, range(6))
+    joined = [f for f in _files(root) if not f.startswith(SESSION_DIR)]
+    assert len([f for f in joined if f.startswith("data/")]) >= 3
+    # segments are left only for the open file of each series (data, each camera), never for a joined one
+    segments = [f for f in _files(root) if f.startswith(f"{SESSION_DIR}/segments/")]
+    groups = {f.rsplit("/", 1)[0].split("/segments/")[1] for f in segments}
+    assert len(groups) == 1 + len(w.video_keys), groups
+    for g in groups:
+        final = g + (".parquet" if g.startswith("data/") else ".mp4")
+        assert final not in joined, final
+    w.finalize()
+    _assert_episodes(root, 6)
 
 
 def test_array_stats_image_layout():

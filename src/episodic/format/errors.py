@@ -83,3 +83,28 @@ class MixturePreflightError(EpisodicError, ValueError):
     def __init__(self, message: str, report=None):
         super().__init__(message)
         self.report = report
+
+
+class WriterError(EpisodicError):
+    """A dataset could not be written as asked (the writer's own errors; I/O errors such as a full disk are
+    raised as they are)."""
+
+
+class WriterInputError(WriterError, ValueError):
+    """An episode, a feature description or a task string given to the writer is invalid. Raised before
+    anything is written; the message names the episode and the field."""
+
+
+class WriterLockedError(WriterError):
+    """Another live writer (or repair) holds the dataset directory."""
+
+
+class ExistingDirectoryError(WriterError, FileExistsError):
+    """The writer's target directory holds something it must not replace: a dataset (without
+    `overwrite=True`), files that are not a dataset (never deleted), or an interrupted writing session
+    (resume it, repair it, or pass `overwrite=True`)."""
+
+
+class WriterSessionError(WriterError):
+    """An interrupted writing session cannot be resumed as asked: its settings differ from the writer's, or
+    its files are inconsistent (the message names the file)."""

@@ -10,15 +10,56 @@ plain `open(path, "w")` gives), not `tempfile.mkstemp`'s 0o600. On any failure i
 - `atomic_write_bytes(final, data)`: the whole file from bytes.
 - `AtomicFile(final)`: for writers that keep a temporary file open across many calls (`.tmp`, then
   `.commit()` or `.discard()`); also a context manager.
+
+Durability: a rename is visible to every process at once and survives the writer being killed, but not a
+power loss or an OS crash until the data and the directory entry reach the disk. `fsync=True` (on
+`commit`, `atomic_path`, `atomic_write_bytes`) flushes the file before the rename and its directory after.
+`temp_files(root)` finds the temporary files a killed process left behind (they match this module's naming
+only: `.<name>.<pid>.<12 hex>.tmp`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["AtomicFile", "atomic_path", "atomic_write_bytes"]
+__all__ = ["AtomicFile", "atomic_path", "atomic_write_bytes", "fsync_directory", "fsync_file", "is_temp_name",
+           "temp_files"]
+
+_TEMP_NAME = re.compile(r"^\..+\.[0-9]+\.[0-9a-f]{12}\.tmp$")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for a file name this module gives temporary files."""
+    return _TEMP_NAME.match(name) is not None
+
+
+def temp_files(root: str | os.PathLike) -> list[str]:
+    """Every temporary file of this module's naming under `root` (sorted paths)."""
+    found = []
+    for directory, _, files in os.walk(root):
+        found.extend(os.path.join(directory, f) for f in files if is_temp_name(f))
+    return sorted(found)
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a file's data and metadata to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_directory(path: str | os.PathLike) -> None:
+    """Flush a directory's entries (files created, renamed or removed in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _create_temp(final: str) -> str:
@@ -34,6 +75,20 @@ def _create_temp(final: str) -> str:
         return tmp
 
 
+def _makedirs(directory: str) -> list[str]:
+    """Create `directory` and its missing parents; returns the ones created, outermost first."""
+    missing = []
+    d = os.path.abspath(directory)
+    while not os.path.isdir(d):
+        missing.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    os.makedirs(directory, exist_ok=True)
+    return missing[::-1]
+
+
 class AtomicFile:
     """A file being written at `tmp` that becomes `final` on `commit()` (an atomic rename) or disappears on
     `discard()`. The parent directory is created when missing; `tmp` exists (empty) from the start, and a
@@ -41,21 +96,28 @@ class AtomicFile:
 
     def __init__(self, final: str | os.PathLike):
         self.final = os.fspath(final)
-        os.makedirs(os.path.dirname(self.final) or ".", exist_ok=True)
+        self._new_dirs = _makedirs(os.path.dirname(self.final) or ".")
         self.tmp = _create_temp(self.final)
         self.done = False
 
-    def commit(self) -> str:
+    def commit(self, fsync: bool = False) -> str:
         """Rename the temporary file to the final path (replacing any file there); returns the final path.
-        When the rename fails the temporary file is removed and the error raised."""
+        `fsync`: flush the file before the rename and the directory after it (durable across a power loss).
+        When this fails the temporary file is removed and the error raised."""
         if self.done:
             raise RuntimeError(f"{self.final}: already committed or discarded")
         try:
+            if fsync:
+                fsync_file(self.tmp)
             os.replace(self.tmp, self.final)
         except BaseException:
             self.discard()
             raise
         self.done = True
+        if fsync:
+            fsync_directory(os.path.dirname(self.final) or ".")
+            for d in reversed(self._new_dirs):  # directories this file created: their entries too
+                fsync_directory(os.path.dirname(d) or ".")
         return self.final
 
     def discard(self) -> None:
@@ -82,14 +144,20 @@ class AtomicFile:
 
 
 @contextmanager
-def atomic_path(final: str | os.PathLike) -> Iterator[str]:
-    """A temporary path to write; renamed to `final` when the block ends normally, removed when it raises."""
-    with AtomicFile(final) as f:
+def atomic_path(final: str | os.PathLike, fsync: bool = False) -> Iterator[str]:
+    """A temporary path to write; renamed to `final` when the block ends normally (flushed to the disk first
+    with `fsync`), removed when it raises."""
+    f = AtomicFile(final)
+    try:
         yield f.tmp
+    except BaseException:
+        f.discard()
+        raise
+    f.commit(fsync=fsync)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, fsync: bool = False) -> None:
     """Write `data` to `path` through a temporary file in the same directory and an atomic rename."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, fsync=fsync) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -1,73 +1,33 @@
-"""Write LeRobot v3.0 datasets: parquet + mp4, several episodes per file, rotation by size, atomic files."""
+"""Write LeRobot v3.0 datasets episode by episode, crash-safe: every episode is on disk once `add_episode`
+returns, and an interrupted session can be resumed or finalized (`episodic repair`). The layout on disk while
+writing is described in writer/session.py."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import shutil
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ..format.features import DEFAULT_FEATURES, Feature
-from ..format.info import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, V30, DatasetInfo
-from ..format.metadata import EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
-from ..format.stats import aggregate_stats, array_stats, stats_to_json
+from ..format.errors import WriterError, WriterSessionError
+from ..format.stats import array_stats
 from ..format.timebase import frames_to_seconds, timestamp_column
-from ..storage.atomic import AtomicFile, atomic_path, atomic_write_bytes
-from .video import VideoFileWriter
+from ..storage.atomic import temp_files
+from .data_files import concat_parquet, data_schema, episode_table, write_segment
+from .groups import Group, Series
+from .inputs import check_episode, check_features, check_tasks
+from .meta import write_metadata
+from .session import SESSION_DIR, Session, read_settings
+from .video import INFO_CODEC, VideoFileWriter, concat_mp4, encoder_name, probe_encoder
+
+log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
 MAX_IMAGE_STATS_FRAMES = 100
-
-
-def _arrow_type(f: Feature) -> pa.DataType:
-    if f.dtype == "string":
-        return pa.string()
-    base = pa.from_numpy_dtype(np.dtype(f.dtype))
-    if f.shape == (1,):
-        return base
-    t = base
-    for n in reversed(f.shape):
-        t = pa.list_(t, n)
-    return t
-
-
-def _hf_type(f: Feature) -> dict:
-    value = {"dtype": f.dtype, "_type": "Value"}
-    if f.shape == (1,):
-        return value
-    t: dict = value
-    for n in reversed(f.shape):
-        t = {"feature": t, "length": n, "_type": "List"}
-    return t
-
-
-def _column(values: np.ndarray, f: Feature) -> pa.Array:
-    typ = _arrow_type(f)
-    if f.dtype == "string":
-        return pa.array([str(v) for v in values], typ)
-    arr = np.ascontiguousarray(values, dtype=np.dtype(f.dtype))
-    if f.shape == (1,):
-        return pa.array(arr.reshape(-1), typ)
-    flat = pa.array(arr.reshape(-1))
-    for n in reversed(f.shape):
-        flat = pa.FixedSizeListArray.from_arrays(flat, n)
-    return flat
-
-
-class _Rotating:
-    """Tracks (chunk, file) indices of a rotating file series."""
-
-    def __init__(self, chunks_size: int):
-        self.chunks_size, self.chunk, self.file = chunks_size, 0, 0
-
-    def advance(self) -> None:
-        self.file += 1
-        if self.file >= self.chunks_size:
-            self.chunk, self.file = self.chunk + 1, 0
 
 
 class DatasetWriter:
@@ -78,223 +38,340 @@ class DatasetWriter:
     >>> w.add_episode({"observation.state": states, "observation.images.top": frames}, task="pick")  # doctest: +SKIP
     >>> w.finalize()  # doctest: +SKIP
 
-    Every file is written under a temporary name and renamed when complete; meta/info.json is written last,
-    so an interrupted run never leaves a directory that looks like a complete dataset.
+    - Durable episodes: when `add_episode` returns, the episode's rows, its encoded frames and its metadata
+      row are on disk (flushed with `fsync=True`, the default, so a power loss keeps them too). After a crash,
+      `DatasetWriter.reopen(root)` continues the session and `episodic repair ROOT` finalizes it: every
+      episode whose `add_episode` returned is kept.
+    - One writer per directory: a second one (another process, or this one) gets `WriterLockedError`; a lock
+      left by a dead process is taken over.
+    - Checked input: features, episodes and task strings are validated before anything is written
+      (`WriterInputError`, naming the episode and the field); a failed `add_episode` adds nothing.
+    - Errors (a full disk, ...) are raised as they are; no temporary file stays behind; the episodes already
+      added stay recoverable, and `finalize` can be called again once the cause is fixed.
+    - `overwrite=True` replaces a dataset (or an interrupted session), never a directory that is neither.
+
+    Finalize joins the episodes' segments of the last, still open, data and video files (at most one data
+    file and one video file per camera: the others were joined when they filled up, in `add_episode`) by
+    copying them once (no re-encoding), then writes the metadata; meta/info.json comes last.
     """
 
     def __init__(self, root: str | os.PathLike, fps: int, features: Mapping[str, Mapping[str, Any]],
                  robot_type: str | None = None, vcodec: str = "av1", gop: int = 2, crf: int | None = 30,
                  pix_fmt: str = "yuv420p", preset: int | str | None = None, data_files_size_in_mb: float = 100,
-                 video_files_size_in_mb: float = 200, chunks_size: int = 1000, overwrite: bool = False):
+                 video_files_size_in_mb: float = 200, chunks_size: int = 1000, overwrite: bool = False,
+                 resume: bool = False, fsync: bool = True):
         self.root = os.path.abspath(os.fspath(root))
-        if os.path.exists(self.root) and os.listdir(self.root):
-            if not overwrite:
-                raise FileExistsError(f"{self.root}: directory exists and is not empty (pass overwrite=True)")
-            shutil.rmtree(self.root)
-        os.makedirs(self.root, exist_ok=True)
+        if overwrite and resume:
+            raise ValueError("overwrite=True and resume=True exclude each other")
+        if isinstance(fps, bool) or not isinstance(fps, (int, np.integer)) or fps <= 0:
+            raise ValueError(f"fps must be a positive integer, got {fps!r}")
+        for name, value in (("data_files_size_in_mb", data_files_size_in_mb),
+                            ("video_files_size_in_mb", video_files_size_in_mb)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if isinstance(chunks_size, bool) or not isinstance(chunks_size, int) or chunks_size < 1:
+            raise ValueError(f"chunks_size must be a positive integer, got {chunks_size!r}")
         self.fps = int(fps)
-        feats = {name: Feature.from_json(name, {"names": None, **spec}, "features") for name, spec in features.items()}
-        for name, spec in DEFAULT_FEATURES.items():
-            feats.setdefault(name, Feature.from_json(name, spec))
-        for f in feats.values():
-            if f.is_image:
-                raise ValueError(f"feature {f.name!r}: 'image' features are not written by episodic; use 'video'")
-        self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
-        self.features = feats
-        self.video_keys = [k for k, f in feats.items() if f.is_video]
-        self.data_keys = [k for k, f in feats.items() if not f.is_video]
+        self.features = check_features(features)
+        self.video_keys = [k for k, f in self.features.items() if f.is_video]
+        self.data_keys = [k for k, f in self.features.items() if not f.is_video]
         self.robot_type = robot_type
-        self.data_limit = data_files_size_in_mb * MB
-        self.video_limit = video_files_size_in_mb * MB
+        self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
+        encoder_name(vcodec)
+        for k in self.video_keys:
+            h, w, _ = self.features[k].shape
+            probe_encoder(k, w, h, self.fps, **self.video_opts)
         self.sizes = (data_files_size_in_mb, video_files_size_in_mb)
         self.chunks_size = chunks_size
+        self.fsync = fsync
         self.tasks: dict[str, int] = {}
         self.episodes: list[dict[str, Any]] = []
-        self.episode_stats: list[dict] = []
+        self.episode_stats: list[dict[str, dict[str, list]]] = []
         self.total_frames = 0
-        self._data_pos = _Rotating(chunks_size)
-        self._data_writer: pq.ParquetWriter | None = None
-        self._data_file: AtomicFile | None = None
-        self._schema = pa.schema([pa.field(k, _arrow_type(feats[k])) for k in self.data_keys],
-                                 metadata={"huggingface": json.dumps({"info": {"features": {k: _hf_type(feats[k]) for k in self.data_keys}}})})
-        self._video_pos = {k: _Rotating(chunks_size) for k in self.video_keys}
-        self._video_writers: dict[str, VideoFileWriter | None] = {k: None for k in self.video_keys}
-        self._video_info: dict[str, dict] = {}
-        self._finalized = False
+        self._schema = data_schema(self.features, self.data_keys)
+        self._data = Series(None, data_files_size_in_mb * MB, chunks_size)
+        self._videos = {k: Series(k, video_files_size_in_mb * MB, chunks_size) for k in self.video_keys}
+        self._finalized = self._closed = False
+        #: What reopening an interrupted session found (`Recovery`), or None for a new session.
+        self.recovery: Recovery | None = None
+        self._session = Session.open(self.root, self._settings(), overwrite=overwrite, resume=resume, fsync=fsync)
+        if self._session.resumed:
+            try:
+                self.recovery = self._recover()
+            except BaseException:
+                self._session.release()
+                self._closed = True
+                raise
+
+    @classmethod
+    def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> "DatasetWriter":
+        """Continue the interrupted session in `root` with its own settings: `add_episode` goes on after its
+        last complete episode. `.recovery` says what was kept and what was dropped."""
+        settings = read_settings(os.path.abspath(os.fspath(root)))
+        args = {k: v for k, v in settings.items() if k != "session_format"}
+        return cls(root, resume=True, fsync=fsync, **args)
+
+    def _settings(self) -> dict[str, Any]:
+        s = {"session_format": 1, "fps": self.fps, "features": {k: f.to_json() for k, f in self.features.items()},
+             "robot_type": self.robot_type, **self.video_opts, "data_files_size_in_mb": self.sizes[0],
+             "video_files_size_in_mb": self.sizes[1], "chunks_size": self.chunks_size}
+        return json.loads(json.dumps(s))  # as read back from the file (lists, not tuples)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes)
 
     # ------------------------------------------------------------------ api
     def add_episode(self, frames: Mapping[str, np.ndarray], task: str | Sequence[str]) -> int:
         """Append one episode. `frames` maps each user feature to an array with one row per frame (cameras:
-        (T, H, W, 3) uint8). `task` is one string, or one string per frame. Returns the episode index."""
-        if self._finalized:
-            raise RuntimeError("dataset already finalized")
+        (T, H, W, 3) uint8). `task` is one string, or one string per frame. Returns the episode index.
+
+        Everything is checked before anything is written. When this returns, the episode is on disk; when it
+        raises, the episode was not added (and nothing of it is left) and the writer can go on."""
+        self._check_usable()
         ep = len(self.episodes)
-        user = [k for k in self.features if k not in DEFAULT_FEATURES]
-        missing = [k for k in user if k not in frames]
-        unknown = [k for k in frames if k not in self.features]
-        if missing or unknown:
-            raise ValueError(f"episode {ep}: missing features {missing}, unknown features {unknown}")
-        lengths = {k: len(frames[k]) for k in user}
-        n = next(iter(lengths.values())) if lengths else 0
-        if n == 0 or any(v != n for v in lengths.values()):
-            raise ValueError(f"episode {ep}: every feature needs the same positive number of frames, got {lengths}")
-        tasks = [task] * n if isinstance(task, str) else list(task)
-        if len(tasks) != n:
-            raise ValueError(f"episode {ep}: {len(tasks)} task strings for {n} frames")
+        n, arrays = check_episode(ep, frames, self.features)
+        tasks = check_tasks(ep, task, n)
+        self._join_pending()
+        task_ids = dict(self.tasks)
         for t in tasks:
-            self.tasks.setdefault(t, len(self.tasks))
-        for k in self.video_keys:
-            f = self.features[k]
-            h, w, c = f.shape
-            a = frames[k]
-            if a.dtype != np.uint8 or a.shape[1:] != (h, w, c):
-                raise ValueError(f"episode {ep}: camera {k!r} needs uint8 frames of shape (T, {h}, {w}, {c}), got {a.dtype} {a.shape}")
-        columns = {k: np.asarray(frames[k]) for k in user if k not in self.video_keys}
+            task_ids.setdefault(t, len(task_ids))
         frame_index = np.arange(n, dtype=np.int64)
+        columns = {k: arrays[k] for k in self.data_keys if k in arrays}
         columns.update(timestamp=timestamp_column(frame_index, self.fps), frame_index=frame_index,
                        episode_index=np.full(n, ep, np.int64),
                        index=np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
-                       task_index=np.array([self.tasks[t] for t in tasks], dtype=np.int64))
-        for k in self.data_keys:
-            exp = self.features[k].shape
-            got = columns[k].shape[1:] or (1,)
-            if self.features[k].dtype != "string" and tuple(got) != exp:
-                raise ValueError(f"episode {ep}: feature {k!r} has shape {tuple(got)} per frame, info says {exp}")
-        record: dict[str, Any] = {"episode_index": ep, "tasks": list(dict.fromkeys(tasks)), "length": n}
-        record.update(self._write_data(columns, n))
-        record["dataset_from_index"] = self.total_frames
-        record["dataset_to_index"] = self.total_frames + n
-        for k in self.video_keys:
-            record.update(self._write_video(k, frames[k]))
+                       task_index=np.array([task_ids[t] for t in tasks], dtype=np.int64))
         stats = {k: array_stats(columns[k]) for k in self.data_keys if self.features[k].dtype not in ("string", "bool")}
         for k in self.video_keys:
-            step = max(1, n // MAX_IMAGE_STATS_FRAMES)
-            stats[k] = array_stats(frames[k][::step], image=True)
-        self.episode_stats.append(stats)
-        self.episodes.append(record)
-        self.total_frames += n
+            stats[k] = array_stats(arrays[k][::max(1, n // MAX_IMAGE_STATS_FRAMES)], image=True)
+        stats_json = {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
+
+        row: dict[str, Any] = {"episode_index": ep, "tasks": list(dict.fromkeys(tasks)), "length": n}
+        sizes: dict[str, Any] = {"data": 0, "videos": {}}
+        written: list[str] = []
+        try:
+            g = self._data.open
+            path = self._session.segment_path(g, ep)
+            sizes["data"] = write_segment(episode_table(columns, self.features, self._schema), path, fsync=self.fsync)
+            written.append(path)
+            row.update({"data/chunk_index": g.chunk, "data/file_index": g.file,
+                        "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n})
+            for k in self.video_keys:
+                vg = self._videos[k].open
+                path = self._session.segment_path(vg, ep)
+                sizes["videos"][k] = self._encode(k, arrays[k], path)
+                written.append(path)
+                start = frames_to_seconds(vg.frames, self.fps)
+                row.update({f"videos/{k}/chunk_index": vg.chunk, f"videos/{k}/file_index": vg.file,
+                            f"videos/{k}/from_timestamp": start,
+                            f"videos/{k}/to_timestamp": start + frames_to_seconds(n, self.fps)})
+            self._session.append({"episode": row, "stats": stats_json, "bytes": sizes})
+        except BaseException:
+            for p in written:
+                _unlink_quietly(p)
+            raise
+        self._commit(row, stats_json, sizes)
         return ep
 
     def finalize(self) -> str:
-        """Close the open files, then write the episodes, tasks, stats and (last) info.json."""
+        """Join the open files, write the metadata (meta/info.json last) and end the session; returns the root.
+        When this raises (e.g. a full disk), every episode stays on disk and `finalize` can be called again."""
         if self._finalized:
             return self.root
-        self._close_data()
-        for k in self.video_keys:
-            self._close_video(k)
-        self._write_meta()
-        self._finalized = True
+        self._check_usable()
+        self._join_pending()
+        for series in (self._data, *self._videos.values()):
+            if series.open.episodes:
+                self._join(series.open)
+                series.joined(series.open)
+        codec = INFO_CODEC[encoder_name(self.video_opts["vcodec"])]
+        write_metadata(self.root, fps=self.fps, features=self.features,
+                       video_info={"video.codec": codec, "video.pix_fmt": self.video_opts["pix_fmt"],
+                                   "video.g": self.video_opts["gop"], "video.crf": self.video_opts["crf"]},
+                       episodes=self.episodes, episode_stats=self.episode_stats, tasks=list(self.tasks),
+                       total_frames=self.total_frames, chunks_size=self.chunks_size, sizes_mb=self.sizes,
+                       robot_type=self.robot_type, fsync=self.fsync)
+        self._session.finish()
+        self._finalized = self._closed = True
         return self.root
 
-    def abort(self) -> None:
-        """Drop the files being written (nothing that looks complete is left)."""
-        if self._data_writer is not None:
-            self._data_writer.close()
-            self._data_file.discard()
-            self._data_writer = self._data_file = None
-        for k, w in self._video_writers.items():
-            if w is not None:
-                w.abort()
-                self._video_writers[k] = None
+    def abort(self, discard: bool = False) -> None:
+        """Stop writing and give the directory back. The complete episodes stay on disk, ready for
+        `DatasetWriter.reopen` or `episodic repair`; `discard=True` deletes everything this session wrote
+        (the directory itself stays, empty).
+        Never raises (a problem while cleaning up is logged), so it never hides the error that led here."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if discard:
+                self._session.wipe()
+                self._session.finish()
+            else:
+                self._session.release()
+        except Exception as e:  # noqa: BLE001  see the docstring
+            log.warning("%s: cleaning up after abort failed: %s", self.root, e)
 
     def __enter__(self) -> "DatasetWriter":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
-            self.finalize()
-        else:
-            self.abort()
+            try:
+                self.finalize()
+            except BaseException:
+                self.abort()  # the episodes stay on disk for `episodic repair`; the error goes on
+                raise
+            return
+        self.abort()
+        if self.episodes:
+            log.warning("%s: writing stopped by %s; its %d complete episode(s) are kept: finalize them with "
+                        "`episodic repair %s` or continue with DatasetWriter.reopen()", self.root,
+                        exc_type.__name__, len(self.episodes), self.root)
 
-    # ------------------------------------------------------------------ data files
-    def _write_data(self, columns: dict[str, np.ndarray], n: int) -> dict[str, int]:
-        if self._data_writer is None:
-            rel = DEFAULT_DATA_PATH.format(chunk_index=self._data_pos.chunk, file_index=self._data_pos.file)
-            self._data_file = AtomicFile(os.path.join(self.root, rel))
-            self._data_writer = pq.ParquetWriter(self._data_file.tmp, self._schema, compression="snappy")
-        table = pa.Table.from_arrays([_column(columns[k], self.features[k]) for k in self.data_keys], schema=self._schema)
-        self._data_writer.write_table(table, row_group_size=max(n, 1))  # one row group per episode
-        where = {"data/chunk_index": self._data_pos.chunk, "data/file_index": self._data_pos.file}
-        if os.path.getsize(self._data_file.tmp) >= self.data_limit:
-            self._close_data()
-        return where
+    # ------------------------------------------------------------------ internals
+    def _check_usable(self) -> None:
+        if self._finalized:
+            raise WriterError(f"{self.root}: dataset already finalized")
+        if self._closed:
+            raise WriterError(f"{self.root}: writer aborted; reopen the session with DatasetWriter.reopen()")
 
-    def _close_data(self) -> None:
-        if self._data_writer is not None:
-            self._data_writer.close()
-            self._data_file.commit()
-            self._data_writer = self._data_file = None
-            self._data_pos.advance()
+    def _encode(self, key: str, frames: np.ndarray, path: str) -> int:
+        h, w, _ = self.features[key].shape
+        writer = VideoFileWriter(path, w, h, self.fps, **self.video_opts)
+        try:
+            writer.add(frames)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close(fsync=self.fsync)
+        return writer.bytes
 
-    # ------------------------------------------------------------------ videos
-    def _write_video(self, key: str, frames: np.ndarray) -> dict[str, Any]:
-        w = self._video_writers[key]
-        pos = self._video_pos[key]
-        if w is None:
-            h, wd, _ = self.features[key].shape
-            path = os.path.join(self.root, DEFAULT_VIDEO_PATH.format(video_key=key, chunk_index=pos.chunk, file_index=pos.file))
-            w = self._video_writers[key] = VideoFileWriter(path, wd, h, self.fps, **self.video_opts)
-            self._video_info[key] = {"video.codec": w.codec, "video.pix_fmt": w.pix_fmt}
-        start = w.add(frames)
-        where = {f"videos/{key}/chunk_index": pos.chunk, f"videos/{key}/file_index": pos.file,
-                 f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": start + frames_to_seconds(len(frames), self.fps)}
-        if w.size() >= self.video_limit:
-            self._close_video(key)
-        return where
+    def _commit(self, row: dict[str, Any], stats: dict, sizes: dict[str, Any]) -> None:
+        """Account for a complete episode (just added, or replayed from the journal)."""
+        for t in row["tasks"]:
+            self.tasks.setdefault(t, len(self.tasks))
+        n = row["length"]
+        self.episodes.append(row)
+        self.episode_stats.append(stats)
+        self.total_frames += n
+        self._data.add(row["episode_index"], n, sizes["data"])
+        for k in self.video_keys:
+            self._videos[k].add(row["episode_index"], n, sizes["videos"][k])
 
-    def _close_video(self, key: str) -> None:
-        w = self._video_writers[key]
-        if w is not None:
-            w.close()
-            self._video_writers[key] = None
-            self._video_pos[key].advance()
+    def _join_pending(self) -> None:
+        for series in (self._data, *self._videos.values()):
+            for g in list(series.pending):
+                self._join(g)
+                series.joined(g)
 
-    # ------------------------------------------------------------------ metadata
-    def _write_meta(self) -> None:
-        ep_table = pa.Table.from_pylist(self.episodes) if self.episodes else pa.table({"episode_index": pa.array([], pa.int64())})
-        stat_cols: dict[str, list] = {}
-        for s in self.episode_stats:
-            for feat, d in s.items():
-                for name, v in d.items():
-                    stat_cols.setdefault(f"stats/{feat}/{name}", []).append(np.asarray(v).tolist())
-        for name, values in stat_cols.items():
-            ep_table = ep_table.append_column(name, pa.array(values))
-        n = ep_table.num_rows
-        ep_table = ep_table.append_column("meta/episodes/chunk_index", pa.array(np.zeros(n, np.int64)))
-        ep_table = ep_table.append_column("meta/episodes/file_index", pa.array(np.zeros(n, np.int64)))
-        self._write_parquet(EPISODES_PATH.format(chunk_index=0, file_index=0), ep_table)
+    def _join(self, g: Group) -> None:
+        """Write `g`'s final file from its segments (unless a previous run did), then delete the segments."""
+        final = os.path.join(self.root, g.rel)
+        if not os.path.exists(final):
+            segments = [self._session.segment_path(g, e) for e in g.episodes]
+            if g.camera is None:
+                got = concat_parquet(segments, final, self._schema, fsync=self.fsync)
+            else:
+                got = concat_mp4(segments, final, self.fps, fsync=self.fsync)
+            if got != g.frames:
+                os.unlink(final)
+                raise WriterSessionError(f"{final}: joined {got} frames from {len(segments)} segments, "
+                                         f"expected {g.frames}")
+        self._session.remove_group(g)
 
-        names = list(self.tasks)
-        pandas_meta = {"index_columns": ["__index_level_0__"],
-                       "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
-                                           "metadata": {"encoding": "UTF-8"}}],
-                       "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
-                                   {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}],
-                       "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__}}
-        tasks = pa.table({"task_index": pa.array(np.arange(len(names), dtype=np.int64)), "__index_level_0__": pa.array(names, pa.large_string())})
-        tasks = tasks.replace_schema_metadata({"pandas": json.dumps(pandas_meta)})
-        self._write_parquet(TASKS_PATH, tasks)
+    def _recover(self) -> "Recovery":
+        """Rebuild the state from the journal; drop what no complete episode owns."""
+        records, torn = self._session.read_journal()
+        for i, rec in enumerate(records):
+            row = rec["episode"]
+            where = f"{self._session.journal}:{i + 1}"
+            try:
+                ok = (row["episode_index"] == i and row["dataset_from_index"] == self.total_frames
+                      and (row["data/chunk_index"], row["data/file_index"])
+                      == (self._data.open.chunk, self._data.open.file)
+                      and all((row[f"videos/{k}/chunk_index"], row[f"videos/{k}/file_index"],
+                               row[f"videos/{k}/from_timestamp"])
+                              == (s.open.chunk, s.open.file, frames_to_seconds(s.open.frames, self.fps))
+                              for k, s in self._videos.items()))
+                if ok:
+                    self._commit(row, rec["stats"], rec["bytes"])
+            except (KeyError, TypeError) as e:
+                raise WriterSessionError(f"{where}: episode record lacks a field ({e})") from None
+            if not ok:
+                raise WriterSessionError(f"{where}: episode {row.get('episode_index')!r} does not continue the "
+                                         f"episodes before it")
+        keep: set[str] = set()
+        for series in (self._data, *self._videos.values()):
+            last = series.open
+            if last.episodes and os.path.exists(os.path.join(self.root, last.rel)):
+                series.close_open()  # finalize joined it before the interruption: new episodes go to the next file
+            for g in [*series.pending, series.open]:
+                if os.path.exists(os.path.join(self.root, g.rel)):
+                    continue
+                for e in g.episodes:
+                    path = self._session.segment_path(g, e)
+                    if not os.path.isfile(path):
+                        raise WriterSessionError(f"{path}: segment of complete episode {e} is missing; the session "
+                                                 f"cannot be finalized with it")
+                    keep.add(path)
+        temps = temp_files(self.root)
+        for p in temps:
+            _unlink_quietly(p)
+        dropped = [os.path.relpath(p, self.root) for p in self._session.remove_orphans(keep)]
+        n = len(self.episodes)
+        recovery = Recovery(episodes=n, frames=self.total_frames, torn_bytes=torn,
+                            partial_files=[p for p in dropped if _segment_episode(p) >= n],
+                            joined_files=[p for p in dropped if _segment_episode(p) < n],
+                            temp_files=[os.path.relpath(p, self.root) for p in temps])
+        log.info("%s: reopened: %s", self.root, recovery.summary())
+        return recovery
 
-        stats = aggregate_stats(self.episode_stats)
-        atomic_write_bytes(os.path.join(self.root, STATS_PATH), json.dumps(stats_to_json(stats), indent=4).encode())
 
-        features = {}
-        for k, f in self.features.items():
-            spec = f.to_json()
-            if f.is_video:
-                h, w, c = f.shape
-                spec["names"] = f.names or ["height", "width", "channels"]
-                spec["info"] = {"video.height": h, "video.width": w, **self._video_info.get(k, {}),
-                                "video.is_depth_map": False, "video.fps": self.fps, "video.channels": c,
-                                "video.g": self.video_opts["gop"], "video.crf": self.video_opts["crf"], "has_audio": False}
-            features[k] = spec
-        info = DatasetInfo(codebase_version=V30, fps=self.fps, features={k: Feature.from_json(k, v) for k, v in features.items()},
-                           total_episodes=len(self.episodes), total_frames=self.total_frames, total_tasks=len(self.tasks),
-                           chunks_size=self.chunks_size, data_files_size_in_mb=self.sizes[0], video_files_size_in_mb=self.sizes[1],
-                           data_path=DEFAULT_DATA_PATH, video_path=DEFAULT_VIDEO_PATH if self.video_keys else None,
-                           robot_type=self.robot_type, splits={"train": f"0:{len(self.episodes)}"})
-        atomic_write_bytes(os.path.join(self.root, INFO_PATH), json.dumps(info.to_dict(), indent=4).encode())
+@dataclass
+class Recovery:
+    """What reopening an interrupted session found: the complete episodes kept, and what was dropped (paths
+    relative to the root): the segments of the episode being added when the writer stopped
+    (`partial_files`), segments of files already joined (`joined_files`: stopped between writing a file and
+    deleting its segments), temporary files, a torn last journal line (`torn_bytes`)."""
 
-    def _write_parquet(self, rel: str, table: pa.Table) -> None:
-        with atomic_path(os.path.join(self.root, rel)) as tmp:
-            pq.write_table(table, tmp)
+    episodes: int
+    frames: int
+    torn_bytes: int
+    partial_files: list[str]
+    joined_files: list[str]
+    temp_files: list[str]
+
+    def summary(self) -> str:
+        parts = [f"{self.episodes} complete episode(s), {self.frames} frames kept"]
+        if self.partial_files:
+            eps = sorted({_segment_episode(p) for p in self.partial_files})
+            parts.append(f"incomplete episode {', '.join(map(str, eps))} dropped ({len(self.partial_files)} file(s))")
+        if self.torn_bytes:
+            parts.append(f"a partial journal line ({self.torn_bytes} bytes) dropped")
+        if self.joined_files:
+            parts.append(f"{len(self.joined_files)} segment file(s) of already joined files removed")
+        if self.temp_files:
+            parts.append(f"{len(self.temp_files)} temporary file(s) removed")
+        return "; ".join(parts)
+
+
+def _segment_episode(path: str) -> int:
+    """The episode index in a segment file name (episode-000000012.mp4 -> 12); -1 for another name."""
+    name = os.path.basename(path)
+    try:
+        return int(name.split(".")[0].split("-")[1]) if name.startswith("episode-") else -1
+    except (IndexError, ValueError):
+        return -1
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as e:
+        if not isinstance(e, FileNotFoundError):
+            log.warning("%s: could not remove (%s)", path, e)
+
+
+__all__ = ["DatasetWriter", "Recovery", "SESSION_DIR"]

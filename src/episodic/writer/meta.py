@@ -1,0 +1,75 @@
+"""The metadata files of a finished dataset: meta/episodes, meta/tasks.parquet, meta/stats.json and, last,
+meta/info.json (a directory without it is never taken for a complete dataset)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..format.features import Feature
+from ..format.info import DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, V30, DatasetInfo
+from ..format.metadata import EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH
+from ..format.stats import aggregate_stats, stats_to_json
+from ..storage.atomic import atomic_write_bytes
+from .data_files import write_parquet
+
+
+def write_metadata(root: str, *, fps: int, features: Mapping[str, Feature], video_info: Mapping[str, Any],
+                   episodes: Sequence[dict[str, Any]], episode_stats: Sequence[Mapping[str, Mapping[str, Any]]],
+                   tasks: Sequence[str], total_frames: int, chunks_size: int, sizes_mb: tuple[float, float],
+                   robot_type: str | None, fsync: bool = False) -> None:
+    """`video_info`: the `info` entries every camera gets (codec, pixel format, gop, crf)."""
+    def parquet(rel: str, table: pa.Table) -> None:
+        write_parquet(os.path.join(root, rel), table.schema, [table], row_group_per_table=False, fsync=fsync)
+
+    ep_table = pa.Table.from_pylist(list(episodes)) if episodes else pa.table({"episode_index": pa.array([], pa.int64())})
+    stat_cols: dict[str, list] = {}
+    for s in episode_stats:
+        for feat, d in s.items():
+            for name, v in d.items():
+                stat_cols.setdefault(f"stats/{feat}/{name}", []).append(np.asarray(v).tolist())
+    for name, values in stat_cols.items():
+        ep_table = ep_table.append_column(name, pa.array(values))
+    n = ep_table.num_rows
+    ep_table = ep_table.append_column("meta/episodes/chunk_index", pa.array(np.zeros(n, np.int64)))
+    ep_table = ep_table.append_column("meta/episodes/file_index", pa.array(np.zeros(n, np.int64)))
+    parquet(EPISODES_PATH.format(chunk_index=0, file_index=0), ep_table)
+
+    names = list(tasks)
+    pandas_meta = {"index_columns": ["__index_level_0__"],
+                   "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+                                       "metadata": {"encoding": "UTF-8"}}],
+                   "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
+                               {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}],
+                   "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__}}
+    task_table = pa.table({"task_index": pa.array(np.arange(len(names), dtype=np.int64)),
+                           "__index_level_0__": pa.array(names, pa.large_string())})
+    parquet(TASKS_PATH, task_table.replace_schema_metadata({"pandas": json.dumps(pandas_meta)}))
+
+    stats = aggregate_stats(episode_stats)
+    atomic_write_bytes(os.path.join(root, STATS_PATH), json.dumps(stats_to_json(stats), indent=4).encode(), fsync=fsync)
+
+    out_features = {}
+    video_keys = []
+    for k, f in features.items():
+        spec = f.to_json()
+        if f.is_video:
+            video_keys.append(k)
+            h, w, c = f.shape
+            spec["names"] = f.names or ["height", "width", "channels"]
+            spec["info"] = {"video.height": h, "video.width": w, "video.codec": video_info["video.codec"],
+                            "video.pix_fmt": video_info["video.pix_fmt"], "video.is_depth_map": False,
+                            "video.fps": fps, "video.channels": c, "video.g": video_info["video.g"],
+                            "video.crf": video_info["video.crf"], "has_audio": False}
+        out_features[k] = Feature.from_json(k, spec)
+    info = DatasetInfo(codebase_version=V30, fps=fps, features=out_features, total_episodes=len(episodes),
+                       total_frames=total_frames, total_tasks=len(names), chunks_size=chunks_size,
+                       data_files_size_in_mb=sizes_mb[0], video_files_size_in_mb=sizes_mb[1],
+                       data_path=DEFAULT_DATA_PATH, video_path=DEFAULT_VIDEO_PATH if video_keys else None,
+                       robot_type=robot_type, splits={"train": f"0:{len(episodes)}"})
+    atomic_write_bytes(os.path.join(root, INFO_PATH), json.dumps(info.to_dict(), indent=4).encode(), fsync=fsync)
