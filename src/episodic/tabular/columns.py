@@ -88,7 +88,8 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
     without an active exception")."""
     try:
         with (open_file(path) if open_file is not None else _open_native(fs, path)) as f:
-            pf = pq.ParquetFile(f, pre_buffer=False)
+            # pages written with a checksum (episodic's writer) are verified: a damaged page is an error
+            pf = pq.ParquetFile(f, pre_buffer=False, page_checksum_verification=True)
             present = pf.schema_arrow.names
             missing = [n for n in names + ["episode_index"] if n not in present]
             if missing:

@@ -72,7 +72,8 @@ def write_parquet(path: str, schema: pa.Schema, tables: Iterable[pa.Table], row_
     with atomic_path(path, fsync=fsync) as tmp:
         sink = pa.OSFile(tmp, "wb")
         try:
-            writer = pq.ParquetWriter(sink, schema, compression=COMPRESSION)
+            # page checksums (CRC32, read back by the loader): damaged bytes inside a page are an error, not wrong rows
+            writer = pq.ParquetWriter(sink, schema, compression=COMPRESSION, write_page_checksum=True)
             try:
                 for table in tables:
                     writer.write_table(table, row_group_size=max(table.num_rows, 1) if row_group_per_table else None)
