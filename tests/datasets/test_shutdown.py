@@ -14,6 +14,8 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time, torch, episodic
     mode, how, root = sys.argv[1], sys.argv[2], sys.argv[3]
+    # Ctrl-C raises KeyboardInterrupt, as in a terminal (a shell's background job starts with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if mode == "map":
         it = iter(torch.utils.data.DataLoader(episodic.LeRobotDataset("x", root=root), batch_size=4, num_workers=2,
                                               shuffle=True))
