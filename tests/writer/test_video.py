@@ -64,3 +64,14 @@ def test_video_file_writer_counts_and_discards(tmp_path):
     assert w.add(np.zeros((2, H, W, 3), np.uint8)) == pytest.approx(3 / 30)
     w.abort()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("width", [16, 24])
+def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width):
+    # SVT-AV1 as PyAV 15 bundles it dies with SIGFPE on such frames: the probe must refuse them by name first
+    from episodic.format.errors import WriterInputError
+    from episodic.writer.video import probe_encoder
+
+    with pytest.raises(WriterInputError, match=rf"camera 'cam': {width}x32 frames are too narrow for AV1.*>= 32"):
+        probe_encoder("cam", width, 32, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
+    probe_encoder("cam", 32, 16, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)  # wide enough

@@ -27,7 +27,7 @@ __all__ = ["SyntheticDataset", "mixture_spec", "write_synthetic_datasets"]
 
 CAMERA_NAMES = ("front", "wrist", "top", "side", "overhead", "handeye", "head", "up", "laptop", "phone", "fixed",
                 "gripper")
-CAMERA_SIZES = ((16, 16), (16, 32), (32, 16), (24, 32))  # (height, width)
+CAMERA_SIZES = ((16, 32), (32, 32), (24, 32), (32, 48))  # (height, width); AV1 needs width >= 32
 FPS_CHOICES = (10, 15, 20, 25, 30, 50)
 ROBOTS = ("so101_follower", "koch_follower", "aloha", "xarm")
 TASKS = ("pick the cube", "place it in the bin", "open the drawer", "push the block")

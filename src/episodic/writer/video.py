@@ -25,6 +25,9 @@ CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx
 INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 
 
+SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 as PyAV 15 bundles it (16 and 24 seen)
+
+
 def encoder_name(vcodec: str) -> str:
     try:
         return CODECS[vcodec]
@@ -56,6 +59,10 @@ def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: 
 def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     """Encode one black frame in memory: a camera the encoder cannot take (size, pixel format, options) fails
     here, when the writer opens, instead of in the middle of a recording."""
+    if encoder_name(opts.get("vcodec", "av1")) == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
+        # not left to the probe: narrower frames crash the SVT-AV1 bundled with PyAV 15 (SIGFPE, the whole process)
+        raise WriterInputError(f"camera {key!r}: {width}x{height} frames are too narrow for AV1 (SVT-AV1): width must "
+                               f"be >= {SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
     try:
         with av.open(io.BytesIO(), mode="w", format="mp4") as container:
             stream, _ = _add_stream(container, width, height, fps, **opts)
