@@ -67,7 +67,7 @@ def test_video_file_writer_counts_and_discards(tmp_path):
 
 
 @pytest.mark.parametrize("width", [16, 24])
-def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width):
+def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width, tmp_path):
     # SVT-AV1 as PyAV 15 bundles it dies with SIGFPE on such frames: the probe must refuse them by name first
     from episodic.format.errors import WriterInputError
     from episodic.writer.video import probe_encoder
@@ -75,3 +75,6 @@ def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width):
     with pytest.raises(WriterInputError, match=rf"camera 'cam': {width}x32 frames are too narrow for AV1.*>= 32"):
         probe_encoder("cam", width, 32, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
     probe_encoder("cam", 32, 16, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)  # wide enough
+    with pytest.raises(WriterInputError, match=rf"{width}x32 frames are too narrow for AV1"):  # any stream, not only probes
+        VideoFileWriter(str(tmp_path / "narrow.mp4"), width, 32, 30, vcodec="av1")
+    assert not list(tmp_path.iterdir())  # nothing left behind

@@ -38,6 +38,11 @@ def encoder_name(vcodec: str) -> str:
 def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
                 preset: int | str | None):
     name = encoder_name(vcodec)
+    if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
+        # refused before the encoder opens: narrower frames crash the SVT-AV1 bundled with PyAV 15 (SIGFPE, the
+        # whole process), so a probe could not report them
+        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
+                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
     options = {"g": str(gop)}
     if crf is not None:
         options["crf"] = str(crf)
@@ -59,10 +64,6 @@ def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: 
 def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     """Encode one black frame in memory: a camera the encoder cannot take (size, pixel format, options) fails
     here, when the writer opens, instead of in the middle of a recording."""
-    if encoder_name(opts.get("vcodec", "av1")) == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
-        # not left to the probe: narrower frames crash the SVT-AV1 bundled with PyAV 15 (SIGFPE, the whole process)
-        raise WriterInputError(f"camera {key!r}: {width}x{height} frames are too narrow for AV1 (SVT-AV1): width must "
-                               f"be >= {SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
     try:
         with av.open(io.BytesIO(), mode="w", format="mp4") as container:
             stream, _ = _add_stream(container, width, height, fps, **opts)
@@ -70,6 +71,8 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
             frame.pts = 0
             for packet in [*stream.encode(frame), *stream.encode(None)]:
                 container.mux(packet)
+    except WriterInputError as e:  # refused before encoding (e.g. too narrow for the encoder)
+        raise WriterInputError(f"camera {key!r}: {e}") from None
     except av.FFmpegError as e:
         raise WriterInputError(f"camera {key!r}: {opts.get('vcodec')} cannot encode {width}x{height} "
                                f"{opts.get('pix_fmt')} frames with these options ({e})") from None
