@@ -26,11 +26,13 @@ import numpy as np
 import torch
 
 from .. import config, runtime
+from .memory import POOL, Empty
 
 
 def unit_float(u8: torch.Tensor) -> torch.Tensor:
-    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion)."""
-    out = torch.empty(u8.shape, dtype=torch.float32)
+    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion), into a
+    recycled buffer of this process's frame pool."""
+    (out,) = POOL.take([Empty(tuple(u8.shape), np.dtype(np.float32))])
     np.divide(u8.numpy(), np.float32(255), out=out.numpy(), dtype=np.float32)
     return out
 
@@ -208,43 +210,18 @@ class _SharedBlocks:
 _SHARED = _SharedBlocks()
 
 
-def to_torch(batch: dict, camera_keys: Sequence[str], return_uint8: bool = False,
-             sharing: TensorSharing | None = None, channels_first: bool = False) -> Batch:
-    """numpy batch -> torch Batch: cameras HWC -> CHW (unless the batch is `channels_first` already), kept
-    uint8 (float32 in [0, 1] when looked at, unless return_uint8). In a DataLoader worker all tensors are
-    views of one shared-memory block, shared as `sharing` says (default "auto")."""
-    arrays: dict = {}
-    for key, value in batch.items():
-        if key == "task":
-            arrays[key] = value
-        elif key in camera_keys and not channels_first:
-            arrays[key] = np.ascontiguousarray(np.moveaxis(value, -1, -3))
-        else:
-            arrays[key] = np.ascontiguousarray(value)
-    numeric = {k: v for k, v in arrays.items() if k != "task"}
-    if runtime.in_worker():
+def make_batch(build: Callable[[str], dict], camera_keys: Sequence[str], return_uint8: bool = False,
+               sharing: TensorSharing | None = None) -> Batch:
+    """The Batch of `build(frame_dtype)` (a FrameEngine.batch: tensors placed by `memory.place`). Frames are
+    made float32 where they are handed out, in the decoding pass; a DataLoader worker makes them uint8 (a
+    quarter of the bytes to share), which become float32 when the main process receives them (`UnitFloat`).
+    In a worker, the batch's block is shared as `sharing` says (default "auto")."""
+    worker = runtime.in_worker()
+    if worker:
         (sharing or TensorSharing()).before_batch(_SHARED.sent)
         _SHARED.sent += 1
-        tensors = _shared_block(numeric)
-    else:
-        tensors = {k: torch.from_numpy(v) for k, v in numeric.items()}
-    tensors = {k: (arrays[k] if k == "task" else tensors[k]) for k in arrays}  # item key order
-    return Batch(tensors, to_float=set() if return_uint8 else {k for k in camera_keys if k in tensors})
-
-
-def _shared_block(arrays: dict[str, np.ndarray], align: int = 64) -> dict[str, torch.Tensor]:
-    """Copies of `arrays` as tensors that are views of one shared-memory block."""
-    offsets, total = {}, 0
-    for key, a in arrays.items():
-        offsets[key] = total
-        total += -(-a.nbytes // align) * align
-    storage = torch.empty(max(total, 1), dtype=torch.uint8).share_memory_().untyped_storage()
-    out = {}
-    for key, a in arrays.items():
-        t = torch.empty(0, dtype=torch.from_numpy(a[:0]).dtype).set_(storage, offsets[key] // a.itemsize, a.shape)
-        t.numpy()[...] = a
-        out[key] = t
-    return out
+    tensors = build("uint8" if return_uint8 or worker else "float32")
+    return Batch(tensors, to_float={k for k in camera_keys if k in tensors} if worker and not return_uint8 else set())
 
 
 def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> Sequence[dict]:

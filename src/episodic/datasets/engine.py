@@ -9,7 +9,7 @@ Window arithmetic (tabular/windows.py) and the frame <-> time mapping (video/) a
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -22,7 +22,9 @@ from ..format.metadata import DatasetMetadata
 from ..storage.source import Source
 from ..tabular import Columns, delta_offsets, window_rows
 from ..video import DecoderCache
-from ..video.image import decode_image
+from ..video.image import decode_image_into
+from ..video.output import FrameOutput
+from .memory import Empty, place
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,12 @@ class ItemSpec:
     offsets: Mapping[str, np.ndarray]
     tolerance_s: float
     tasks: np.ndarray  # object array of task strings, plus "" for a missing task
+    frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
 
     @classmethod
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-              tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None) -> "ItemSpec":
+              tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
+              image_size: Sequence[int] | None = None, resize_mode: str = "stretch") -> "ItemSpec":
         info = meta.info
         check_number("tolerance_s", tolerance_s, 0, 1e9)
         if video_keys is None:
@@ -55,7 +59,8 @@ class ItemSpec:
         # windows of cameras left out by `video_keys` are dropped with the cameras
         offsets = {k: v for k, v in offsets.items() if k in data_keys or k in videos}
         return cls(data_keys=tuple(data_keys), video_keys=tuple(videos), image_keys=tuple(info.image_keys),
-                   offsets=offsets, tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object))
+                   offsets=offsets, tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object),
+                   frames=FrameOutput(size=image_size, resize_mode=resize_mode))
 
     @property
     def camera_keys(self) -> list[str]:
@@ -119,10 +124,10 @@ class FrameEngine:
         return len(self.columns)
 
     # ------------------------------------------------------------------ items
-    def batch(self, positions: Sequence[int] | np.ndarray, channels_first: bool = False) -> dict:
-        """Items for row positions, batched: numpy arrays with a leading batch axis, cameras uint8
-        (B, [T,] H, W, C) (with channels_first (B, [T,] C, H, W)), pad masks (B, T) bool, and 'task' a list
-        of strings."""
+    def batch(self, positions: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
+        """Items for row positions, batched: tensors with a leading batch axis in the memory this process
+        hands batches out from (`memory.place`), cameras (B, [T,] C, H, W) of `dtype` ("uint8", or "float32"
+        in [0, 1]) at the spec's `frames` size, pad masks (B, T) bool, and 'task' a list of strings."""
         rows = np.asarray(positions).reshape(-1)
         if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
             raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")
@@ -135,35 +140,39 @@ class FrameEngine:
         ep_pos = cols.episode_of_rows(rows)
         start, end = cols.starts[ep_pos], cols.starts[ep_pos + 1]
         spec = self.spec
+        output = replace(spec.frames, dtype=dtype)
         windows = {k: window_rows(rows, start, end, off) for k, off in spec.offsets.items()}
-        out: dict = {}
+        arrays: dict = {}
         ts = cols.arrays["timestamp"]
-        if spec.video_keys:
-            times = {k: ts[windows[k][0] if k in windows else rows[:, None]].astype(np.float64) for k in spec.video_keys}
-            with self.counters.timer("decode_seconds"):
-                frames = self._decode(ep_pos, times, channels_first)
-            for key in spec.video_keys:
-                out[key] = frames[key] if key in windows else frames[key][:, 0]
+        times = {k: ts[windows[k][0] if k in windows else rows[:, None]].astype(np.float64) for k in spec.video_keys}
+        for key in spec.video_keys:
+            shape = output.shape(self.meta.info.camera_hw(key)[:2])
+            arrays[key] = Empty((*times[key].shape, *shape) if key in windows else (len(rows), *shape), np.dtype(dtype))
+        queries = {}
         for key in spec.data_keys:
             q = windows[key][0] if key in windows else rows
             if key in spec.image_keys:
-                with self.counters.timer("decode_seconds"):
-                    out[key] = self._images(key, q)
-                if channels_first:
-                    out[key] = np.ascontiguousarray(np.moveaxis(out[key], -1, -3))
+                shape = output.shape(self.meta.info.camera_hw(key)[:2])
+                arrays[key], queries[key] = Empty((*q.shape, *shape), np.dtype(dtype)), q
             else:
-                out[key] = cols.arrays[key][q]
+                arrays[key] = cols.arrays[key][q]
         for key, (_, pad) in windows.items():
-            out[f"{key}_is_pad"] = pad
+            arrays[f"{key}_is_pad"] = pad
+        out = place(arrays)
+        with self.counters.timer("decode_seconds"):
+            if spec.video_keys:
+                self._decode(ep_pos, times, {k: out[k].numpy() for k in spec.video_keys}, output)
+            for key, q in queries.items():
+                self._images(key, q, out[key].numpy(), output)
         out["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
         return out
 
-    def _decode(self, ep_pos: np.ndarray, times: Mapping[str, np.ndarray], channels_first: bool = False) -> dict[str, np.ndarray]:
-        """Frames (B, T, H, W, C) (or (B, T, C, H, W)) uint8 per camera for times (B, T) inside each row's
-        episode. One job per (camera, file), each one forward pass that writes its rows of the output; jobs
-        run on `decode_threads` threads (PyAV decodes and numpy copies without the GIL), so a process with
-        cores to spare decodes its cameras side by side."""
-        out: dict[str, np.ndarray] = {}
+    def _decode(self, ep_pos: np.ndarray, times: Mapping[str, np.ndarray], dest: Mapping[str, np.ndarray],
+                output: FrameOutput) -> None:
+        """Decode frames at times (B, T) inside each row's episode into `dest[camera]` ((B, [T,] *frame shape)).
+        One job per (camera, file), each one forward pass that writes its slots of the output; jobs run on
+        `decode_threads` threads (PyAV decodes and numpy copies without the GIL), so a process with cores to
+        spare decodes its cameras side by side."""
         eps = self.episodes[ep_pos]
         jobs = []  # (camera, file, batch rows, flat query times)
         for key, t in times.items():
@@ -189,13 +198,11 @@ class FrameEngine:
         def run(job, reader=None):
             key, _, sel, q = job
             reader = reader or reader_for(job)  # named already: not inside the wrapper below (one prefix)
-            got = named(job, lambda: reader.frames_at(q, self.spec.tolerance_s))
-            got = got.reshape(len(sel), times[key].shape[1], *got.shape[1:])
-            dest = out.get(key)
-            if dest is None:  # setdefault: another thread may have made it meanwhile
-                shape = (*times[key].shape, got.shape[-1], *got.shape[2:4]) if channels_first else (*times[key].shape, *got.shape[2:])
-                dest = out.setdefault(key, np.empty(shape, dtype=np.uint8))
-            dest[sel] = np.moveaxis(got, -1, -3) if channels_first else got
+            frames = named(job, lambda: reader.locate(q, self.spec.tolerance_s))
+            flat = dest[key].reshape(-1, *dest[key].shape[-3:])  # (B * T, frame): a view
+            per_row = len(q) // len(sel)
+            slots = (sel[:, None] * per_row + np.arange(per_row)).reshape(-1)
+            named(job, lambda: reader.decode_into(frames, flat, output, slots))
 
         threads = self.decode_threads or runtime.decode_threads()
         paths = {rel for _, rel, _, _ in jobs}
@@ -208,7 +215,6 @@ class FrameEngine:
         else:
             for j in jobs:
                 run(j)
-        return out
 
     def _check_size(self, key: str, hw: tuple[int, int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
@@ -219,12 +225,14 @@ class FrameEngine:
             raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
                                      f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")
 
-    def _images(self, key: str, q: np.ndarray) -> np.ndarray:
+    def _images(self, key: str, q: np.ndarray, dest: np.ndarray, output: FrameOutput) -> None:
+        """Decode the images (PNG/JPEG bytes in the data file) of rows `q` into `dest` ((*q.shape, *frame shape))."""
         store = self.columns.images[key]
-        flat = [decode_image(store[int(r)], f"{self.meta.root}: row {int(r)} feature {key!r}") for r in q.reshape(-1)]
         want = self.meta.info.camera_hw(key)[:2]
-        for r, img in zip(q.reshape(-1), flat):
-            if img.shape[:2] != want:
-                self._check_size(key, img.shape[:2], f"row {int(r)} (an image in the data file)",
+        flat = dest.reshape(-1, *dest.shape[-3:])
+        for i, r in enumerate(q.reshape(-1).tolist()):
+            where = f"{self.meta.root}: row {r} feature {key!r}"
+            hw = decode_image_into(store[r], flat[i], output, where)
+            if hw != tuple(want):
+                self._check_size(key, hw, f"row {r} (an image in the data file)",
                                  self.episodes[self.columns.episode_of_rows(np.array([r]))])
-        return np.stack(flat).reshape(*q.shape, *flat[0].shape)

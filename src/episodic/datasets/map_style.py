@@ -19,7 +19,7 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..video import DecoderCache
-from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
+from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
 from .facts import DatasetFacts
 from .engine import FrameEngine, ItemSpec, select_episodes
 
@@ -37,6 +37,9 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
         delta_timestamps: {key: [seconds, ...]} windows; each item gets `<key>_is_pad` masks.
         video_keys: cameras to decode (default all); others are never opened.
         return_uint8: cameras as uint8 instead of float32 in [0, 1].
+        image_size: (H, W): every camera's frames scaled to this size while decoding (default: the
+            recorded size). `resize_mode` "stretch" (default; aspect ratio not kept) or "letterbox" (aspect
+            ratio kept, centred, zero bars). See `episodic.video.output`.
         cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
             `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
         decoder_cache_size: open video decoders per process.
@@ -52,6 +55,7 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
                  image_transforms: Callable | None = None, revision: str | None = None,
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  _source: Source | None = None):
         if _source is None:
             src = os.fspath(source)
@@ -64,7 +68,7 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
         if self.source.cache is not None:  # remote reads (retries, bytes, files) count as this dataset's
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
@@ -101,8 +105,8 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
 
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
-        batch = to_torch(self.engine.batch(indices, channels_first=True), self.camera_keys, self.return_uint8,
-                         sharing=sharing, channels_first=True)
+        batch = make_batch(lambda dtype: self.engine.batch(indices, dtype), self.camera_keys, self.return_uint8,
+                           sharing=sharing)
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch
 
@@ -168,7 +172,8 @@ class LeRobotDataset(EpisodicDataset):
                  download_videos: bool = True, video_backend: str | None = None, batch_encoding_size: int = 1,
                  return_uint8: bool = False, video_keys: Sequence[str] | None = None,
                  storage_options: dict | None = None, cache_dir: str | None = None,
-                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None):
+                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch"):
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
@@ -177,7 +182,8 @@ class LeRobotDataset(EpisodicDataset):
                                 policy=fetch_policy, cache_max_bytes=cache_max_bytes)
         super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
-                         revision=revision, cache_dir=cache_dir, _source=source)
+                         revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
+                         _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),

@@ -22,7 +22,7 @@ import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
@@ -33,6 +33,7 @@ from ..storage.prefetch import Prefetcher, RangesIgnored
 from ..storage.source import Source
 from ..tabular import Columns, load_columns
 from ..video import DecoderCache
+from .collate import Batch
 from .engine import FrameEngine, ItemSpec
 from .stream_options import StreamOptions
 
@@ -141,9 +142,9 @@ class ConsumerPipeline:
                 self.reader_gen[rel] = gen
 
     # ---------------------------------------------------------------- items
-    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> dict:
-        """The numpy batch (channels first) of items for (list episode, frame) pairs; `admitted` list
-        episodes have entered the pool so far."""
+    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int, make: Callable) -> Batch:
+        """The batch of items for (list episode, frame) pairs, made by `make` (`collate.make_batch` with the
+        dataset's settings); `admitted` list episodes have entered the pool so far."""
         self._submit_until(admitted + self.options.prefetch_episodes)
         groups = np.unique(ks)
         cols = Columns.concat([self._rows(int(k)) for k in groups])
@@ -151,7 +152,7 @@ class ConsumerPipeline:
         g = np.searchsorted(groups, ks)
         rows = cols.starts[g] + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())),
                                             np.int64, len(ks))
-        return engine.batch(rows, channels_first=True)
+        return make(lambda dtype: engine.batch(rows, dtype))
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list episodes: their rows, decoders' claim and video files."""
@@ -179,15 +180,16 @@ class ConsumerPipeline:
             shutil.rmtree(self.mirror, ignore_errors=True)
 
 
-def iterate_consumer(pipeline: ConsumerPipeline, order, chunk_size: int, counters: Counters, t_start: float):
-    """Numpy batches of up to `chunk_size` items in `order` (a PoolOrder already fast-forwarded to the resume
+def iterate_consumer(pipeline: ConsumerPipeline, order, chunk_size: int, counters: Counters, t_start: float,
+                     make: Callable):
+    """Batches (`make`: `collate.make_batch` with the dataset's settings) of up to `chunk_size` items in `order` (a PoolOrder already fast-forwarded to the resume
     point), releasing finished episodes as it goes; closes the pipeline at the end."""
     pipeline.release(order.finished)  # consumed before the resume point (or empty): never loaded
     order.finished.clear()
     try:
         while order.pos < order.total:
             kk, jj = order.take(chunk_size)
-            batch = pipeline.batch(kk, jj, order.admitted)
+            batch = pipeline.batch(kk, jj, order.admitted, make)
             pipeline.release(order.finished)
             order.finished.clear()
             counters.add(frames_emitted=len(kk), first_item_seconds=time.perf_counter() - t_start)

@@ -14,6 +14,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -30,7 +31,7 @@ from ..storage.fetch import FetchPolicy
 from ..storage.resolve import reopen, resolve_source
 from ..storage.source import Source
 from ..video import DecoderCache
-from .collate import TensorSharing, deliver, to_torch, unbatch
+from .collate import TensorSharing, deliver, make_batch, unbatch
 from .facts import DatasetFacts
 from .engine import ItemSpec, select_episodes
 from .stream_options import StreamOptions
@@ -77,7 +78,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                  revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
                  prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
                  fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
-                 video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None):
+                 video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch"):
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
@@ -99,7 +101,7 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self.image_transforms = image_transforms
         self.rank, self.world_size = rank, world_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys)
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode)
         self.selected = select_episodes(self.meta, episodes)
         self.camera_keys = self.spec.camera_keys
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
@@ -217,13 +219,13 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
         pipeline = ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
                                     plan.episodes, plan.frames, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
-        chunks = iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start)
+        make = partial(make_batch, camera_keys=self.camera_keys, return_uint8=self.return_uint8, sharing=it.sharing)
+        chunks = iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start, make)
         while True:
             t0 = time.perf_counter()
-            arrays = next(chunks, None)
-            if arrays is None:
+            batch = next(chunks, None)
+            if batch is None:
                 break
-            batch = to_torch(arrays, self.camera_keys, self.return_uint8, sharing=it.sharing, channels_first=True)
             self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
             if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
                 yield deliver(batch)

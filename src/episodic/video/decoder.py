@@ -19,6 +19,7 @@ from .. import runtime
 from ..counters import Counters
 from ..format.errors import FrameTimestampError, VideoDecodeError
 from ..format.timebase import end_clamp_s
+from .output import FrameOutput, write_frame
 
 
 @dataclass(frozen=True)
@@ -84,23 +85,6 @@ def _frame_index(pts: list, key: list, stream) -> FrameIndex:
     return FrameIndex(pts=p, times=p.astype(np.float64) * float(tb), keyframe_of=keyframe_of, time_base=tb, fps=rate)
 
 
-def _rgb24(reformatter: VideoReformatter, frame) -> np.ndarray:
-    """The frame as RGB24 (H, W, 3) uint8, converted on this thread (swscale's own threads would compete with
-    the decode threads). PyAV < 16 has no `threads` argument; its reformat is single-threaded anyway, so the
-    pixels are the same."""
-    if _REFORMAT_THREADS[0]:
-        try:
-            return reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray()
-        except TypeError as e:
-            if "threads" not in str(e):
-                raise
-            _REFORMAT_THREADS[0] = False
-    return reformatter.reformat(frame, format="rgb24").to_ndarray()
-
-
-_REFORMAT_THREADS = [True]  # False once PyAV has said it takes no `threads` argument
-
-
 class VideoReader:
     """An open video file with its frame index. Not shared across processes (see DecoderCache)."""
 
@@ -162,16 +146,29 @@ class VideoReader:
     def decode(self, frame_indices: np.ndarray) -> np.ndarray:
         """RGB frames (len, H, W, 3) uint8 for frame indices, in the given order; one forward pass."""
         frame_indices = np.asarray(frame_indices, dtype=np.int64)
-        wanted = np.unique(frame_indices)
-        out: dict[int, np.ndarray] = {}
-        for f in wanted:
-            f = int(f)
+        out = np.empty((len(frame_indices), *self.shape, 3), dtype=np.uint8)
+        self.decode_into(frame_indices, out, _HWC_UINT8)
+        return out
+
+    def decode_into(self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput,
+                    slots: np.ndarray | None = None) -> None:
+        """Write frame `frame_indices[i]` into `dest[slots[i]]` (default `dest[i]`; `dest`: (N, *output.shape(
+        self.shape)) of output.dtype) in one forward pass: frames in file order, each decoded once however
+        often it is asked for, converted straight into its slot."""
+        frame_indices = np.asarray(frame_indices, dtype=np.int64).reshape(-1)
+        slots = np.arange(len(frame_indices)) if slots is None else np.asarray(slots).reshape(-1)
+        first: dict[int, int] = {}
+        for i in np.argsort(frame_indices, kind="stable").tolist():
+            f, slot = int(frame_indices[i]), int(slots[i])
+            if f in first:  # asked for again (a window padded at an episode edge): a copy, not a decode
+                np.copyto(dest[slot], dest[first[f]])
+                continue
             k = int(self.index.keyframe_of[f])
             # decode on from where the decoder is when no key frame lies between; else seek to f's key frame
             if self._frames is None or self._next > f or self._next < k:
                 self._seek(k)
-            out[f] = self._decode_until(f)
-        return np.stack([out[int(f)] for f in frame_indices])
+            write_frame(self._decode_until(f), dest[slot], output, self._reformatter)
+            first[f] = slot
 
     def _seek(self, k: int) -> None:
         try:
@@ -193,7 +190,7 @@ class VideoReader:
                     self._next = f + 1
                     if frame.pts != target:
                         raise VideoDecodeError(f"{self.path}: decoder skipped the frame at {self.index.times[f]:.4f}s")
-                    return _rgb24(self._reformatter, frame)
+                    return frame
         except av.FFmpegError as e:
             self._frames = None
             raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
@@ -204,6 +201,9 @@ class VideoReader:
 
     def frames_at(self, times: np.ndarray, tolerance_s: float = 1e-4) -> np.ndarray:
         return self.decode(self.locate(times, tolerance_s))
+
+
+_HWC_UINT8 = FrameOutput(channels_first=False)
 
 
 # Readers a parent process had open when it forked. A child must neither use nor free them: freeing

@@ -1,0 +1,138 @@
+"""How decoded frames come out: size (the file's, or resized in the colour-conversion pass), resize mode,
+dtype and layout, and the one function that writes a decoded frame into its slot of a batch.
+
+Frames are converted by FFmpeg's swscale straight to planar RGB ("gbrp", bit-identical to "rgb24", tested),
+so a channels-first slot gets each colour plane with one contiguous copy (uint8) or one conversion pass to
+float32 in [0, 1] that is bit-identical to LeRobot's ``x.float() / 255``: no HWC->CHW transpose and no
+intermediate RGB image. With `size`, swscale scales in that same pass:
+
+* ``"stretch"``: the frame is scaled to exactly (H, W), aspect ratio not kept.
+* ``"letterbox"``: scaled to the largest size that fits in (H, W) with the aspect ratio kept (each side
+  rounded to the nearest pixel), centred, the rest zeros (black).
+
+Scaling uses swscale's bilinear filter, which widens with the scale factor when shrinking (antialiased, like
+torchvision's ``resize(..., antialias=True)``). Items are LeRobot's item resized by torchvision within a
+tolerance, not bit-identical: swscale scales the recorded YUV planes (chroma at its 4:2:0 resolution) before
+converting to RGB, torchvision scales the RGB image. Measured on 480x640 AV1 frames: mean absolute difference
+0.003 (under one uint8 level), 99th percentile 0.011 (3 levels); single pixels on sharp colour edges differ by
+up to ~0.35 (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from av.video.reformatter import Interpolation, VideoReformatter
+
+RESIZE_MODES = ("stretch", "letterbox")
+DTYPES = ("uint8", "float32")
+MAX_SIDE = 16384
+_FLOAT_SCALE = np.float32(255)
+
+
+def check_image_size(image_size, resize_mode: str = "stretch") -> tuple[int, int] | None:
+    """`image_size` as (H, W) ints, or None; raises ValueError stating the allowed values."""
+    if resize_mode not in RESIZE_MODES:
+        raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
+    if image_size is None:
+        return None
+    try:
+        h, w = image_size
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size must be (height, width), two ints in 1..{MAX_SIDE}, got {image_size!r}") from None
+    for v in (h, w):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= MAX_SIDE:
+            raise ValueError(f"image_size must be (height, width), two ints in 1..{MAX_SIDE}, got {image_size!r}")
+    return int(h), int(w)
+
+
+@dataclass(frozen=True)
+class FrameOutput:
+    """The frames a decoder writes: `size` (H, W) or None for the file's own size, `resize_mode`
+    (RESIZE_MODES), `dtype` ("uint8", or "float32" in [0, 1]) and `channels_first` ((3, H, W), else (H, W, 3))."""
+
+    size: tuple[int, int] | None = None
+    resize_mode: str = "stretch"
+    dtype: str = "uint8"
+    channels_first: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", check_image_size(self.size, self.resize_mode))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    def frame_hw(self, src_hw: tuple[int, int]) -> tuple[int, int]:
+        """(H, W) of an output frame for a source of `src_hw`."""
+        return tuple(src_hw) if self.size is None else self.size
+
+    def shape(self, src_hw: tuple[int, int]) -> tuple[int, int, int]:
+        h, w = self.frame_hw(src_hw)
+        return (3, h, w) if self.channels_first else (h, w, 3)
+
+    def placement(self, src_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+        """(height, width, top, left) of the scaled picture inside an output frame."""
+        sh, sw = src_hw
+        if self.size is None:
+            return sh, sw, 0, 0
+        H, W = self.size
+        if self.resize_mode == "stretch":
+            return H, W, 0, 0
+        scale = min(H / sh, W / sw)
+        h, w = min(H, max(1, round(sh * scale))), min(W, max(1, round(sw * scale)))
+        return h, w, (H - h) // 2, (W - w) // 2
+
+
+def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoReformatter) -> None:
+    """Write a decoded PyAV frame into `dest` (one slot of `out.shape(...)` and `out.dtype`)."""
+    src_hw = (frame.height, frame.width)
+    h, w, top, left = out.placement(src_hw)
+    scaled = (h, w) != src_hw
+    rgb = _reformat(reformatter, frame, "gbrp" if out.channels_first else "rgb24", h, w, scaled)
+    if out.channels_first:
+        planes = rgb.planes  # g, b, r
+        for c, p in zip((1, 2, 0), planes):
+            _put(np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w], dest[c, top:top + h, left:left + w])
+        if (h, w) != dest.shape[1:]:
+            _zero_border(dest, top, left, h, w, axis=1)
+    else:
+        p = rgb.planes[0]
+        _put(np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w * 3].reshape(h, w, 3),
+             dest[top:top + h, left:left + w])
+        if (h, w) != dest.shape[:2]:
+            _zero_border(dest, top, left, h, w, axis=0)
+
+
+def _put(src: np.ndarray, dst: np.ndarray) -> None:
+    if dst.dtype == np.uint8:
+        np.copyto(dst, src)
+    else:  # float32: u8 -> f32 then / 255 in float32, exactly torch's x.float() / 255
+        np.divide(src, _FLOAT_SCALE, out=dst, dtype=np.float32)
+
+
+def _zero_border(dest: np.ndarray, top: int, left: int, h: int, w: int, axis: int) -> None:
+    """Zero what lies outside the picture (letterbox bars): the slot may hold an earlier batch's pixels."""
+    rows = (slice(None),) * axis
+    dest[rows + (slice(0, top),)] = 0
+    dest[rows + (slice(top + h, None),)] = 0
+    dest[rows + (slice(top, top + h), slice(0, left))] = 0
+    dest[rows + (slice(top, top + h), slice(left + w, None))] = 0
+
+
+def _reformat(reformatter: VideoReformatter, frame, fmt: str, h: int, w: int, scaled: bool):
+    """The frame in `fmt` at (h, w), converted on this thread (swscale's own threads would compete with the
+    decode threads). PyAV < 16 has no `threads` argument; its reformat is single-threaded anyway."""
+    kwargs = {"format": fmt, "width": w, "height": h}
+    if scaled:
+        kwargs["interpolation"] = Interpolation.BILINEAR
+    if _THREADS_ARG[0]:
+        try:
+            return reformatter.reformat(frame, threads=1, **kwargs)
+        except TypeError as e:
+            if "threads" not in str(e):
+                raise
+            _THREADS_ARG[0] = False
+    return reformatter.reformat(frame, **kwargs)
+
+
+_THREADS_ARG = [True]  # False once PyAV has said it takes no `threads` argument

@@ -1,0 +1,72 @@
+"""Frame buffers recycled across batches only when nothing outside the pool holds them."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from episodic.datasets.memory import POOL_MIN_BYTES, Empty, FramePool
+
+pytestmark = pytest.mark.skipif(not FramePool().enabled, reason="this torch has no storage use count: no recycling")
+
+BIG = (4, 3, 256, 256)  # 3 MiB of float32
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+HOLDERS = {"view": lambda t: t[1:], "numpy": lambda t: t.numpy(), "unbind": lambda t: t.unbind(0)[2],
+           "reshape": lambda t: t.reshape(-1), "storage": lambda t: t.untyped_storage(), "itself": lambda t: t}
+
+
+@pytest.mark.parametrize("holder", sorted(HOLDERS))
+def test_a_held_buffer_is_never_reused_a_dropped_one_is(holder):
+    pool = FramePool()
+    (a,) = pool.take([Empty(BIG, np.dtype(np.float32))])
+    a_ptr = _ptr(a)
+    keep = HOLDERS[holder](a)
+    del a
+    gc.collect()
+    (c,) = pool.take([Empty(BIG, np.dtype(np.float32))])
+    assert _ptr(c) != a_ptr, f"reused while a {holder} of it was alive"
+    c_ptr = _ptr(c)
+    del keep, c
+    gc.collect()
+    (d,) = pool.take([Empty(BIG, np.dtype(np.float32))])
+    assert _ptr(d) in (a_ptr, c_ptr)  # recycled: no fresh pages
+
+
+def test_recycling_alternates_between_two_batches_and_keeps_at_most_two():
+    pool = FramePool(keep_batches=2)
+    wanted = [Empty(BIG, np.dtype(np.float32)), Empty((4, 3, 512, 512), np.dtype(np.uint8))]
+    seen = set()
+    prev = None
+    for _ in range(6):  # the training-loop pattern: batch n is alive while n + 1 is made
+        cur = pool.take(wanted)
+        seen.update(_ptr(t) for t in cur)
+        assert not ({_ptr(t) for t in cur} & ({_ptr(t) for t in prev} if prev else set()))
+        prev = cur
+    assert len(seen) == 4  # two batches' worth of storages, reused ever after
+    assert pool.kept_bytes() <= 2 * sum(e.nbytes for e in wanted)
+
+
+def test_contents_of_a_held_batch_never_change():
+    pool = FramePool()
+    (a,) = pool.take([Empty(BIG, np.dtype(np.float32))])
+    a.fill_(1.0)
+    for v in range(2, 6):
+        (b,) = pool.take([Empty(BIG, np.dtype(np.float32))])
+        b.fill_(float(v))
+        del b
+    assert bool((a == 1.0).all())
+
+
+def test_small_arrays_are_not_pooled():
+    pool = FramePool()
+    small = (POOL_MIN_BYTES // 8,)
+    (a,) = pool.take([Empty(small, np.dtype(np.float32))])
+    assert a.shape == small and pool.kept_bytes() == 0
