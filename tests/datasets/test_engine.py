@@ -1,0 +1,116 @@
+"""The frame engine's output: frames written straight into recycled batch memory never change a batch someone
+still holds; image_size / resize_mode give LeRobot's items resized the torchvision way, within the documented
+tolerance, in every dataset mode; the GPU hand-off conversion equals the CPU one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from episodic import EpisodicDataset, LeRobotDataset, StreamingLeRobotDataset
+from episodic.datasets.device import frames_to_float, to_device
+
+from support import LEROBOT_FIXTURE
+
+ROOT = LEROBOT_FIXTURE / "dataset"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_held_by_the_user_never_change(small_root, workers):
+    ds = EpisodicDataset(small_root, delta_timestamps={"observation.images.top": [-1 / 30, 0.0]})
+    loader = ds.loader(batch_size=8, num_workers=workers, shuffle=True, seed=3)
+    held, copies = [], []
+    for i, batch in enumerate(loader):
+        if i % 3 == 0:  # keep some batches (and a view of one), drop the others: their memory is recycled
+            held.append(batch["observation.images.top"][1:])
+            copies.append(held[-1].clone())
+        if i == 12:
+            break
+    for h, c in zip(held, copies):
+        assert torch.equal(h, c)
+    ref = LeRobotDataset("x", root=small_root, delta_timestamps={"observation.images.top": [-1 / 30, 0.0]})
+    batch = next(iter(ds.loader(batch_size=8, num_workers=workers, shuffle=False)))
+    for j in range(8):
+        assert torch.equal(batch["observation.images.top"][j], ref[j]["observation.images.top"])
+
+
+def _resized(frames: torch.Tensor, size) -> torch.Tensor:
+    return F.interpolate(frames.reshape(-1, *frames.shape[-3:]), size=size, mode="bilinear", antialias=True,
+                         align_corners=False).reshape(*frames.shape[:-2], *size)
+
+
+@pytest.mark.parametrize("size", [(224, 224), (64, 80)])
+def test_stretch_items_are_lerobot_items_resized_by_torchvision(size):
+    full = LeRobotDataset("x", root=ROOT)
+    small = LeRobotDataset("x", root=ROOT, image_size=size)
+    diffs = []
+    for i in [0, 17, 250, 1499, 3000]:
+        want, got = full[i], small[i]
+        assert list(got) == list(want)
+        for k in full.camera_keys:
+            assert got[k].shape == (3, *size) and got[k].dtype == torch.float32
+            diffs.append((got[k] - _resized(want[k], size)).abs().flatten())
+        for k in want:
+            if k not in full.camera_keys and k != "task":
+                assert torch.equal(got[k], want[k]), k
+    d = torch.cat(diffs)
+    # the tolerance documented in episodic/video/output.py
+    assert float(d.mean()) < 2 / 255, float(d.mean())
+    assert float(d.kthvalue(int(len(d) * 0.99)).values) < 6 / 255
+
+
+def test_letterbox_uint8_with_windows_is_the_stretch_to_the_fitted_size_between_zero_bars():
+    deltas = {"observation.images.top": [-0.1, 0.0]}
+    ds = EpisodicDataset(ROOT, image_size=(96, 96), resize_mode="letterbox", return_uint8=True, delta_timestamps=deltas)
+    assert ds.spec.frames.placement((96, 128)) == (72, 96, 12, 0)
+    b = ds.get_batch([0, 5, 900])
+    assert b["observation.images.top"].shape == (3, 2, 3, 96, 96) and b["observation.images.wrist"].shape == (3, 3, 96, 96)
+    stretch = EpisodicDataset(ROOT, image_size=(72, 96), return_uint8=True, delta_timestamps=deltas).get_batch([0, 5, 900])
+    for k in ds.camera_keys:
+        x = b[k]
+        assert x.dtype == torch.uint8
+        assert not x[..., :12, :].any() and not x[..., 84:, :].any()
+        assert torch.equal(x[..., 12:84, :], stretch[k])
+        assert x[..., 12:84, :].float().std() > 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_streaming_resized_items_equal_map_style(workers):
+    stream = StreamingLeRobotDataset("x", root=ROOT, image_size=(48, 64), episode_pool_size=4, seed=1)
+    ref = LeRobotDataset("x", root=ROOT, image_size=(48, 64))
+    seen = 0
+    for batch in stream.loader(batch_size=16, num_workers=workers):
+        for j in range(len(batch["index"])):
+            want = ref[int(batch["index"][j])]
+            for k in ref.camera_keys:
+                assert torch.equal(batch[k][j], want[k]), k
+        seen += 1
+        if seen == 3:
+            break
+    assert seen == 3
+
+
+def test_gpu_hand_off_conversion_equals_cpu_items():
+    u8 = EpisodicDataset(ROOT, return_uint8=True).get_batch([3, 77])
+    f32 = EpisodicDataset(ROOT).get_batch([3, 77])
+    moved = to_device(u8, "cpu", float_keys=["observation.images.top"] if "observation.images.top" in u8 else [])
+    for k in [k for k in f32 if k != "task"]:
+        want = f32[k]
+        got = frames_to_float(u8[k]) if u8[k].dtype == torch.uint8 and want.dtype == torch.float32 else u8[k]
+        assert torch.equal(got, want), k
+    for k, v in moved.items():
+        if k != "task":
+            assert v.device.type == "cpu"
+    # why a 0-dim tensor divisor: a multiplication by the reciprocal (what CUDA does for a Python scalar
+    # divisor) differs from the division in the last bit for some byte values
+    x = torch.arange(256, dtype=torch.uint8).float()
+    assert not torch.equal(x * (1 / torch.tensor(255.0)), x / 255)
+    assert torch.equal(frames_to_float(torch.arange(256, dtype=torch.uint8)), x / 255)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_hand_off_is_bit_identical_on_cuda():
+    x = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal(frames_to_float(x.cuda()).cpu(), x.float() / 255)
