@@ -24,8 +24,15 @@ def one(checkout: str, root: str, mode: str, workers: int, video: bool, batches:
     env = {**os.environ, "PYTHONPATH": os.path.join(os.path.abspath(checkout), "src")}
     cmd = [sys.executable, os.path.join(checkout, "benchmarks", "bench_loaders.py"), "--root", root, "--mode", mode,
            "--one", f"{workers},{int(video)}", "--batches", str(batches), "--warmup", str(warmup)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    return json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    from episodic.tools.rss import PeakRSS  # memory sampled from outside, the same way for both checkouts
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with PeakRSS(pid=proc.pid, interval_s=0.1) as mem:
+        out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"{checkout}: exited {proc.returncode}: {err[-2000:]}")
+    res = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+    return {**res, "peak_rss_tree_mb": mem.peak / 2**20}
 
 
 def main() -> int:

@@ -1,4 +1,7 @@
-"""Peak resident memory of a process tree (the process and all its descendants, e.g. DataLoader workers)."""
+"""Peak memory of a process tree (the process and all its descendants, e.g. DataLoader workers): RSS, and PSS
+(proportional set size: each shared page divided among the processes that map it, so shared memory -- the
+batches workers hand over, pages inherited over fork -- counts once for the tree, where RSS counts it in
+every process)."""
 
 from __future__ import annotations
 
@@ -25,38 +28,63 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def tree_rss_bytes(pid: int | None = None) -> int:
-    """Sum of RSS over `pid` (default: this process) and its descendants."""
-    stack, total, seen = [pid or os.getpid()], 0, set()
+def _pss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _tree(pid: int | None) -> list[int]:
+    stack, seen = [pid or os.getpid()], []
     while stack:
         p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss_bytes(p)
-        stack.extend(_children(p))
-    return total
+        if p not in seen:
+            seen.append(p)
+            stack.extend(_children(p))
+    return seen
+
+
+def tree_rss_bytes(pid: int | None = None) -> int:
+    """Sum of RSS over `pid` (default: this process) and its descendants."""
+    return sum(_rss_bytes(p) for p in _tree(pid))
+
+
+def tree_pss_bytes(pid: int | None = None) -> int:
+    """Sum of PSS over `pid` (default: this process) and its descendants (0 where the kernel has no
+    smaps_rollup)."""
+    return sum(_pss_bytes(p) for p in _tree(pid))
 
 
 class PeakRSS:
-    """Samples the tree's RSS in a background thread; `peak` is the maximum seen (bytes)."""
+    """Samples the tree's RSS (and with `pss=True` its PSS, which costs the kernel a page-table walk per
+    sample) in a background thread; `peak` / `peak_pss` are the maxima seen (bytes)."""
 
-    def __init__(self, pid: int | None = None, interval_s: float = 0.05):
-        self.pid, self.interval_s, self.peak = pid, interval_s, 0
+    def __init__(self, pid: int | None = None, interval_s: float = 0.05, pss: bool = False):
+        self.pid, self.interval_s, self.peak, self.peak_pss, self.pss = pid, interval_s, 0, 0, pss
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        self.peak = max(self.peak, tree_rss_bytes(self.pid))
+        if self.pss:
+            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.pid))
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._sample()
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> "PeakRSS":
-        self.peak = tree_rss_bytes(self.pid)
+        self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, tree_rss_bytes(self.pid))
+        self._sample()
