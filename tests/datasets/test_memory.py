@@ -70,3 +70,38 @@ def test_small_arrays_are_not_pooled():
     small = (POOL_MIN_BYTES // 8,)
     (a,) = pool.take([Empty(small, np.dtype(np.float32))])
     assert a.shape == small and pool.kept_bytes() == 0
+
+
+def test_ring_reuses_a_slot_only_after_the_receiver_freed_it(monkeypatch):
+    from episodic import runtime
+    from episodic.datasets import memory
+
+    ring = memory.SlotRing(slots=2)
+    a = ring.take(1000)
+    b = ring.take(1000)
+    assert a is not None and b is not None and ring.take(1000) is None  # both in flight: caller falls back
+    a[memory.HEADER:memory.HEADER + 4] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+    layout = [("x", memory.HEADER, (4,), "|u1"), ("task", None, ["t"], None)]
+    got = memory.receive(a, layout, frozenset())
+    assert got["x"].tolist() == [1, 2, 3, 4] and got["task"] == ["t"]
+    assert ring.take(1000) is a  # freed by the receiver: reused
+    assert ring.take(10_000) is None
+    got = memory.receive(b, layout, frozenset())
+    bigger = ring.take(10_000)  # the free slot was too small: replaced by a larger one
+    assert bigger is not None and bigger.numel() >= 10_000 + memory.HEADER and bigger is not b
+
+
+def test_loader_batches_come_through_ring_slots(small_root):
+    from episodic import EpisodicDataset
+    from episodic.datasets import memory
+
+    memory._RECEIVED.clear()
+    ds = EpisodicDataset(small_root)
+    seen = []
+    for i, batch in enumerate(ds.loader(batch_size=8, num_workers=2, shuffle=False)):
+        seen.append(batch["index"].clone())
+        if i == 9:
+            break
+    slots = {b.untyped_storage().data_ptr() for b in memory._RECEIVED}
+    assert len(memory._RECEIVED) == 6 and len(slots) <= 6  # received through slots, reused
+    assert torch.equal(torch.cat(seen), torch.arange(80))

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .. import config, runtime
-from .memory import POOL, Empty
+from .memory import POOL, RING, Empty, receive
 
 
 def unit_float(u8: torch.Tensor) -> torch.Tensor:
@@ -58,6 +58,22 @@ class UnitFloat:
 
     def __reduce__(self):
         return unit_float, (self.u8,)
+
+
+class SlotBatch:
+    """A batch a worker built in a ring slot; unpickles (in the main process) as the collated dict, copied out
+    of the slot, which goes back to the worker (`memory.receive`)."""
+
+    __slots__ = ("layout", "slot", "to_float")
+
+    def __init__(self, slot: torch.Tensor, batch: "Batch"):
+        self.slot, self.to_float = slot, frozenset(batch.to_float)
+        self.layout = [(k, None, list(v), None) if k == "task" else
+                       (k, v.storage_offset() * v.element_size(), tuple(v.shape), v.numpy().dtype.str)
+                       for k, v in batch.tensors.items()]
+
+    def __reduce__(self):
+        return receive, (self.slot, self.layout, self.to_float)
 
 
 class Own:
@@ -93,9 +109,14 @@ class Batch:
         """What default_collate would make of the items."""
         return {k: (self.float(k) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
 
-    def for_transport(self) -> dict:
+    def for_transport(self):
         """The same, for a worker to send: float cameras become float32 in the receiving process, and every
-        other tensor gets a storage of its own there (they travel as views of one shared block)."""
+        other tensor gets a storage of its own there (they travel as views of one shared block; a block that
+        is a ring slot is copied out by the receiver and handed back: `SlotBatch`)."""
+        first = next((v for k, v in self.tensors.items() if k != "task"), None)
+        slot = RING.slot_of(first) if first is not None else None
+        if slot is not None:
+            return SlotBatch(slot, self)
         return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else Own(v))
                 for k, v in self.tensors.items()}
 
