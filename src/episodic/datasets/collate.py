@@ -1,14 +1,17 @@
 """Batches that skip per-item re-collation, and cross from DataLoader workers cheaply.
 
 Datasets build a whole batch at once (vectorised gathers, one decode pass per file) as a `Batch`: the
-tensors of all items stacked, cameras kept as uint8 until someone needs float32. The DataLoader still gets
+tensors of all items stacked, cameras decoded straight into them (float32 in the process that hands them out,
+uint8 in a DataLoader worker; see `make_batch` and `memory`). The DataLoader still gets
 per-item dicts, as LeRobot's items are: `Item`s, made on demand from the batch (`ItemBatch`). When torch's
 `default_collate` receives exactly the items of one batch, in order, it returns that batch instead of
 stacking every key again: same keys, dtypes, shapes and values.
 
 In a DataLoader worker, the batch's tensors are views of ONE shared-memory block (one mapping to share, not
-one per key), float cameras travel as their uint8 frames (a quarter of the bytes) and become float32 when
-the main process unpickles them (`UnitFloat`), and the worker shares tensors the way its loader says
+one per key), usually a slot of the worker's ring (`memory.SlotRing`) that the main process copies out of
+when it unpickles the batch (`SlotBatch`, `memory.receive`) and hands back; float cameras travel as their
+uint8 frames (a quarter of the bytes) and become float32 in that copy. A batch in a fresh block (ring
+full) travels as views (`Own`, `UnitFloat`). The worker shares tensors the way its loader says
 (`TensorSharing`). `deliver` is the one place that decides between what a worker sends and what the main
 process hands out.
 
