@@ -121,9 +121,10 @@ def main() -> int:
     if args.write_synthetic:
         from episodic.demo import CAMERAS, write_demo_dataset
 
+        extra = ("observation.images.side", "observation.images.left", "observation.images.right")
         write_demo_dataset(args.write_synthetic, num_episodes=args.episodes, min_length=args.min_length,
                            max_length=args.max_length, height=args.height, width=args.width,
-                           cameras=CAMERAS[:args.cameras])
+                           cameras=(CAMERAS + extra)[:args.cameras])
         return 0
     from episodic.tools.bench import lerobot_side_script  # imports no torch
 

@@ -9,6 +9,8 @@ _LAZY = {
     "EpisodicDataset": "episodic.datasets",
     "StreamingLeRobotDataset": "episodic.datasets",
     "DatasetWriter": "episodic.writer",
+    "to_device": "episodic.datasets.device",
+    "frames_to_float": "episodic.datasets.device",
     "EpisodeAwareSampler": "episodic.order",
     "load_metadata": "episodic.format",
     "DatasetFormatError": "episodic.format",

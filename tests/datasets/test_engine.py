@@ -114,3 +114,22 @@ def test_gpu_hand_off_conversion_equals_cpu_items():
 def test_gpu_hand_off_is_bit_identical_on_cuda():
     x = torch.arange(256, dtype=torch.uint8)
     assert torch.equal(frames_to_float(x.cuda()).cpu(), x.float() / 255)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pin_memory_loader_gives_the_same_batches(small_root, workers):
+    import warnings
+
+    ds = LeRobotDataset("x", root=small_root)
+    plain = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CPU-only torch: "no accelerator", pinning is skipped
+        pinned = next(iter(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers, pin_memory=True)))
+    for k, v in plain.items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, pinned[k]), k
+            if torch.cuda.is_available():
+                assert pinned[k].is_pinned(), k
+    import episodic
+
+    assert episodic.to_device is to_device and episodic.frames_to_float is frames_to_float
