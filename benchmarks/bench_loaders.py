@@ -163,6 +163,7 @@ def main() -> int:
                 row[f"{name}_runs_frames_per_s"] = [round(r["frames_per_s"], 1) for r in rs]
             if rs and limit:
                 row[f"{name}_of_limit"] = row[f"{name}_frames_per_s"] / limit["limit_samples_per_s"]
+                row[f"{name}_of_decode_only"] = row[f"{name}_frames_per_s"] / limit["decode_only_limit_samples_per_s"]
             if rs and runs["lerobot"] and name != "lerobot":
                 row[f"{name}_vs_lerobot"] = row[f"{name}_frames_per_s"] / statistics.median(r["frames_per_s"] for r in runs["lerobot"])
         rows.append(row)
@@ -187,14 +188,17 @@ def _table(rows: list[dict], names: list[str], limit: dict | None) -> None:
         print(f"\ndecode limit: {limit['random_per_core_fps']:.0f} random frames/s per core "
               f"({limit['decodes_per_random_frame']:.2f} decodes each), {limit['random_all_cores_fps']:.0f} on "
               f"{limit['cores']} cores = {limit['limit_samples_per_s']:.0f} samples/s with {limit['cameras']} cameras; "
-              f"sequential {limit['sequential_per_core_fps']:.0f} frames/s per core")
-    print(f"\n{'mode':>6} {'workers':>7} {'loader':>8} {'frames/s':>9} {'of limit':>8} {'vs LR':>6} {'ttfb s':>7} "
-          f"{'PSS MB':>7} {'RSS MB':>7}")
+              f"sequential {limit['sequential_per_core_fps']:.0f} frames/s per core; decoding only (no RGB "
+              f"conversion) {limit['decode_only_all_cores_fps']:.0f} frames/s on {limit['cores']} cores = "
+              f"{limit['decode_only_limit_samples_per_s']:.0f} samples/s")
+    print(f"\n{'mode':>6} {'workers':>7} {'loader':>8} {'frames/s':>9} {'of limit':>8} {'of dec.':>8} {'vs LR':>6} "
+          f"{'ttfb s':>7} {'PSS MB':>7} {'RSS MB':>7}")
     for r in rows:
         for n in names:
             if f"{n}_frames_per_s" not in r:
                 continue
             print(f"{r['mode']:>6} {r['workers']:>7} {n:>8} {r[f'{n}_frames_per_s']:>9.0f} {r.get(f'{n}_of_limit', nan):>8.0%} "
+                  f"{r.get(f'{n}_of_decode_only', nan):>8.0%} "
                   f"{r.get(f'{n}_vs_lerobot', nan):>6.2f} {r[f'{n}_time_to_first_batch_s']:>7.2f} "
                   f"{r[f'{n}_peak_pss_tree_mb']:>7.0f} {r[f'{n}_peak_rss_tree_mb']:>7.0f}")
 

@@ -3,6 +3,8 @@
 * random: what any loader of random frames must do at least, per frame: seek to the key frame at or before
   it, decode forward to it, convert it to an RGB array (``to_ndarray(format="rgb24")``). Frames drawn
   uniformly over every camera file's frames; one decode thread per process.
+* random, decode only: the same without the conversion (the decoder alone; a loader that converts faster
+  than ``to_ndarray(format="rgb24")`` can come closer to it).
 * sequential: every frame of a file in order, converted to RGB.
 
 Per core = one process; "all cores" = one process per core at once (what the machine really does when every
@@ -37,8 +39,9 @@ def _index(path: str) -> tuple[np.ndarray, np.ndarray]:
     return pts, pts[np.maximum.accumulate(np.where(key, np.arange(len(pts)), 0))]
 
 
-def random_access(files: list[str], seconds: float, seed: int) -> dict:
-    """Random single frames for `seconds`: frames/s and decodes per frame."""
+def random_access(files: list[str], seconds: float, seed: int, rgb: bool = True) -> dict:
+    """Random single frames for `seconds`: frames/s and decodes per frame (`rgb=False`: decoded frames only,
+    no conversion: the decoder's own limit)."""
     idx = {f: _index(f) for f in files}
     conts = {f: av.open(f) for f in files}
     for c in conts.values():
@@ -58,7 +61,8 @@ def random_access(files: list[str], seconds: float, seed: int) -> dict:
         for frame in c.decode(s):
             decoded += 1
             if frame.pts is not None and frame.pts >= pts[j]:
-                frame.to_ndarray(format="rgb24")
+                if rgb:
+                    frame.to_ndarray(format="rgb24")
                 break
         n += 1
     elapsed = time.perf_counter() - t0
@@ -81,7 +85,8 @@ def sequential(files: list[str], seconds: float) -> dict:
 
 
 def _worker(kind: str, files: list[str], seconds: float, seed: int, q) -> None:
-    q.put(random_access(files, seconds, seed) if kind == "random" else sequential(files, seconds))
+    q.put(random_access(files, seconds, seed, rgb=kind == "random") if kind.startswith("random") else
+          sequential(files, seconds))
 
 
 def on_cores(kind: str, files: list[str], seconds: float, cores: int) -> float:
@@ -112,8 +117,11 @@ def measure(root: str, seconds: float = 8.0, cores: int = 2) -> dict:
     one = random_access(files, seconds, 0)
     out = {"cameras": cams, "random_per_core_fps": one["frames_per_s"], "decodes_per_random_frame": one["decodes_per_frame"],
            "sequential_per_core_fps": sequential(files, seconds)["frames_per_s"],
-           "random_all_cores_fps": on_cores("random", files, seconds, cores), "cores": cores}
+           "random_all_cores_fps": on_cores("random", files, seconds, cores), "cores": cores,
+           "decode_only_per_core_fps": random_access(files, seconds, 1, rgb=False)["frames_per_s"],
+           "decode_only_all_cores_fps": on_cores("random-decode-only", files, seconds, cores)}
     out["limit_samples_per_s"] = out["random_all_cores_fps"] / cams
+    out["decode_only_limit_samples_per_s"] = out["decode_only_all_cores_fps"] / cams
     return out
 
 
