@@ -71,7 +71,7 @@ class SlotBatch:
 
     def __init__(self, slot: torch.Tensor, batch: "Batch"):
         self.slot, self.to_float = slot, frozenset(batch.to_float)
-        self.layout = [(k, None, list(v), None) if k == "task" else
+        self.layout = [(k, None, list(v), None) if isinstance(v, list) else
                        (k, v.storage_offset() * v.element_size(), tuple(v.shape), v.numpy().dtype.str)
                        for k, v in batch.tensors.items()]
 
@@ -93,7 +93,7 @@ class Own:
 
 class Batch:
     """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
-    see as float32 in [0, 1]. 'task' is a list of strings."""
+    see as float32 in [0, 1]. Text values ('task', a mixture's 'dataset_name') are lists of strings."""
 
     __slots__ = ("tensors", "to_float", "size", "_floats")
 
@@ -110,17 +110,17 @@ class Batch:
 
     def collated(self) -> dict:
         """What default_collate would make of the items."""
-        return {k: (self.float(k) if k in self.to_float else list(v) if k == "task" else v) for k, v in self.tensors.items()}
+        return {k: (self.float(k) if k in self.to_float else list(v) if isinstance(v, list) else v) for k, v in self.tensors.items()}
 
     def for_transport(self):
         """The same, for a worker to send: float cameras become float32 in the receiving process, and every
         other tensor gets a storage of its own there (they travel as views of one shared block; a block that
         is a ring slot is copied out by the receiver and handed back: `SlotBatch`)."""
-        first = next((v for k, v in self.tensors.items() if k != "task"), None)
+        first = next((v for v in self.tensors.values() if not isinstance(v, list)), None)
         slot = RING.slot_of(first) if first is not None else None
         if slot is not None:
             return SlotBatch(slot, self)
-        return {k: (UnitFloat(v) if k in self.to_float else list(v) if k == "task" else Own(v))
+        return {k: (UnitFloat(v) if k in self.to_float else list(v) if isinstance(v, list) else Own(v))
                 for k, v in self.tensors.items()}
 
     def item(self, b: int) -> "Item":
@@ -133,7 +133,7 @@ class Batch:
 
     def items(self) -> list["Item"]:
         """All items (float cameras converted), with one unbind per key rather than one index per item."""
-        cols = [(k, self.float(k).unbind(0) if k in self.to_float else v.unbind(0) if k != "task" else v)
+        cols = [(k, self.float(k).unbind(0) if k in self.to_float else v.unbind(0) if not isinstance(v, list) else v)
                 for k, v in self.tensors.items()]
         out = []
         for b in range(self.size):
