@@ -85,6 +85,16 @@ class MixturePreflightError(EpisodicError, ValueError):
         self.report = report
 
 
+class MixtureLayoutError(EpisodicError, ValueError):
+    """A preflighted mixture's entries cannot share one item layout (windows of different lengths for one role,
+    cameras of several sizes and no `image_size`, ...). The message lists every problem, each naming the entry
+    and the role; `problems` holds them one per item."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
 class WriterError(EpisodicError):
     """A dataset could not be written as asked (the writer's own errors; I/O errors such as a full disk are
     raised as they are)."""
