@@ -7,7 +7,9 @@ import threading
 import pytest
 import torch
 
-from episodic.counters import FIELDS, Counters
+import numpy as np
+
+from episodic.counters import FIELDS, Counters, Tally
 
 
 def test_sum_gauge_min_and_local():
@@ -71,3 +73,25 @@ def test_counts_of_forked_workers_add_up_in_the_parent(workers):
 
 def test_every_field_has_a_known_kind():
     assert set(FIELDS.values()) <= {"sum", "gauge", "min"}
+
+
+class _Tallied(torch.utils.data.Dataset):
+    def __init__(self):
+        self.tally = Tally(5)
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        self.tally.add([i % 5, i % 2])  # two counts per item
+        return i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tally_counts_of_forked_workers_add_up_in_the_parent(workers):
+    ds = _Tallied()
+    list(torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers))
+    want = np.bincount(np.r_[np.arange(20) % 5, np.arange(20) % 2], minlength=5)
+    assert ds.tally.totals().tolist() == want.tolist()
+    ds.tally.add(np.array([4, 4]))
+    assert ds.tally.totals()[4] == want[4] + 2 and ds.tally.totals().dtype == np.int64

@@ -162,6 +162,37 @@ def _mixture_check(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def _mixture_shares(args: argparse.Namespace) -> int:
+    from .mixture import build_sampler, preflight
+    from .mixture.shares import order_counts, share_table
+    from .tools.plots import share_chart
+
+    if args.samples < 1:
+        raise SystemExit("episodic mixture shares: --samples must be >= 1")
+    report = preflight(args.spec, on_error=args.on_error, progress=not args.quiet)
+    sampler, used = build_sampler(report, seed=args.seed)
+    counts = order_counts(sampler, args.samples, epoch=args.epoch)
+    entries = [report.entries[i] for i in used]
+    table = share_table([e.name for e in entries], [e.group for e in entries], [e.share for e in entries], counts)
+    width = max([len(str(g["group"])) for g in table["groups"]] + [5])
+    print(printable(f"{'group':<{width}}  entries  target    realised"))
+    for g in table["groups"]:
+        print(printable(f"{str(g['group']):<{width}}  {g['entries']:>7}  {g['target']:>8.3%}  {g['realised']:>8.3%}"))
+    worst = max(table["entries"], key=lambda e: abs(e["realised"] - e["target"]))
+    print(printable(f"{len(entries)} entries, the first {args.samples:,} samples of epoch {args.epoch}'s order (seed "
+                    f"{args.seed}): largest |realised - target| {table['max_abs_error']:.3%} ({worst['name']}), over "
+                    f"groups {table['max_abs_error_groups']:.3%}"))
+    out = share_chart(table, args.output, title=f"{printable(report.spec.origin)}: target vs realised shares")
+    print(f"chart: {printable(out)}")
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(table, indent=1, default=str).encode())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="episodic", description="Fast, exact loading of LeRobot-format robot datasets.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -251,6 +282,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the report as JSON")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_mixture_check)
+    p = msub.add_parser("shares", help="target vs realised shares of the first samples of a mixture's order (PNG)",
+                        description="Preflight SPEC, walk the first --samples positions of its order (no data read) "
+                                    "and compare each entry's and group's realised share with its target: a table of "
+                                    "groups, the largest deviation, and a PNG chart (entries and groups).")
+    p.add_argument("spec", help="mixture spec file: JSON or YAML, episodic's format or OpenTau's")
+    p.add_argument("--samples", type=int, default=100_000, help="positions of the order counted (default 100000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch", type=int, default=0, help="epoch the count starts at (default 0)")
+    p.add_argument("--on-error", choices=["raise", "skip"], default=None)
+    p.add_argument("-o", "--output", default="mixture_shares.png", help="PNG to write (default mixture_shares.png)")
+    p.add_argument("--json", metavar="OUT", help="write the share table as JSON")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_mixture_shares)
     return ap
 
 

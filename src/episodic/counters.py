@@ -10,6 +10,8 @@ spawn/forkserver get a private table (their counters are not aggregated in the p
 Kinds: "sum" counters add up (seconds, bytes, frames, hits); "gauge" counters hold a current value per
 process (open decoders) and add up across processes; "min" counters keep the smallest value seen (first
 item time), NaN until set.
+
+`Tally` is the same per-process table for counts per index of a fixed list (a mixture's items per entry).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from . import runtime
 
-__all__ = ["Counters", "FIELDS"]
+__all__ = ["Counters", "FIELDS", "Tally"]
 
 FIELDS: dict[str, str] = {
     # storage/: remote reads
@@ -120,3 +122,31 @@ class _Timer:
 
     def __exit__(self, *exc) -> None:
         self.counters.add(**{self.name: time.perf_counter() - self.t0})
+
+
+class Tally:
+    """Counts per index 0..size-1 (e.g. items built per mixture entry), one row per process like `Counters`
+    (each process writes its own row), summed over the processes by `totals()`."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+        self._buf = mmap.mmap(-1, runtime.MAX_SLOTS * max(self.size, 1) * 8)  # anonymous + shared
+        self._table = np.frombuffer(self._buf, dtype=np.int64).reshape(runtime.MAX_SLOTS, max(self.size, 1))
+        self._lock = threading.Lock()
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    def __reduce__(self):  # spawned workers: a private table
+        return Tally, (self.size,)
+
+    def add(self, indices) -> None:
+        """Count each index of `indices` once (an index may repeat)."""
+        counts = np.bincount(np.asarray(indices, dtype=np.int64).reshape(-1), minlength=self.size)[:self.size]
+        with self._lock:
+            self._table[runtime.slot(), :self.size] += counts
+
+    def totals(self) -> np.ndarray:
+        """Counts summed over every process (int64, one per index)."""
+        return self._table[:, :self.size].sum(axis=0)

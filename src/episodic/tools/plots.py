@@ -1,4 +1,5 @@
-"""Matplotlib figures for `episodic bench-summarize` and `episodic show` (Agg backend, PNG files)."""
+"""Matplotlib figures for `episodic bench-summarize`, `episodic show` and `episodic mixture shares` (Agg backend,
+PNG files)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,45 @@ def episode_figure(frames: dict[str, np.ndarray], frame_times: np.ndarray, curve
         handles, labels = ax.get_legend_handles_labels()
         leg.legend(handles, labels, loc="center left", fontsize=6.5, ncol=2 if len(labels) > 8 else 1, frameon=False)
     fig.suptitle(title, fontsize=11)
+    return _save(fig, path)
+
+
+def share_chart(shares: dict, path: str | os.PathLike, title: str = "mixture shares") -> Path:
+    """Target vs realised share of a mixture (`mixture.shares.share_table`): entries as points against the
+    diagonal (log-log: shares span orders of magnitude), and groups as paired bars."""
+    plt = _pyplot()
+    entries, groups = shares["entries"], shares["groups"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.35 * len(groups) + 2)),
+                                 gridspec_kw={"width_ratios": [1, 1.1]})
+    t = np.array([e["target"] for e in entries], dtype=float)
+    r = np.array([e["realised"] for e in entries], dtype=float)
+    pos = (t > 0) & (r > 0)
+    a1.scatter(t[pos], r[pos], s=12, alpha=0.7, color="#2b6cb0", label=f"entries ({int(pos.sum())})")
+    if (~pos).any():
+        a1.scatter(np.maximum(t[~pos], 1e-9), np.full(int((~pos).sum()), 1e-9), s=14, marker="x", color="#e53e3e",
+                   label=f"never drawn ({int((~pos).sum())})")
+    lo = min([v for v in (*t[t > 0], *r[r > 0])] or [1e-6]) / 2
+    a1.plot([lo, 1], [lo, 1], color="grey", lw=0.8, ls="--", label="realised = target")
+    a1.set_xscale("log")
+    a1.set_yscale("log")
+    a1.set_xlim(lo, 1)
+    a1.set_ylim(lo, 1)
+    a1.set_xlabel("target share")
+    a1.set_ylabel("realised share")
+    a1.set_title(f"entries: {shares['items']:,} items, largest |realised - target| {shares['max_abs_error']:.3%}")
+    a1.legend(loc="upper left", fontsize=8)
+    a1.grid(alpha=0.3, which="both")
+    y = np.arange(len(groups))
+    bh = 0.38
+    a2.barh(y - bh / 2, [g["target"] for g in groups], height=bh, color="#a0aec0", label="target")
+    a2.barh(y + bh / 2, [g["realised"] for g in groups], height=bh, color="#2b6cb0", label="realised")
+    a2.set_yticks(y, [f"{g['group']} ({g['entries']})" for g in groups], fontsize=8)
+    a2.invert_yaxis()
+    a2.set_xlabel("share")
+    a2.set_title(f"groups: largest |realised - target| {shares['max_abs_error_groups']:.3%}")
+    a2.legend(loc="lower right", fontsize=8)
+    a2.grid(axis="x", alpha=0.3)
+    fig.suptitle(title)
     return _save(fig, path)
 
 
