@@ -117,10 +117,13 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
 
 
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
-                 progress: bool = False, open_file: Callable[[str], Any] | None = None) -> Columns:
+                 progress: bool = False, open_file: Callable[[str], Any] | None = None,
+                 mmap_min_bytes: int | None = None) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
     one row group per episode, only the row groups) that hold them. `open_file(path)` opens a data file for
-    reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads)."""
+    reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads).
+    With `mmap_dir`, columns of `mmap_min_bytes` bytes and more (default `MMAP_THRESHOLD_BYTES`; 0: always)
+    are memory-mapped files there instead of RAM."""
     info, table = meta.info, meta.episodes
     if open_file is None and not is_local(meta.fs):
         open_file = functools.partial(open_for_read, meta.fs)
@@ -137,7 +140,8 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
 
     nbytes = sum(total * int(np.prod(shape_of(n) or (1,))) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
                  for n in numeric)
-    use_mmap = mmap_dir is not None and (nbytes >= MMAP_THRESHOLD_BYTES or config.force_mmap())
+    threshold = MMAP_THRESHOLD_BYTES if mmap_min_bytes is None else int(mmap_min_bytes)
+    use_mmap = mmap_dir is not None and (nbytes >= threshold or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
     _check_sizes(meta, episodes, lengths, nbytes)
     images: dict[str, list] = {n: [None] * total for n in image_names}

@@ -1,0 +1,215 @@
+"""A map-style dataset over a weighted mixture of LeRobot datasets (docs/mixtures.md, "Mixture datasets").
+
+`MixtureDataset(spec)` preflights the spec (or takes a `PreflightReport`), fixes the shared item layout
+(`mixture.layout`), and orders the mixture by its `MixtureSampler` (`mixture.build_sampler`). Indices are the
+sampler's flat indices (``row_offset[entry] + row``, entries side by side like ``ConcatDataset``);
+`get_batch(indices)` groups them by entry, builds each entry's part with that entry's own `FrameEngine` (its
+fps, tolerance, windows, cameras, selected episodes: `mixture_entry`), brings it into the shared layout
+(`harmonise`) and returns the batch in the order of `indices`. Engines are built on first use in each
+process, so building the dataset reads no data file and a process holds O(episodes) until it loads entries.
+
+`loader()` is a DataLoader whose batches come from a `MixtureBatchSampler` (sharding, exact and elastic resume
+of `order.EpisodicBatchSampler`, the mixture's state in the checkpoint) through a `TrackedLoader`, with whole
+batches built in the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..counters import Counters, Tally
+from ..mixture.layout import MixtureLayout
+from ..mixture.norm_stats import entry_stats, pooled_stats
+from ..mixture.report import PreflightReport
+from ..mixture.sampling import build_sampler
+from ..mixture.shares import share_table
+from ..order.batch_sampler import TrackedLoader
+from ..order.mixture_batch import MixtureBatchSampler
+from ..video import DecoderCache
+from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
+from .harmonise import empty_batch, fill
+from .mixture_entry import EntryEngines
+
+__all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
+
+
+def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> PreflightReport:
+    """`spec` as a preflight report: a report as it is, else preflight of the spec (object, dict or file)."""
+    if isinstance(spec, PreflightReport):
+        return spec
+    from ..mixture.preflight import preflight
+
+    return preflight(spec, on_error=on_error, concurrency=concurrency)
+
+
+class MixtureDataset(torch.utils.data.Dataset):
+    """Items of a weighted mixture of datasets, all in one layout (see `mixture.layout` for the keys).
+
+    Args:
+        spec: a `MixtureSpec`, a spec dict or file, or a `PreflightReport` (preflight is not run again).
+        seed, shuffle: the order's (`order.MixtureSampler`); `drop_n_first_frames`/`drop_n_last_frames` per episode.
+        image_size: (H, W) every camera is brought to (needed when cameras come in several sizes);
+            `resize_mode`: ``letterbox`` or ``stretch``.
+        return_uint8: cameras as uint8 instead of float32 in [0, 1]. `image_transforms`: applied per camera frame.
+        on_error, concurrency: preflight's, when `spec` is not a report.
+        cache_dir: episodic's cache (memory-mapped columns under ``tabular/``); `mmap_min_bytes`: entries with
+            fewer bytes of columns are kept in RAM (default 0: every entry memory-mapped).
+        decoder_cache_size: open video decoders per process, shared by all entries.
+    """
+
+    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
+                 resize_mode: str = "letterbox", return_uint8: bool = False, image_transforms: Callable | None = None,
+                 on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
+                 mmap_min_bytes: int = 0, decoder_cache_size: int = 32, drop_n_first_frames: int = 0,
+                 drop_n_last_frames: int = 0):
+        self.report = load_report(spec, on_error, concurrency)
+        self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+        self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle,
+                                           drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
+        assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
+        self.counters = Counters()
+        self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        self.engines = EntryEngines(self.report, self.layout, self.counters, self.decoders, cache_dir, mmap_min_bytes)
+        self.items_per_entry = Tally(len(self.layout.entries))
+        self.return_uint8 = return_uint8
+        self.image_transforms = image_transforms
+        self.camera_keys = self.layout.camera_keys
+        self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
+
+    # ------------------------------------------------------------------ sizes
+    def __len__(self) -> int:
+        """The span of flat indices (every entry's rows side by side; an epoch is `len(self.sampler)` samples)."""
+        return self.sampler.num_rows
+
+    @property
+    def num_entries(self) -> int:
+        return len(self.layout.entries)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the entries' selected episodes."""
+        return int(self.sampler.frames.sum())
+
+    @property
+    def features(self) -> dict:
+        return self.layout.features()
+
+    # ------------------------------------------------------------------ items
+    def arrays(self, indices: Sequence[int] | np.ndarray) -> dict:
+        """The numpy batch (cameras uint8 channels first) of flat indices, in their order."""
+        flat = np.asarray(indices).reshape(-1)
+        if flat.dtype.kind not in "iu" and len(flat):
+            raise TypeError(f"indices must be integers, got {flat.dtype} values {flat[:5].tolist()}")
+        flat = flat.astype(np.int64, copy=False)
+        if len(flat) and (flat.min() < 0 or flat.max() >= len(self)):
+            raise IndexError(f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
+                             f"{len(self)} flat indices")
+        slots, rows = self.sampler.split(flat)
+        out = empty_batch(self.layout, len(flat))
+        for s in np.unique(slots).tolist():
+            sel = np.flatnonzero(slots == s)
+            positions = self.engines.positions(s, rows[sel])
+            fill(out, sel, self.engines.engine(s).batch(positions, channels_first=True), self.layout.entries[s],
+                 self.layout)
+        self.items_per_entry.add(slots)
+        return out
+
+    def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
+        t0 = time.perf_counter()
+        batch = to_torch(self.arrays(indices), self.camera_keys, self.return_uint8, sharing=sharing, channels_first=True)
+        self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
+        return batch
+
+    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
+        """One dict of batched tensors for flat indices ('task' and 'dataset_name' are lists of strings)."""
+        batch = self._batch(indices).collated()
+        if self.image_transforms is not None:
+            for k in self.camera_keys:
+                batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
+        return batch
+
+    def __getitem__(self, idx: int) -> dict:
+        if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
+            raise TypeError(f"index must be an int, got {type(idx).__name__}")
+        return dict(self.__getitems__([int(idx)])[0])
+
+    def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
+        """Items for a DataLoader batch, built together (one engine call per entry)."""
+        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
+
+    # ------------------------------------------------------------------ order and loading
+    def batch_sampler(self, batch_size: int, *, rank: int | None = None, world_size: int | None = None,
+                      drop_last: bool = False, on_change: str = "continue") -> MixtureBatchSampler:
+        """Rank `rank`'s batches of this mixture's order (`order.MixtureBatchSampler`)."""
+        return MixtureBatchSampler(self.sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
+                                   on_change=on_change)
+
+    def loader(self, batch_size: int = 32, num_workers: int = 0, *, rank: int | None = None,
+               world_size: int | None = None, drop_last: bool = False, on_change: str = "continue",
+               sharing: str = "auto", **kwargs) -> "MixtureLoader":
+        """A DataLoader whose workers build whole batches of this rank's share of the order; iterate it as the
+        training loop (each batch handed out counts as consumed); `state_dict()`/`load_state_dict()` resume
+        exactly, also on another number of ranks or workers."""
+        sampler = self.batch_sampler(batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
+                                     on_change=on_change)
+        dl = torch.utils.data.DataLoader(_Batched(self, TensorSharing(sharing)), batch_size=None, sampler=sampler,
+                                         num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
+        return MixtureLoader(dl, sampler, self)
+
+    # ------------------------------------------------------------------ statistics
+    def entry_stats(self) -> list[dict]:
+        """Each entry's normalisation statistics under the shared keys (`mixture.norm_stats`), entry order."""
+        return entry_stats(self.layout, self.report.metadata)
+
+    def pooled_stats(self, group_of: Callable | None = None) -> dict:
+        """Statistics pooled over the entries of each group (default: the entry's group / robot type)."""
+        return pooled_stats(self.layout, self.entry_stats(), group_of)
+
+    def shares(self) -> dict:
+        """Target vs realised share per entry and per group, from the items built so far by this process and
+        its DataLoader workers (`mixture.shares.share_table`). Workers build ahead of the training loop (the
+        DataLoader's prefetch), so counts lead what the loop consumed by up to that many batches."""
+        return share_table(self.layout.names, self.layout.groups, self.target_shares, self.items_per_entry.totals())
+
+    def stats(self) -> dict:
+        """Counters summed over this process and its workers (`episodic.counters`), plus ``"shares"``."""
+        return {**self.counters.snapshot(), "shares": self.shares()}
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, cameras="
+                f"{list(self.layout.cameras)}, state/action dims {self.layout.state_dim}/{self.layout.action_dim})")
+
+
+class _Batched(torch.utils.data.Dataset):
+    """The dataset as `loader()` hands it to its DataLoader: one whole batch per sampler entry."""
+
+    def __init__(self, ds: MixtureDataset, sharing: TensorSharing):
+        self.ds, self.sharing = ds, sharing
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, indices):
+        if self.ds.image_transforms is not None:
+            return self.ds.get_batch(indices)
+        return deliver(self.ds._batch(indices, self.sharing))
+
+
+class MixtureLoader(TrackedLoader):
+    """`TrackedLoader` over a mixture's DataLoader: advances the batch sampler by one step per batch handed
+    out; `state_dict()` is the order's (with the mixture's state), `stats()` the dataset's."""
+
+    def __init__(self, loader, batch_sampler: MixtureBatchSampler, dataset: MixtureDataset):
+        super().__init__(loader, batch_sampler)
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def stats(self) -> dict:
+        return self.dataset.stats()

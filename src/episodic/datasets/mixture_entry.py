@@ -1,0 +1,102 @@
+"""Each mixture entry's item spec and `FrameEngine`, built on first use in each process.
+
+An entry's `ItemSpec` is the one its single dataset would have with the entry's mapped cameras as
+``video_keys`` (unmapped cameras are never opened), its windows as seconds on its own fps grid, its
+``tolerance_s``, and only the tabular columns its items need (bookkeeping columns, the state, action and
+task keys: nothing else is read). Its engine reads the columns of its selected episodes (memory-mapped under
+``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on; 0, the default, maps every entry, so a process
+that touches every entry holds no column in RAM) through the entry's `Source` from preflight (remote reads
+under the fetch policy). Engines share one `DecoderCache` and one `Counters`. Until an entry is used, a
+process holds only its metadata (O(episodes)).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .. import config
+from ..counters import Counters
+from ..format.errors import EpisodeIndexError
+from ..mixture.entry_checks import selected_episodes
+from ..mixture.layout import EntryLayout, MixtureLayout
+from ..mixture.report import PreflightReport
+from ..tabular import load_columns
+from ..video import DecoderCache
+from .engine import FrameEngine, ItemSpec
+
+__all__ = ["EntryEngines", "entry_item_spec"]
+
+
+def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec:
+    """The item spec of one entry: its mapped cameras, windows and tolerance, only the columns it needs."""
+    info = meta.info
+    cams = list(dict.fromkeys(entry.cameras.values()))
+    videos = [k for k in cams if k in info.video_keys]
+    images = [k for k in cams if k in info.image_keys]
+    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos)
+    keep = set(entry.data_keys) | set(images)
+    return replace(spec, data_keys=tuple(k for k in spec.data_keys if k in keep), image_keys=tuple(images))
+
+
+class EntryEngines:
+    """Per-process engines of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
+
+    def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache,
+                 cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = 0):
+        self.layout = layout
+        self.metadata = [report.metadata[e.index] for e in layout.entries]
+        self.sources = [report.sources[e.index] for e in layout.entries]
+        self.selected = [selected_episodes(report.spec.entries[e.index], len(m.episodes))
+                         for e, m in zip(layout.entries, self.metadata)]
+        self.counters, self.decoders = counters, decoders
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else config.cache_dir()
+        self.mmap_min_bytes = int(mmap_min_bytes)
+        self._specs: dict[int, ItemSpec] = {}
+        self._engines: dict[int, FrameEngine] = {}
+        for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
+            if getattr(source, "cache", None) is not None:
+                source.cache.stats = counters
+
+    def __len__(self) -> int:
+        return len(self.layout.entries)
+
+    def spec(self, slot: int) -> ItemSpec:
+        if slot not in self._specs:
+            self._specs[slot] = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout)
+        return self._specs[slot]
+
+    def engine(self, slot: int) -> FrameEngine:
+        """Entry `slot`'s engine over its selected episodes (built the first time)."""
+        engine = self._engines.get(slot)
+        if engine is None:
+            meta, source, spec = self.metadata[slot], self.sources[slot], self.spec(slot)
+            columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
+                                   open_file=None if source.is_local else source.open_for_read,
+                                   mmap_min_bytes=self.mmap_min_bytes)
+            engine = self._engines[slot] = FrameEngine(spec, meta, source, columns, decoders=self.decoders,
+                                                       counters=self.counters)
+        return engine
+
+    @property
+    def built(self) -> int:
+        """Engines built in this process so far."""
+        return len(self._engines)
+
+    def positions(self, slot: int, rows: np.ndarray) -> np.ndarray:
+        """Engine positions of dataset rows (global ``index`` values) of entry `slot`: IndexError naming the
+        entry for a row outside its selected episodes."""
+        rows = np.asarray(rows, dtype=np.int64)
+        eps = self.metadata[slot].episodes
+        sel = self.selected[slot]
+        ep = np.searchsorted(eps.dataset_to_index, rows, side="right")
+        k = np.minimum(np.searchsorted(sel, ep), max(len(sel) - 1, 0))
+        bad = (rows < 0) | (ep >= len(eps)) | (sel[k] != ep)
+        if bad.any():
+            r = int(rows[np.flatnonzero(bad)[0]])
+            raise EpisodeIndexError(f"entry {self.layout.entries[slot].name!r}: row {r} is not in a selected episode")
+        starts = self.engine(slot).columns.starts
+        return starts[k] + rows - eps.dataset_from_index[ep]

@@ -1,0 +1,195 @@
+"""MixtureDataset over real tiny heterogeneous datasets: every entry's items equal its single dataset's items
+after the documented mapping and padding; default collate across entries; a real DataLoader with 2 workers;
+exact and elastic resume; realised shares; unmapped cameras never opened."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from episodic import EpisodicDataset
+from episodic.datasets.mixture import MixtureDataset
+from episodic.format.errors import EpisodeIndexError
+from episodic.mixture import MixtureSpec, preflight
+from episodic.mixture.layout import camera_key
+from episodic.mixture.synthetic import mixture_spec
+
+
+def same_size_spec(synthetic, **options) -> dict:
+    """A spec over the entries that have a camera of the most common size, each mapping only its cameras of
+    that size (so frames need no resize): several cameras per entry for some, roles missing in others."""
+    report = preflight(mixture_spec(synthetic))
+    by_size: dict = {}
+    for rep in report.entries:
+        for role, shape in rep.camera_shapes.items():
+            by_size.setdefault(shape[:2], {}).setdefault(rep.index, {})[role] = rep.cameras[role]
+    picks = max(by_size.values(), key=len)
+    spec = mixture_spec([synthetic[i] for i in picks], **options)
+    for entry, (i, cams) in zip(spec["entries"], picks.items()):
+        entry["roles"] = {**cams, "state": synthetic[i].state_key, "action": "action"}
+    return spec
+
+
+@pytest.fixture(scope="module")
+def spec(synthetic):
+    spec = same_size_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]},
+                          weighting={"rule": "temperature", "alpha": 0.5})
+    e = spec["entries"]
+    assert len(e) >= 5
+    e[0]["state_indices"] = [4, 0, 2]
+    e[1]["action_indices"] = [1]
+    e[1]["tolerance_s"] = 0.001
+    e[2]["exclude_episodes"] = [0]
+    e[3]["delta_timestamps"] = {"action": [0.0, 0.05, 0.1], "state": [-0.05, 0.0]}  # its own windows, same lengths
+    roles = Counter(r for x in e for r in x["roles"] if r not in ("state", "action"))
+    spec["delta_timestamps"][roles.most_common(1)[0][0]] = [-0.1, 0.0]  # a windowed camera role
+    e[3]["delta_timestamps"][roles.most_common(1)[0][0]] = [-0.1, 0.0]
+    return MixtureSpec.from_dict(spec)
+
+
+@pytest.fixture(scope="module")
+def report(spec):
+    return preflight(spec)
+
+
+def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_path):
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    layout = ds.layout
+    refs, flats = [], []
+    for e in layout.entries:
+        entry = report.spec.entries[e.index]
+        d = next(x for x in synthetic if x.path == entry.source)
+        episodes = [k for k in range(d.episodes) if k not in entry.exclude_episodes]
+        ref = EpisodicDataset(d.path, episodes=episodes, delta_timestamps=e.delta_timestamps(), tolerance_s=e.tolerance_s,
+                              video_keys=list(e.cameras.values()))
+        want = ref.get_batch(np.arange(len(ref)))
+        refs.append((e, d, want))
+        flats.append(ds.sampler.row_offset[e.slot] + want["index"].numpy())
+    rng = np.random.default_rng(0)
+    allflat = np.concatenate(flats)
+    perm = rng.permutation(len(allflat))  # entries mixed in one batch, in any order
+    got_all = ds.get_batch(allflat[perm])
+    inverse = np.argsort(perm)
+    start = 0
+    for (e, d, want), flat in zip(refs, flats):
+        sel = inverse[start:start + len(flat)]
+        start += len(flat)
+        got = {k: (v[sel] if torch.is_tensor(v) else [v[i] for i in sel]) for k, v in got_all.items()}
+        n = len(flat)
+        for role in layout.cameras:
+            key, pad = camera_key(role), f"{camera_key(role)}_is_pad"
+            if role in e.cameras:
+                src = e.cameras[role]
+                assert torch.equal(got[key], want[src]), (e.name, role)
+                want_pad = want[f"{src}_is_pad"] if role in layout.windows else torch.zeros(n, dtype=torch.bool)
+                assert torch.equal(got[pad], want_pad), (e.name, role)
+            else:
+                assert not got[key].any() and got[pad].all(), (e.name, role)
+        for key, src, indices, dim in (("observation.state", e.state_key, e.state_indices, e.state_dim),
+                                       ("action", e.action_key, e.action_indices, e.action_dim)):
+            values = want[src] if indices is None else want[src][..., list(indices)]
+            assert torch.equal(got[key][..., :dim], values.float()), (e.name, key)
+            assert not got[key][..., dim:].any()
+            mask = torch.zeros(n, got[key].shape[-1], dtype=torch.bool)
+            mask[:, :dim] = True
+            assert torch.equal(got[f"{key}_mask"], mask)
+            assert torch.equal(got[f"{key}_is_pad"], want[f"{src}_is_pad"])
+        for key in ("timestamp", "frame_index", "episode_index", "index"):
+            assert torch.equal(got[key], want[key]), (e.name, key)
+        assert got["task"] == want["task"] and got["dataset_name"] == [e.name] * n
+        assert (got["dataset_index"] == e.index).all()
+    assert start == len(allflat)
+
+
+def test_default_collate_across_entries(report, tmp_path):
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    flats = ds.sampler.indices_at(np.arange(12), 0)
+    items = [ds[int(i)] for i in flats]
+    assert len({int(x["dataset_index"]) for x in items}) > 3
+    collated = torch.utils.data.default_collate(items)
+    batch = ds.get_batch(flats)
+    assert collated.keys() == batch.keys()
+    for k, v in batch.items():
+        assert (torch.equal(collated[k], v) if torch.is_tensor(v) else collated[k] == v), k
+    assert batch["observation.images." + ds.layout.cameras[0]].dtype == torch.float32
+    u8 = MixtureDataset(report, cache_dir=tmp_path, return_uint8=True).get_batch(flats)
+    key = camera_key(ds.layout.cameras[0])
+    assert u8[key].dtype == torch.uint8 and torch.equal(u8[key].float() / 255, batch[key])
+
+
+def _ids(batches) -> list[tuple[int, int]]:
+    return [(int(d), int(i)) for b in batches for d, i in zip(b["dataset_index"], b["index"])]
+
+
+def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_path):
+    ds = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    loader = ds.loader(batch_size=16, num_workers=2)
+    full = list(loader)  # one epoch
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["consumed"] == 0
+    flat = np.concatenate(list(ds.batch_sampler(16)))  # the epoch, its last batch padded from its start
+    slot, rows = ds.sampler.split(flat)
+    index_of = np.asarray([e.index for e in ds.layout.entries])
+    assert _ids(full) == list(zip(index_of[slot].tolist(), rows.tolist()))  # the order, exactly
+    # realised shares: the workers' counts reach the parent; one whole epoch is within the quota of the targets
+    shares = ds.stats()["shares"]
+    seen = Counter(d for d, _ in _ids(full))
+    assert [x["items"] for x in shares["entries"]] == [seen[e.index] for e in ds.layout.entries]
+    assert shares["items"] == len(flat) < len(ds.sampler) + 16
+    head_counts = np.bincount(slot[:len(ds.sampler)], minlength=len(ds.layout.entries))  # the epoch without padding
+    assert (np.abs(head_counts - len(ds.sampler) * ds.target_shares) < 3).all()
+    assert abs(sum(g["realised"] for g in shares["groups"]) - 1) < 1e-9
+    # stop after 7 batches, resume in a new dataset and loader (2 workers): the rest of the epoch, exactly
+    ds2 = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    first = ds2.loader(batch_size=16, num_workers=2)
+    head = []
+    for batch in first:
+        head.append(batch)
+        if len(head) == 7:
+            break
+    state = first.state_dict()
+    assert state["consumed"] == 7 * 16 and "mixture" in state
+    ds3 = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    resumed = ds3.loader(batch_size=16, num_workers=2)
+    resumed.load_state_dict(state)
+    tail = list(resumed)
+    assert _ids(head) + _ids(tail) == _ids(full)
+    key = camera_key(ds.layout.cameras[0])
+    assert torch.equal(tail[0][key], full[7][key])
+    # elastic: the same state on 2 ranks; each global step is rank 0's batch then rank 1's
+    ranks = [MixtureDataset(report, seed=5, cache_dir=tmp_path).loader(batch_size=8, rank=r, world_size=2)
+             for r in range(2)]
+    for r in ranks:
+        r.load_state_dict(state)
+    steps = [list(r) for r in ranks]
+    assert len(steps[0]) == len(steps[1])
+    merged = [x for a, b in zip(*steps) for x in _ids([a]) + _ids([b])]
+    rest = _ids(full)[7 * 16:]
+    assert merged[:len(rest)] == rest
+
+
+def test_unmapped_cameras_are_never_opened(report, synthetic, tmp_path):
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    ds.get_batch(np.unique(ds.sampler.indices_at(np.arange(len(ds.sampler)), 0)))  # every frame of the epoch
+    opened = list(ds.decoders._readers)
+    mapped = {k for e in ds.layout.entries for k in e.cameras.values()}
+    unmapped = {k for d in synthetic for k in d.cameras} - mapped
+    assert opened and unmapped
+    for path in opened:
+        assert any(f"/{k}/" in path for k in mapped), path
+    # and the entries' columns: only what items need
+    spec = ds.engines.spec(0)
+    assert not any(k.startswith("observation.images") for k in spec.data_keys)
+
+
+def test_bad_indices(report, tmp_path):
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    with pytest.raises(IndexError, match="out of range"):
+        ds.get_batch([len(ds)])
+    with pytest.raises(TypeError, match="integers"):
+        ds.get_batch(np.array([1.5]))
+    e = ds.layout.entries[2]  # its episode 0 is excluded
+    with pytest.raises(EpisodeIndexError, match=f"entry '{e.name}': row 0 is not in a selected episode"):
+        ds.get_batch([int(ds.sampler.row_offset[e.slot])])
