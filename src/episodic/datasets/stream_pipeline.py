@@ -93,6 +93,11 @@ class ConsumerPipeline:
                 self.video_futs[k] = [self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
                                       for r, c in zip(rels, cams)]
 
+    def prefetch_until(self, upto: int) -> None:
+        """Start reading the rows and video bytes of list episodes [0, upto) not read yet (a mixture's consumer
+        decides how far ahead each of its entries' pipelines reads)."""
+        self._submit_until(upto)
+
     def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
         with self.counters.timer("tabular_seconds"):
             block_eps = np.unique(wanted)

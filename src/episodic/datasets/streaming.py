@@ -156,7 +156,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         new.check_compatible(self.episode_pool_size, self.shuffle)
         self.state = new
 
-    def _lengths(self) -> dict[int, int]:
+    def _lengths(self, epoch: int) -> dict[int, int]:
+        """What epoch `epoch` streams: {episode: frames} (the same every epoch here; a mixture's differ)."""
         return {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
 
     def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
@@ -199,6 +200,11 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                             history=history)
         return self.iterate(_Iteration(state, chunk_size=self.options.chunk_size))
 
+    def _consumer(self, plan, epoch: int, mirror_base: str) -> ConsumerPipeline:
+        """The pipeline that reads and builds the items of this process's consumer `plan` (of epoch `epoch`)."""
+        return ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
+                                plan.episodes, plan.frames, mirror_base)
+
     def iterate(self, it: _Iteration) -> Iterator:
         """This process's consumer of the iteration `it`: items, or whole batches with `it.whole_batches`."""
         t_start = time.perf_counter()
@@ -208,7 +214,7 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         seg_ws, seg_nw, seg_bs = st.segment
         if (seg_ws, max(seg_nw, 1)) != (ws, nw):
             raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
-        plan = consumer_plan(self._lengths(), st.seed, st.epoch, st.history, ws, nw, seg_bs, st.batches_consumed,
+        plan = consumer_plan(self._lengths(st.epoch), st.seed, st.epoch, st.history, ws, nw, seg_bs, st.batches_consumed,
                              self.episode_pool_size, self.shuffle, rank, wid)
         if wid == 0 and rank == 0:
             for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
@@ -217,8 +223,7 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                           consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
         order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
-        pipeline = ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
-                                    plan.episodes, plan.frames, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
+        pipeline = self._consumer(plan, st.epoch, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
         make = partial(make_batch, camera_keys=self.camera_keys, return_uint8=self.return_uint8, sharing=it.sharing)
         chunks = iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start, make)
         while True:
@@ -268,7 +273,7 @@ class StreamingLoader:
         even = self.even_batches if self.even_batches is not None else ws > 1
         limit = None
         if even:
-            per_rank = segment_batches(ds._lengths(), state.seed, state.epoch, state.history, ws, self.num_workers,
+            per_rank = segment_batches(ds._lengths(state.epoch), state.seed, state.epoch, state.history, ws, self.num_workers,
                                        self.batch_size, ds.episode_pool_size, ds.shuffle)
             limit = min(per_rank)
             if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:

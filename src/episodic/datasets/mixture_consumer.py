@@ -1,0 +1,131 @@
+"""One streaming consumer of a mixture: its slots (whole episodes of many entries) read by one
+`ConsumerPipeline` per entry, items brought into the mixture's layout.
+
+The consumer's list of slots comes from the streaming plan (`order.stream_plan` over `order.epoch_episodes`);
+its `PoolOrder` draws (list position, frame) pairs as for a single dataset. Entry ``e``'s slots, in list order,
+form the episode list of a `ConsumerPipeline` over ``e``'s dataset (its own fps, windows, cameras, source,
+prefetching of rows and mp4 byte ranges). Which slots are read ahead is decided here, over the whole list:
+the next ``prefetch_episodes`` slots after those admitted to the pool, whatever their entry. A pipeline is
+opened when its entry's next slot comes within reach and closed as soon as it holds nothing (every slot it
+read was released), so a consumer keeps at most pool + prefetch entries open, not every entry of the
+mixture; a later slot of the same entry opens a new pipeline from there. Decoders are shared by all
+pipelines (a local entry's files stay open across its pipelines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from ..storage.resolve import reopen
+from .harmonise import empty_batch, fill
+from .stream_pipeline import ConsumerPipeline
+
+__all__ = ["MixtureConsumer"]
+
+
+class MixtureConsumer:
+    """Slots `entries[k]` (sampler entry), `episodes[k]` (episode of that entry's dataset), emitting the frames
+    `frames[k]` (offsets in the episode), for the mixture dataset `owner` (a `StreamingMixtureDataset`). Has
+    the interface `stream_pipeline.iterate_consumer` uses: `batch`, `release`, `close`."""
+
+    def __init__(self, owner, entries: np.ndarray, episodes: np.ndarray, frames: Sequence, mirror_base: str):
+        self.owner = owner
+        self.entry = np.asarray(entries, dtype=np.int64)
+        self.eps = np.asarray(episodes, dtype=np.int64)
+        self.frames = list(frames)
+        n = len(self.entry)
+        order = np.argsort(self.entry, kind="stable")
+        bounds = np.flatnonzero(np.diff(self.entry[order])) + 1
+        self.positions = {int(self.entry[g[0]]): g for g in np.split(order, bounds) if len(g)}  # ascending
+        self.local = np.empty(n, dtype=np.int64)  # a slot's place among its entry's slots
+        for g in self.positions.values():
+            self.local[g] = np.arange(len(g))
+        self.released = np.zeros(n, dtype=bool)
+        self.submitted = 0  # list positions [0, submitted) were handed to their pipelines
+        self.open: dict[int, tuple[ConsumerPipeline, int]] = {}  # entry -> (pipeline, first local slot it covers)
+        self.next_start: dict[int, int] = {}
+        self.sources: dict = {}
+        self.mirror_base = mirror_base
+        self.options = replace(owner.options, prefetch_episodes=0)  # read-ahead is decided here, over all entries
+        self.pipelines_opened = 0
+
+    # ---------------------------------------------------------------- pipelines
+    def _pipeline(self, e: int) -> tuple[ConsumerPipeline, int]:
+        got = self.open.get(e)
+        if got is not None:
+            return got
+        owner = self.owner
+        start = self.next_start.get(e, 0)
+        pos = self.positions[e][start:]
+        index = owner.layout.entries[e].index
+        if e not in self.sources:
+            self.sources[e] = reopen(owner.report.sources[index])
+        pipe = ConsumerPipeline(owner.report.metadata[index], owner.engines.spec(e), self.sources[e], self.options,
+                                owner.counters, owner.decoders, self.eps[pos], [self.frames[p] for p in pos],
+                                self.mirror_base)
+        pipe.release((self.local[pos[self.released[pos]]] - start).tolist())  # released before it was opened
+        self.pipelines_opened += 1
+        got = self.open[e] = (pipe, start)
+        return got
+
+    def _close(self, e: int) -> None:
+        pipe, _ = self.open.pop(e)
+        if not pipe.local:  # its mirror goes with it: so must the decoders opened on its files
+            for rel in pipe.reader_gen:
+                owner_decoders = self.owner.decoders
+                owner_decoders.discard(pipe.source.local_path(rel))
+        pipe.close()
+
+    def _prefetch(self, upto: int) -> None:
+        upto = min(upto, len(self.entry))
+        while self.submitted < upto:
+            k = self.submitted
+            self.submitted += 1
+            if self.released[k]:
+                continue
+            e = int(self.entry[k])
+            pipe, start = self._pipeline(e)
+            pipe.prefetch_until(int(self.local[k]) - start + 1)
+
+    # ---------------------------------------------------------------- iterate_consumer's interface
+    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> dict:
+        """The items of (list position, frame) pairs in the mixture's layout (numpy, channels first);
+        `admitted` list positions have entered the pool so far."""
+        owner = self.owner
+        self._prefetch(admitted + owner.options.prefetch_episodes)
+        ks, js = np.asarray(ks, dtype=np.int64), np.asarray(js, dtype=np.int64)
+        entries = self.entry[ks]
+        out = empty_batch(owner.layout, len(ks))
+        for e in np.unique(entries).tolist():
+            sel = np.flatnonzero(entries == e)
+            pipe, start = self._pipeline(e)
+            part = pipe.batch(self.local[ks[sel]] - start, js[sel], pipe.prefetched)
+            fill(out, sel, part, owner.layout.entries[e], owner.layout)
+        owner.items_per_entry.add(entries)
+        return out
+
+    def release(self, done: Sequence[int]) -> None:
+        """Release finished list positions; a pipeline left holding nothing is closed."""
+        touched = set()
+        for k in done:
+            k = int(k)
+            if self.released[k]:
+                continue
+            self.released[k] = True
+            e = int(self.entry[k])
+            got = self.open.get(e)
+            if got is not None:
+                got[0].release([int(self.local[k]) - got[1]])
+                touched.add(e)
+        for e in touched:
+            pipe, start = self.open[e]
+            if pipe.released[:pipe.prefetched].all():
+                self.next_start[e] = start + pipe.prefetched
+                self._close(e)
+
+    def close(self) -> None:
+        for e in list(self.open):
+            self._close(e)
