@@ -1,9 +1,10 @@
 """MixtureDataset over real tiny heterogeneous datasets: every entry's items equal its single dataset's items
-after the documented mapping and padding; default collate across entries; a real DataLoader with 2 workers;
+after the documented mapping, resize and padding; default collate across entries; a real DataLoader with 2 workers;
 exact and elastic resume; realised shares; unmapped cameras never opened."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -17,28 +18,16 @@ from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.layout import camera_key
 from episodic.mixture.synthetic import mixture_spec
 
-
-def same_size_spec(synthetic, **options) -> dict:
-    """A spec over the entries that have a camera of the most common size, each mapping only its cameras of
-    that size (so frames need no resize): several cameras per entry for some, roles missing in others."""
-    report = preflight(mixture_spec(synthetic))
-    by_size: dict = {}
-    for rep in report.entries:
-        for role, shape in rep.camera_shapes.items():
-            by_size.setdefault(shape[:2], {}).setdefault(rep.index, {})[role] = rep.cameras[role]
-    picks = max(by_size.values(), key=len)
-    spec = mixture_spec([synthetic[i] for i in picks], **options)
-    for entry, (i, cams) in zip(spec["entries"], picks.items()):
-        entry["roles"] = {**cams, "state": synthetic[i].state_key, "action": "action"}
-    return spec
+SIZE = (24, 40)  # the synthetic cameras are 16x32, 24x32, 32x32 and 32x48
 
 
 @pytest.fixture(scope="module")
 def spec(synthetic):
-    spec = same_size_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]},
-                          weighting={"rule": "temperature", "alpha": 0.5})
+    spec = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]},
+                        weighting={"rule": "temperature", "alpha": 0.5})
     e = spec["entries"]
-    assert len(e) >= 5
+    e[6]["roles"] = {"front": synthetic[6].cameras[2], "wrist": synthetic[6].cameras[0],
+                     "state": synthetic[6].state_key, "action": "action"}  # 2 of its 4 cameras, under other roles
     e[0]["state_indices"] = [4, 0, 2]
     e[1]["action_indices"] = [1]
     e[1]["tolerance_s"] = 0.001
@@ -55,8 +44,9 @@ def report(spec):
     return preflight(spec)
 
 
-def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_path):
-    ds = MixtureDataset(report, cache_dir=tmp_path)
+@pytest.mark.parametrize("resize_mode", ["stretch", "letterbox"])
+def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_path, resize_mode):
+    ds = MixtureDataset(report, image_size=SIZE, resize_mode=resize_mode, cache_dir=tmp_path)
     layout = ds.layout
     refs, flats = [], []
     for e in layout.entries:
@@ -64,7 +54,7 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
         d = next(x for x in synthetic if x.path == entry.source)
         episodes = [k for k in range(d.episodes) if k not in entry.exclude_episodes]
         ref = EpisodicDataset(d.path, episodes=episodes, delta_timestamps=e.delta_timestamps(), tolerance_s=e.tolerance_s,
-                              video_keys=list(e.cameras.values()))
+                              video_keys=list(e.cameras.values()), image_size=SIZE, resize_mode=resize_mode)
         want = ref.get_batch(np.arange(len(ref)))
         refs.append((e, d, want))
         flats.append(ds.sampler.row_offset[e.slot] + want["index"].numpy())
@@ -105,7 +95,7 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
 
 
 def test_default_collate_across_entries(report, tmp_path):
-    ds = MixtureDataset(report, cache_dir=tmp_path)
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
     flats = ds.sampler.indices_at(np.arange(12), 0)
     items = [ds[int(i)] for i in flats]
     assert len({int(x["dataset_index"]) for x in items}) > 3
@@ -115,7 +105,7 @@ def test_default_collate_across_entries(report, tmp_path):
     for k, v in batch.items():
         assert (torch.equal(collated[k], v) if torch.is_tensor(v) else collated[k] == v), k
     assert batch["observation.images." + ds.layout.cameras[0]].dtype == torch.float32
-    u8 = MixtureDataset(report, cache_dir=tmp_path, return_uint8=True).get_batch(flats)
+    u8 = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, return_uint8=True).get_batch(flats)
     key = camera_key(ds.layout.cameras[0])
     assert u8[key].dtype == torch.uint8 and torch.equal(u8[key].float() / 255, batch[key])
 
@@ -125,7 +115,7 @@ def _ids(batches) -> list[tuple[int, int]]:
 
 
 def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_path):
-    ds = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    ds = MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path)
     loader = ds.loader(batch_size=16, num_workers=2)
     full = list(loader)  # one epoch
     assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["consumed"] == 0
@@ -142,7 +132,7 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
     assert (np.abs(head_counts - len(ds.sampler) * ds.target_shares) < 3).all()
     assert abs(sum(g["realised"] for g in shares["groups"]) - 1) < 1e-9
     # stop after 7 batches, resume in a new dataset and loader (2 workers): the rest of the epoch, exactly
-    ds2 = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    ds2 = MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path)
     first = ds2.loader(batch_size=16, num_workers=2)
     head = []
     for batch in first:
@@ -151,7 +141,7 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
             break
     state = first.state_dict()
     assert state["consumed"] == 7 * 16 and "mixture" in state
-    ds3 = MixtureDataset(report, seed=5, cache_dir=tmp_path)
+    ds3 = MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path)
     resumed = ds3.loader(batch_size=16, num_workers=2)
     resumed.load_state_dict(state)
     tail = list(resumed)
@@ -159,7 +149,7 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
     key = camera_key(ds.layout.cameras[0])
     assert torch.equal(tail[0][key], full[7][key])
     # elastic: the same state on 2 ranks; each global step is rank 0's batch then rank 1's
-    ranks = [MixtureDataset(report, seed=5, cache_dir=tmp_path).loader(batch_size=8, rank=r, world_size=2)
+    ranks = [MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path).loader(batch_size=8, rank=r, world_size=2)
              for r in range(2)]
     for r in ranks:
         r.load_state_dict(state)
@@ -171,21 +161,21 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
 
 
 def test_unmapped_cameras_are_never_opened(report, synthetic, tmp_path):
-    ds = MixtureDataset(report, cache_dir=tmp_path)
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, decoder_cache_size=1000)  # none closed
     ds.get_batch(np.unique(ds.sampler.indices_at(np.arange(len(ds.sampler)), 0)))  # every frame of the epoch
-    opened = list(ds.decoders._readers)
-    mapped = {k for e in ds.layout.entries for k in e.cameras.values()}
-    unmapped = {k for d in synthetic for k in d.cameras} - mapped
-    assert opened and unmapped
-    for path in opened:
-        assert any(f"/{k}/" in path for k in mapped), path
-    # and the entries' columns: only what items need
-    spec = ds.engines.spec(0)
+    opened: dict = {}
+    for path in ds.decoders._readers:
+        d = next(x for x in synthetic if path.startswith(x.path + "/"))
+        opened.setdefault(d.path, set()).add(re.search(r"observation\.images\.[a-z]+", path).group(0))
+    for e in ds.layout.entries:
+        assert opened[report.spec.entries[e.index].source] == set(e.cameras.values()), e.name
+    assert len(ds.layout.entries[6].cameras) == 2 < len(synthetic[6].cameras)  # 2 of its 4 cameras mapped
+    spec = ds.engines.spec(0)  # and the entries' columns: only what items need
     assert not any(k.startswith("observation.images") for k in spec.data_keys)
 
 
 def test_bad_indices(report, tmp_path):
-    ds = MixtureDataset(report, cache_dir=tmp_path)
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
     with pytest.raises(IndexError, match="out of range"):
         ds.get_batch([len(ds)])
     with pytest.raises(TypeError, match="integers"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -124,10 +124,11 @@ class FrameEngine:
         return len(self.columns)
 
     # ------------------------------------------------------------------ items
-    def batch(self, positions: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
+    def batch(self, positions: Sequence[int] | np.ndarray, dtype: str = "uint8", place: Callable = place) -> dict:
         """Items for row positions, batched: tensors with a leading batch axis in the memory this process
-        hands batches out from (`memory.place`), cameras (B, [T,] C, H, W) of `dtype` ("uint8", or "float32"
-        in [0, 1]) at the spec's `frames` size, pad masks (B, T) bool, and 'task' a list of strings."""
+        hands batches out from (`memory.place`, or the `place` given: a mixture's entries build parts of a
+        batch in scratch memory), cameras (B, [T,] C, H, W) of `dtype` ("uint8", or "float32" in [0, 1]) at
+        the spec's `frames` size, pad masks (B, T) bool, and 'task' a list of strings."""
         rows = np.asarray(positions).reshape(-1)
         if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
             raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")

@@ -31,8 +31,8 @@ from ..mixture.shares import share_table
 from ..order.batch_sampler import TrackedLoader
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
-from .collate import Batch, TensorSharing, deliver, to_torch, unbatch
-from .harmonise import empty_batch, fill
+from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
+from .harmonise import empty_batch, fill, scratch
 from .mixture_entry import EntryEngines
 
 __all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
@@ -53,8 +53,8 @@ class MixtureDataset(torch.utils.data.Dataset):
     Args:
         spec: a `MixtureSpec`, a spec dict or file, or a `PreflightReport` (preflight is not run again).
         seed, shuffle: the order's (`order.MixtureSampler`); `drop_n_first_frames`/`drop_n_last_frames` per episode.
-        image_size: (H, W) every camera is brought to (needed when cameras come in several sizes);
-            `resize_mode`: ``letterbox`` or ``stretch``.
+        image_size: (H, W) every camera is brought to while decoding (needed when cameras come in several
+            sizes); `resize_mode`: ``stretch`` (default) or ``letterbox`` (`episodic.video.output`).
         return_uint8: cameras as uint8 instead of float32 in [0, 1]. `image_transforms`: applied per camera frame.
         on_error, concurrency: preflight's, when `spec` is not a report.
         cache_dir: episodic's cache (memory-mapped columns under ``tabular/``); `mmap_min_bytes`: entries with
@@ -63,7 +63,7 @@ class MixtureDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
-                 resize_mode: str = "letterbox", return_uint8: bool = False, image_transforms: Callable | None = None,
+                 resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
                  mmap_min_bytes: int = 0, decoder_cache_size: int = 32, drop_n_first_frames: int = 0,
                  drop_n_last_frames: int = 0):
@@ -100,8 +100,9 @@ class MixtureDataset(torch.utils.data.Dataset):
         return self.layout.features()
 
     # ------------------------------------------------------------------ items
-    def arrays(self, indices: Sequence[int] | np.ndarray) -> dict:
-        """The numpy batch (cameras uint8 channels first) of flat indices, in their order."""
+    def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
+        """The batch of flat indices, in their order, as placed tensors (`harmonise.empty_batch`), cameras
+        (B, [T,] C, H, W) of `dtype` ("uint8", or "float32" in [0, 1])."""
         flat = np.asarray(indices).reshape(-1)
         if flat.dtype.kind not in "iu" and len(flat):
             raise TypeError(f"indices must be integers, got {flat.dtype} values {flat[:5].tolist()}")
@@ -110,18 +111,18 @@ class MixtureDataset(torch.utils.data.Dataset):
             raise IndexError(f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
                              f"{len(self)} flat indices")
         slots, rows = self.sampler.split(flat)
-        out = empty_batch(self.layout, len(flat))
+        out = empty_batch(self.layout, len(flat), dtype)
         for s in np.unique(slots).tolist():
             sel = np.flatnonzero(slots == s)
             positions = self.engines.positions(s, rows[sel])
-            fill(out, sel, self.engines.engine(s).batch(positions, channels_first=True), self.layout.entries[s],
+            fill(out, sel, self.engines.engine(s).batch(positions, dtype, place=scratch), self.layout.entries[s],
                  self.layout)
         self.items_per_entry.add(slots)
         return out
 
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
-        batch = to_torch(self.arrays(indices), self.camera_keys, self.return_uint8, sharing=sharing, channels_first=True)
+        batch = make_batch(lambda dtype: self.build(indices, dtype), self.camera_keys, self.return_uint8, sharing=sharing)
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch
 

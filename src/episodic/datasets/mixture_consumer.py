@@ -15,12 +15,12 @@ pipelines (a local entry's files stay open across its pipelines).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..storage.resolve import reopen
-from .harmonise import empty_batch, fill
+from .harmonise import empty_batch, fill, scratch
 from .stream_pipeline import ConsumerPipeline
 
 __all__ = ["MixtureConsumer"]
@@ -91,21 +91,28 @@ class MixtureConsumer:
             pipe.prefetch_until(int(self.local[k]) - start + 1)
 
     # ---------------------------------------------------------------- iterate_consumer's interface
-    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> dict:
-        """The items of (list position, frame) pairs in the mixture's layout (numpy, channels first);
-        `admitted` list positions have entered the pool so far."""
+    def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int, make: Callable):
+        """The batch of (list position, frame) pairs in the mixture's layout, made by `make`
+        (`collate.make_batch` with the dataset's settings); `admitted` list positions have entered the pool."""
         owner = self.owner
         self._prefetch(admitted + owner.options.prefetch_episodes)
         ks, js = np.asarray(ks, dtype=np.int64), np.asarray(js, dtype=np.int64)
         entries = self.entry[ks]
-        out = empty_batch(owner.layout, len(ks))
+        parts = []
         for e in np.unique(entries).tolist():
             sel = np.flatnonzero(entries == e)
             pipe, start = self._pipeline(e)
-            part = pipe.batch(self.local[ks[sel]] - start, js[sel], pipe.prefetched)
-            fill(out, sel, part, owner.layout.entries[e], owner.layout)
+            parts.append((e, sel, *pipe.engine_for(self.local[ks[sel]] - start, js[sel], pipe.prefetched)))
+
+        def build(dtype: str) -> dict:
+            out = empty_batch(owner.layout, len(ks), dtype)
+            for e, sel, engine, rows in parts:
+                fill(out, sel, engine.batch(rows, dtype, place=scratch), owner.layout.entries[e], owner.layout)
+            return out
+
+        batch = make(build)
         owner.items_per_entry.add(entries)
-        return out
+        return batch
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list positions; a pipeline left holding nothing is closed."""

@@ -2,7 +2,7 @@
 
 An entry's `ItemSpec` is the one its single dataset would have with the entry's mapped cameras as
 ``video_keys`` (unmapped cameras are never opened), its windows as seconds on its own fps grid, its
-``tolerance_s``, and only the tabular columns its items need (bookkeeping columns, the state, action and
+``tolerance_s``, the mixture's ``image_size``/``resize_mode`` (frames resized while decoding), and only the tabular columns its items need (bookkeeping columns, the state, action and
 task keys: nothing else is read). Its engine reads the columns of its selected episodes (memory-mapped under
 ``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on; 0, the default, maps every entry, so a process
 that touches every entry holds no column in RAM) through the entry's `Source` from preflight (remote reads
@@ -37,7 +37,8 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec
     cams = list(dict.fromkeys(entry.cameras.values()))
     videos = [k for k in cams if k in info.video_keys]
     images = [k for k in cams if k in info.image_keys]
-    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos)
+    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
+                          image_size=layout.image_size, resize_mode=layout.resize_mode)
     keep = set(entry.data_keys) | set(images)
     return replace(spec, data_keys=tuple(k for k in spec.data_keys if k in keep), image_keys=tuple(images))
 

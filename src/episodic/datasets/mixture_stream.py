@@ -56,7 +56,7 @@ class StreamingMixtureDataset(StreamingLeRobotDataset):
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = 64,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "letterbox", return_uint8: bool = False,
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch", return_uint8: bool = False,
                  image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
                  cache_dir: str | os.PathLike | None = None, chunk_size: int = 32, prefetch_episodes: int = 8,
                  prefetch_threads: int = 16, tabular_block: int = 16, cache_max_bytes: int = 4 << 30,

@@ -150,6 +150,11 @@ class ConsumerPipeline:
     def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int, make: Callable) -> Batch:
         """The batch of items for (list episode, frame) pairs, made by `make` (`collate.make_batch` with the
         dataset's settings); `admitted` list episodes have entered the pool so far."""
+        engine, rows = self.engine_for(ks, js, admitted)
+        return make(lambda dtype: engine.batch(rows, dtype))
+
+    def engine_for(self, ks: np.ndarray, js: np.ndarray, admitted: int) -> tuple[FrameEngine, np.ndarray]:
+        """An engine over the rows of the pooled episodes the pairs draw from, and the pairs' positions in it."""
         self._submit_until(admitted + self.options.prefetch_episodes)
         groups = np.unique(ks)
         cols = Columns.concat([self._rows(int(k)) for k in groups])
@@ -157,7 +162,7 @@ class ConsumerPipeline:
         g = np.searchsorted(groups, ks)
         rows = cols.starts[g] + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())),
                                             np.int64, len(ks))
-        return make(lambda dtype: engine.batch(rows, dtype))
+        return engine, rows
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list episodes: their rows, decoders' claim and video files."""

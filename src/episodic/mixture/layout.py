@@ -21,7 +21,7 @@ different entries:
 One role has one window length in every entry that has it (``delta_timestamps`` are seconds, turned into
 frames with each entry's fps by preflight); entries that disagree are an error (`MixtureLayoutError`, every
 problem listed). Cameras of several sizes need an ``image_size``: frames are brought to it by the decoder-side
-resize (``resize_mode``).
+resize (``resize_mode``: ``stretch``, the default, or ``letterbox``; `episodic.video.output`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import numpy as np
 
 from ..format.errors import MixtureLayoutError
 from ..format.timebase import frames_to_seconds
+from ..video.output import RESIZE_MODES, check_image_size
 from .report import PreflightReport
 
-__all__ = ["EntryLayout", "MixtureLayout", "RESIZE_MODES", "camera_key"]
+__all__ = ["EntryLayout", "MixtureLayout", "camera_key"]
 
-RESIZE_MODES = ("letterbox", "stretch")
 STATE, ACTION = "observation.state", "action"
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")  # read from every entry
 
@@ -95,7 +95,7 @@ class MixtureLayout:
 
     @classmethod
     def from_report(cls, report: PreflightReport, image_size: Sequence[int] | None = None,
-                    resize_mode: str = "letterbox") -> "MixtureLayout":
+                    resize_mode: str = "stretch") -> "MixtureLayout":
         """The layout of `report`'s entries that take part (status ``ok``). Raises `MixtureLayoutError` listing
         every problem: a role windowed differently in two entries, cameras of several sizes without
         `image_size`, a bad `image_size` or `resize_mode`."""
@@ -194,12 +194,11 @@ def _windows(entries: list[EntryLayout], cameras: tuple[str, ...], problems: lis
 
 def _image_size(report: PreflightReport, entries: list[EntryLayout], image_size, problems: list[str]):
     if image_size is not None:
-        ok = (isinstance(image_size, (tuple, list)) and len(image_size) == 2
-              and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 1 <= v <= 16384 for v in image_size))
-        if not ok:
-            problems.append(f"image_size must be (height, width), two ints in [1, 16384], got {image_size!r}")
+        try:
+            return check_image_size(image_size)
+        except ValueError as e:
+            problems.append(str(e))
             return None
-        return int(image_size[0]), int(image_size[1])
     sizes: dict[tuple[int, int], list[str]] = {}
     for e in entries:
         for role, shape in report.entries[e.index].camera_shapes.items():
