@@ -8,6 +8,8 @@ _LAZY = {
     "LeRobotDataset": "episodic.datasets",
     "EpisodicDataset": "episodic.datasets",
     "StreamingLeRobotDataset": "episodic.datasets",
+    "MixtureDataset": "episodic.datasets",
+    "StreamingMixtureDataset": "episodic.datasets",
     "DatasetWriter": "episodic.writer",
     "to_device": "episodic.datasets.device",
     "frames_to_float": "episodic.datasets.device",

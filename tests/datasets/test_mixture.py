@@ -183,3 +183,16 @@ def test_bad_indices(report, tmp_path):
     e = ds.layout.entries[2]  # its episode 0 is excluded
     with pytest.raises(EpisodeIndexError, match=f"entry '{e.name}': row 0 is not in a selected episode"):
         ds.get_batch([int(ds.sampler.row_offset[e.slot])])
+
+
+def test_skipped_entries_never_appear_and_items_keep_spec_indices(report, tmp_path):
+    spec = report.spec.to_dict()
+    spec["entries"][1]["source"] = str(tmp_path / "no_such_dataset")
+    spec["entries"][4]["roles"]["state"] = "observation.nope"
+    skipped = preflight(MixtureSpec.from_dict(spec), on_error="skip")
+    assert skipped.skipped == [spec["entries"][1]["name"], spec["entries"][4]["name"]]
+    ds = MixtureDataset(skipped, image_size=SIZE, cache_dir=tmp_path)
+    assert [e.index for e in ds.layout.entries] == [i for i in range(len(spec["entries"])) if i not in (1, 4)]
+    batch = ds.get_batch(ds.sampler.indices_at(np.arange(len(ds.sampler)), 0))
+    assert set(batch["dataset_index"].tolist()) == {e.index for e in ds.layout.entries}
+    assert ds.loader(batch_size=4).state_dict()["mixture"]["skipped"] == skipped.skipped
