@@ -13,7 +13,7 @@ import torch
 
 from episodic import EpisodicDataset
 from episodic.datasets.mixture import MixtureDataset
-from episodic.format.errors import EpisodeIndexError
+from episodic.format.errors import EpisodeIndexError, MissingFileError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.layout import camera_key
 from episodic.mixture.synthetic import mixture_spec
@@ -196,3 +196,16 @@ def test_skipped_entries_never_appear_and_items_keep_spec_indices(report, tmp_pa
     batch = ds.get_batch(ds.sampler.indices_at(np.arange(len(ds.sampler)), 0))
     assert set(batch["dataset_index"].tolist()) == {e.index for e in ds.layout.entries}
     assert ds.loader(batch_size=4).state_dict()["mixture"]["skipped"] == skipped.skipped
+
+
+def test_an_entry_without_its_data_files_is_a_named_error_at_its_first_item(synthetic, tmp_path):
+    import shutil
+
+    meta_only = tmp_path / "meta_only"
+    shutil.copytree(f"{synthetic[1].path}/meta", meta_only / "meta")  # what preflight downloads of a Hub dataset
+    spec = mixture_spec(synthetic[:3])
+    spec["entries"][1]["source"] = str(meta_only)
+    ds = MixtureDataset(preflight(spec), image_size=SIZE, cache_dir=tmp_path)  # built: no data file read
+    ds.get_batch([int(ds.sampler.row_offset[0])])  # the other entries work
+    with pytest.raises(MissingFileError, match=r"data file not found \(holds episodes"):
+        ds.get_batch([int(ds.sampler.row_offset[1])])
