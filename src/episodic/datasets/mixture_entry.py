@@ -2,8 +2,8 @@
 
 An entry's `ItemSpec` is the one its single dataset would have with the entry's mapped cameras as
 ``video_keys`` (unmapped cameras are never opened), its windows as seconds on its own fps grid, its
-``tolerance_s``, the mixture's ``image_size``/``resize_mode`` (frames resized while decoding), and only the tabular columns its items need (bookkeeping columns, the state, action and
-task keys: nothing else is read). Its engine reads the columns of its selected episodes (memory-mapped under
+``tolerance_s``, the mixture's ``image_size``/``resize_mode`` (frames resized while decoding), and only the
+tabular columns its items need (bookkeeping columns, the state, action and task keys: nothing else is read). Its engine reads the columns of its selected episodes (memory-mapped under
 ``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on; 0, the default, maps every entry, so a process
 that touches every entry holds no column in RAM) through the entry's `Source` from preflight (remote reads
 under the fetch policy). Engines share one `DecoderCache` and one `Counters`. Until an entry is used, a
