@@ -71,6 +71,12 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         self.connection.close()
 
+    def send_response(self, code, message=None):
+        srv: FaultServer = self.server.owner
+        with srv.lock:
+            srv.answers.append((time.time(), self.command, urllib.parse.unquote(self.path.split("?", 1)[0]), code))
+        super().send_response(code, message)
+
     def _serve(self, head: bool) -> None:
         srv: FaultServer = self.server.owner
         path = urllib.parse.unquote(self.path.split("?", 1)[0])
@@ -154,7 +160,9 @@ class FaultServer:
     fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
     `hang.set()`: every request waits, never answering, until cleared. `kill()`: stop listening and drop
     every open connection (connection refused from then on); `start()`: listen again on the same port.
-    `requests` lists (method, path, Range header) of every request."""
+    `requests` lists (method, path, Range header) of every request; `answers` (time.time() when the answer was
+    sent, method, path, HTTP status) of every answer (none for a dropped connection); `served(path)` counts the
+    GETs answered with the file (200/206), `answered(status)` the answers with a status."""
 
     def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
                  ranges: bool = True, validators: bool = True, seed: int = 0):
@@ -163,6 +171,7 @@ class FaultServer:
         self.ranges, self.validators = ranges, validators
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str, str | None]] = []
+        self.answers: list[tuple[float, str, str, int]] = []
         self.faults: list[str] = []
         self.fault_paths: set[str] | None = None
         self.fault_methods = {"GET"}
@@ -233,6 +242,15 @@ class FaultServer:
     def gets(self, path: str | None = None) -> int:
         """GET requests so far (for `path` only, when given)."""
         return sum(1 for m, p, _ in self.requests if m == "GET" and (path is None or p == path))
+
+    def served(self, path: str | None = None) -> int:
+        """GETs answered with the file's bytes (200 or 206) so far (for `path` only, when given)."""
+        return sum(1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206)
+                   and (path is None or p == path))
+
+    def answered(self, status: int, path: str | None = None) -> list[tuple[float, str, str, int]]:
+        """The answers with `status` so far (for `path` only, when given)."""
+        return [a for a in self.answers if a[3] == status and (path is None or a[2] == path)]
 
     def __enter__(self) -> "FaultServer":
         return self

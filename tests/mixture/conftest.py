@@ -11,3 +11,14 @@ from episodic.mixture.synthetic import write_synthetic_datasets
 def synthetic(tmp_path_factory):
     """12 datasets (every 4th from the third in v2.1), each 2-4 episodes of 5-16 frames with real tiny mp4s."""
     return write_synthetic_datasets(tmp_path_factory.mktemp("mixture"), 12, seed=1)
+
+
+@pytest.fixture()
+def served(synthetic):
+    """The synthetic datasets served over HTTP on 127.0.0.1 (`support.FaultServer`: request counts, faults)."""
+    from pathlib import Path
+
+    from support import FaultServer
+
+    with FaultServer(Path(synthetic[0].path).parent) as srv:
+        yield srv

@@ -1,0 +1,92 @@
+"""A node's downloads for a checked mixture in one process (`prepare` without torch.distributed): datasets written
+by episodic's writer, served over HTTP by a real server on 127.0.0.1 that counts requests and injects 429s
+(Retry-After) and 404s. Each needed file is fetched once, unneeded ones (cameras without a role, episodes not
+selected) never, nothing at all is asked again for files on disk, and the local copies are datasets with the
+original's items."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from episodic import EpisodicDataset
+from episodic.format.errors import MissingFileError, MixtureStartupError
+from episodic.mixture import preflight
+from episodic.mixture.startup import prepare
+from startup_helpers import data_gets, expected, http_spec
+from support import assert_items_equal
+
+pytest.importorskip("aiohttp")
+
+
+def test_one_process_fetches_each_needed_file_once_then_asks_nothing(synthetic, served, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    spec = http_spec(synthetic, served)
+    need, never = expected(synthetic, spec)
+    report = preflight(spec)
+    before = len(served.requests)
+    result = prepare(report, concurrency=4)
+    assert sorted(data_gets(served)) == sorted(need)  # each once, nothing else
+    assert all(served.served(p) == 1 for p in need) and not any(served.gets(p) for p in never)
+    assert (result.files_needed, result.files_missing, result.files_fetched) == (len(need), len(need), len(need))
+    assert result.downloader == 0 and result.nodes == 1
+    assert all(root.startswith(str(tmp_path / "cache" / "copies")) for root in result.roots)
+
+    # the local copies are datasets: items of the selected episodes and mapped cameras equal the originals'
+    for i, (entry, d) in enumerate(zip(spec["entries"], synthetic)):
+        src = result.report.sources[i]
+        assert src.is_local and src.root == result.roots[i] and result.report.metadata[i].root == src.root
+        cams = [k for role, k in entry["roles"].items() if role not in ("state", "action")]
+        episodes = entry.get("episodes")
+        got = EpisodicDataset(src.root, video_keys=cams, episodes=episodes)
+        want = EpisodicDataset(d.path, video_keys=cams, episodes=episodes)
+        assert len(got) == len(want)
+        for j in (0, len(want) - 1):
+            assert_items_equal(want[j], got[j])
+    # a size and version (HEAD), then the bytes (GET): two requests per file, and the metadata files
+    assert sorted(p for m, p, _ in served.requests[before:] if "/meta/" not in p) == sorted(list(need) * 2)
+
+    # again, with a new report: every file is on disk, nothing is asked (not even a size or a version)
+    report = preflight(spec)
+    n = len(served.requests)
+    again = prepare(report, concurrency=4)
+    assert len(served.requests) == n and again.files_missing == 0 and again.files_fetched == 0
+    assert again.roots == result.roots
+
+
+def test_429_answers_are_waited_out_as_retry_after_asks(synthetic, served, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    spec = http_spec(synthetic, served)
+    need, _ = expected(synthetic, spec)
+    report = preflight(spec)
+    served.fault_paths, served.faults, served.retry_after = set(need), ["429"] * 4, "1"  # GETs (a HEAD's 429
+    # would not count: fsspec's HTTP `info` falls back to a GET on its own)
+    t0 = time.monotonic()
+    result = prepare(report, concurrency=4)
+    assert time.monotonic() - t0 >= 1.0 and result.files_fetched == len(need)
+    throttled = served.answered(429)
+    assert len(throttled) == 4 and not served.faults
+    first = min(t for t, *_ in throttled)
+    # the host was held: no request of the data files reached the server within the second after the first 429
+    # that was not already under way (answered within 0.1 s of it)
+    later = [a for a in served.answers if a[2] in need and first + 0.1 < a[0] < first + 0.95]
+    assert not later, later
+    assert all(served.served(p) == 1 for p in need)
+
+
+def test_a_missing_file_is_named_with_its_entry(synthetic, served, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    spec = http_spec(synthetic, served)
+    need, _ = expected(synthetic, spec)
+    report = preflight(spec)
+    broken = sorted(p for p in need if p.endswith(".mp4"))[0]
+    served.fault_paths, served.faults = {broken}, ["404"] * 10
+    with pytest.raises(MixtureStartupError) as info:
+        prepare(report, concurrency=2)
+    e = info.value
+    index = next(i for i, entry in enumerate(spec["entries"]) if entry["source"].endswith(broken.split("/")[1]))
+    assert e.url == served.url + broken and e.error_type == "MissingFileError" and e.rank == 0
+    assert e.entry == f"{index} ({synthetic[index].name})" and isinstance(e.__cause__, MissingFileError)
+    assert f"{served.url}{broken}: file not found" in str(e) and synthetic[index].name in str(e)
+    assert served.gets(broken) == 1  # not found: never retried
