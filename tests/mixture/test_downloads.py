@@ -6,6 +6,8 @@ original's items."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
 import pytest
@@ -90,3 +92,64 @@ def test_a_missing_file_is_named_with_its_entry(synthetic, served, tmp_path, mon
     assert e.entry == f"{index} ({synthetic[index].name})" and isinstance(e.__cause__, MissingFileError)
     assert f"{served.url}{broken}: file not found" in str(e) and synthetic[index].name in str(e)
     assert served.gets(broken) == 1  # not found: never retried
+
+
+_HUB_SCRIPT = """
+import json, sys
+from episodic.mixture import preflight
+from episodic.mixture.startup import prepare
+report = preflight(json.loads(sys.argv[1]))
+result = prepare(report, concurrency=2)
+print(json.dumps({"roots": list(result.roots), "missing": result.files_missing, "fetched": result.files_fetched}))
+"""
+
+
+def test_hub_entries_two_revisions_of_one_repo_by_tag_and_commit_sha(synthetic, tmp_path):
+    """A repo at a tag and at a commit SHA in one mixture, HF_LEROBOT_HOME set: two directories (it used to be one
+    for every revision), each file downloaded once at the commit its metadata came from; the next start-up asks
+    the Hub nothing at all. HF_ENDPOINT is read when huggingface_hub is imported: a fresh interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    from episodic.format import load_metadata
+    from support import HubRepo, HubServer
+
+    v1, main = Path(synthetic[0].path), Path(synthetic[3].path)
+    repo = HubRepo({"v1": v1, "main": main})
+    sha_main = repo.refs["main"][0]
+    spec = {"entries": [{"source": "user/robot", "revision": "v1", "name": "tagged"},
+                        {"source": "user/robot", "revision": sha_main, "name": "pinned"}]}
+    with HubServer({"user/robot": repo}) as hub:
+        env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(tmp_path / "hf"), HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
+                   EPISODIC_CACHE=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+        for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
+            env.pop(name, None)
+
+        def run() -> dict:
+            out = subprocess.run([sys.executable, "-c", _HUB_SCRIPT, json.dumps(spec)], env=env, capture_output=True,
+                                 text=True, timeout=120)
+            assert out.returncode == 0, out.stderr[-3000:]
+            return json.loads(out.stdout.strip().splitlines()[-1])
+
+        first = run()
+        n = len(hub.requests)
+        again = run()
+        assert len(hub.requests) == n, hub.requests[n:]  # nothing asked: files and commits are on disk
+    assert first["roots"] == again["roots"] == [str(tmp_path / "lerobot" / "user" / "robot@v1"),
+                                                str(tmp_path / "lerobot" / "user" / f"robot@{sha_main}")]
+    assert again["missing"] == again["fetched"] == 0
+    wanted = 0
+    for root, served, (sha, _) in zip(first["roots"], (v1, main), (repo.refs["v1"], repo.refs["main"])):
+        meta = load_metadata(LocalFileSystem(), str(served))
+        files = {meta.data_file_of(e) for e in range(meta.total_episodes)} | {
+            meta.video_file_of(e, k) for e in range(meta.total_episodes) for k in meta.video_keys}
+        wanted += len(files)
+        for rel in files:
+            assert (Path(root) / rel).read_bytes() == (served / rel).read_bytes()
+            gets = [p for m, p in hub.requests if m == "GET" and p == f"/datasets/user/robot/resolve/{sha}/{rel}"]
+            assert len(gets) == 1, (rel, gets)
+    assert first["missing"] == first["fetched"] == wanted
