@@ -30,18 +30,24 @@ def main():
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--poll-s", type=float, default=0.2)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--spec-in-prepare", action="store_true", help="give prepare the spec (it preflights)")
+    ap.add_argument("--other-spec", default=None, help="RANK:PATH: that rank reads another spec")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s")
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if rank == args.late_rank:
         time.sleep(args.late_s)
     record = {"rank": rank, "world": dist.get_world_size(), "pid": os.getpid()}
-    report = preflight(args.spec)
+    spec = args.spec
+    if args.other_spec and int(args.other_spec.split(":", 1)[0]) == rank:
+        spec = args.other_spec.split(":", 1)[1]
+    mixture = spec if args.spec_in_prepare else preflight(spec)
     record["prepare_start"] = time.time()
     try:
-        result = prepare(report, shared_cache=args.shared_cache, concurrency=args.concurrency,
+        result = prepare(mixture, shared_cache=args.shared_cache, concurrency=args.concurrency,
                          timeout_s=args.timeout_s, poll_s=args.poll_s)
         record.update(ok=True, roots=list(result.roots), downloader=result.downloader, needed=result.files_needed,
                       missing=result.files_missing, fetched=result.files_fetched, bytes=result.bytes_fetched,

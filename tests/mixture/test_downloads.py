@@ -61,12 +61,12 @@ def test_429_answers_are_waited_out_as_retry_after_asks(synthetic, served, tmp_p
     monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
     spec = http_spec(synthetic, served)
     need, _ = expected(synthetic, spec)
-    report = preflight(spec)
     served.fault_paths, served.faults, served.retry_after = set(need), ["429"] * 4, "1"  # GETs (a HEAD's 429
     # would not count: fsspec's HTTP `info` falls back to a GET on its own)
     t0 = time.monotonic()
-    result = prepare(report, concurrency=4)
+    result = prepare(spec, concurrency=4)  # the spec: preflighted by prepare
     assert time.monotonic() - t0 >= 1.0 and result.files_fetched == len(need)
+    assert [e.name for e in result.report.entries] == [e["name"] for e in spec["entries"]]
     throttled = served.answered(429)
     assert len(throttled) == 4 and not served.faults
     first = min(t for t, *_ in throttled)
@@ -124,7 +124,8 @@ def test_hub_entries_two_revisions_of_one_repo_by_tag_and_commit_sha(synthetic, 
                         {"source": "user/robot", "revision": sha_main, "name": "pinned"}]}
     with HubServer({"user/robot": repo}) as hub:
         env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(tmp_path / "hf"), HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(tmp_path / "hf"),
+                   HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
                    EPISODIC_CACHE=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
         for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
             env.pop(name, None)

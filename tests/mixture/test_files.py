@@ -31,7 +31,7 @@ def test_entry_files_follow_the_report(synthetic):
         {"source": str(d.path) + "_missing", "name": "broken"}], "on_error": "skip"})
     report = preflight(spec)
     meta = report.metadata[0]
-    assert set(entry_files(report, 0)) == {meta.data_file_of(0), meta.data_file_of(2), meta.video_file_of(0, d.cameras[1]),
-                                           meta.video_file_of(2, d.cameras[1])}
+    assert set(entry_files(report, 0)) == {meta.data_file_of(0), meta.data_file_of(2),
+                                           meta.video_file_of(0, d.cameras[1]), meta.video_file_of(2, d.cameras[1])}
     assert len(entry_files(report, 1)) == d.episodes * (1 + len(d.cameras))  # v2.1: a file per episode and camera
     assert report.entries[2].status == "skipped" and entry_files(report, 2) == []

@@ -1,9 +1,11 @@
 """Distributed start-up of a checked mixture that cannot hang: every entry's files that training reads made
 local exactly once per node (or once in all, on a shared cache), every rank told the outcome.
 
-`prepare(report, group)` on every rank of `group` (default: the world; without torch.distributed initialised,
-the one process just downloads):
+`prepare(report_or_spec, group)` on every rank of `group` (default: the world; without torch.distributed
+initialised, the one process just downloads):
 
+0. The mixture checked: a preflight report as it is, or a spec preflighted on each rank. A rank whose check
+   fails tells the others in the first collective, and every rank raises at once.
 1. Who downloads (`team.leaders`): per node the process with LOCAL_RANK 0 (else the node's lowest rank), or rank 0
    alone with ``shared_cache=True``. A process that knows it downloads (LOCAL_RANK 0; rank 0 on a shared cache)
    starts at once, before any collective: ranks that arrive late do not delay it.
@@ -30,9 +32,10 @@ from typing import Any
 
 from .. import config
 from ..checks import check_number
-from ..format.errors import MixtureStartupError
+from ..format.errors import EpisodicError, MixtureStartupError
 from ..storage.source import open_source
 from .downloads import DownloadFailure, NodeDownload
+from .preflight import preflight
 from .report import PreflightReport
 from .team import Team, claims_download, leaders
 
@@ -63,8 +66,9 @@ class StartupResult:
 
 def _outcome(work: NodeDownload) -> dict[str, Any]:
     """What a downloading rank tells the others (picklable, no exception objects)."""
-    out: dict[str, Any] = {"host": socket.gethostname(), "roots": [p.root for p in work.plans],
-                           "needed": sum(p.needed for p in work.plans), "missing": sum(len(p.missing) for p in work.plans),
+    plans = work.plans
+    out: dict[str, Any] = {"host": socket.gethostname(), "roots": [p.root for p in plans],
+                           "needed": sum(p.needed for p in plans), "missing": sum(len(p.missing) for p in plans),
                            "files": work.files, "bytes": work.bytes, "seconds": work.seconds, "error": None}
     e = work.error
     if isinstance(e, DownloadFailure):
@@ -84,7 +88,8 @@ def _raise_failures(outcomes: list[Any], rank: int, work: NodeDownload | None) -
     what = ""
     if err["entry"] is not None:  # the URL once: most messages name it already
         what = f"entry {err['entry']}: " + (f"{err['url']}: " if err["url"] not in err["message"] else "")
-    more = f" ({len(failed) - 1} other downloading rank(s) failed too: {[f[0] for f in failed[1:]]})" if len(failed) > 1 else ""
+    more = f" ({len(failed) - 1} other downloading rank(s) failed too: {[f[0] for f in failed[1:]]})" \
+        if len(failed) > 1 else ""
     message = (f"mixture start-up failed: rank {r} ({o['host']}) could not fetch {what}{err['type']}: {err['message']}"
                f"{more}")
     error = MixtureStartupError(message, entry=err["entry"], url=err["url"], rank=r, error_type=err["type"])
@@ -108,50 +113,83 @@ def _localised(report: PreflightReport, roots: list[str | None]) -> PreflightRep
     return replace(report, sources=tuple(sources), metadata=tuple(metadata))
 
 
-def prepare(report: PreflightReport, group: Any = None, *, shared_cache: bool = False, concurrency: int = 8,
+def _checked(mixture: Any, on_error: str | None,
+             concurrency: int) -> tuple[PreflightReport | None, BaseException | None]:
+    """The preflight report of `mixture` (a report as it is, or a spec: preflight run here), or what stopped it."""
+    try:
+        if isinstance(mixture, PreflightReport):
+            if mixture.on_error == "raise":
+                mixture.raise_for_errors()
+            return mixture, None
+        return preflight(mixture, on_error=on_error, concurrency=concurrency), None
+    except (EpisodicError, OSError, ValueError) as e:  # spec or preflight problems: told to the team, raised everywhere
+        return None, e
+
+
+def _raise_preflight(checks: list[Any], rank: int, error: BaseException | None) -> None:
+    failed = [(r, c) for r, c in enumerate(checks) if c is not None]
+    if not failed:
+        return
+    r, (host, kind, message) = failed[0]
+    more = f" ({len(failed) - 1} other rank(s) failed too: {[f[0] for f in failed[1:]]})" if len(failed) > 1 else ""
+    e = MixtureStartupError(f"mixture start-up failed: rank {r} ({host}) could not check the mixture: {kind}: "
+                            f"{message}{more}", rank=r, error_type=kind)
+    if r == rank and error is not None:
+        raise e from error
+    raise e
+
+
+def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, concurrency: int = 8,
             timeout_s: float = 600.0, poll_s: float = 0.5, copies_dir: str | Path | None = None,
-            progress: bool = False) -> StartupResult:
-    """Make every file that training on `report`'s mixture reads local, once per node (``shared_cache=True``: once
-    in all, the cache being on storage every node sees), on every rank of `group` (call it on all of them); see
-    the module docstring. `concurrency`: parallel fetches of a downloading process ([1, 256]). `timeout_s`: the
-    longest any collective of the start-up waits for the slowest rank ((0, 86400]); downloads may take longer (the
-    ranks keep meeting every `poll_s` seconds, (0, 60]). `copies_dir`: where local copies of URL entries go (default
-    `<episodic cache>/copies`; on a shared cache, a directory every node sees). Raises `MixtureStartupError` on
-    every rank when a download failed anywhere, or a rank died or did not come in time."""
+            on_error: str | None = None, progress: bool = False) -> StartupResult:
+    """Make every file that training on a mixture reads local, once per node (``shared_cache=True``: once in all,
+    the cache being on storage every node sees), on every rank of `group` (call it on all of them); see the module
+    docstring. `mixture`: a `PreflightReport`, or a spec (a file, a dict, a `MixtureSpec`), preflighted here with
+    `on_error` (then a rank whose preflight fails makes every rank raise at once, instead of leaving the others
+    waiting). `concurrency`: parallel fetches of a downloading process, and entries read at a time by preflight
+    ([1, 256]). `timeout_s`: the longest any collective of the start-up waits for the slowest rank ((0, 86400]);
+    downloads may take longer (the ranks meet every `poll_s` seconds, (0, 60]). `copies_dir`: where local copies
+    of URL entries go (default `<episodic cache>/copies`; on a shared cache, a directory every node sees).
+    Raises `MixtureStartupError` on every rank when a check or a download failed anywhere, or a rank died or did
+    not come in time."""
     check_number("concurrency", concurrency, 1, 256, integer=True)
     check_number("timeout_s", timeout_s, 0, 86400, lo_open=True)
     check_number("poll_s", poll_s, 0, 60, lo_open=True)
     if poll_s >= timeout_s:
         raise ValueError(f"poll_s ({poll_s:g}) must be below timeout_s ({timeout_s:g})")
-    if report.on_error == "raise":
-        report.raise_for_errors()
     t0 = time.monotonic()
+    report, failure = _checked(mixture, on_error, concurrency)
+    check = None if failure is None else (socket.gethostname(), type(failure).__name__, str(failure))
 
     def start() -> NodeDownload:
         return NodeDownload(report, concurrency, copies_dir, progress).start()
 
     claim = claims_download(group, shared_cache)
-    work = start() if claim else None  # at once: ranks that come late do not delay the download
+    work = start() if claim and report is not None else None  # at once: ranks that come late do not delay it
     team = None
     try:
         team = Team.open(group, timeout_s)
-        nodes = team.gather((config.node_name(), claim), "who downloads")
-        leader_of = leaders(nodes, shared_cache)
+        nodes = team.gather((config.node_name(), claim, check), "who downloads")
+        checks = [c for _, _, c in nodes]
+        leader_of = leaders([(n, c) for n, c, _ in nodes], shared_cache)
         leader = leader_of[team.rank]
-        if work is not None and leader != team.rank:  # a claim the team did not confirm
+        if work is not None and (leader != team.rank or any(checks)):  # not confirmed, or a rank cannot go on
             work.cancel()
             work = None
-        elif work is None and leader == team.rank:
-            work = start()
-        if team.size == 1:
-            work.join()
+        if any(checks):
+            outcomes = None
         else:
-            while True:
-                if work is not None:
-                    work.join(poll_s)
-                if not team.any(work is not None and work.alive, "downloads under way"):
-                    break
-        outcomes = team.gather(_outcome(work) if work is not None else None, "outcomes")
+            if work is None and leader == team.rank:
+                work = start()
+            if team.size == 1:
+                work.join()
+            else:
+                while True:
+                    if work is not None:
+                        work.join(poll_s)
+                    if not team.any(work is not None and work.alive, "downloads under way"):
+                        break
+            outcomes = team.gather(_outcome(work) if work is not None else None, "outcomes")
     except BaseException:
         if work is not None:
             work.cancel()
@@ -159,6 +197,7 @@ def prepare(report: PreflightReport, group: Any = None, *, shared_cache: bool = 
     finally:
         if team is not None:
             team.close()
+    _raise_preflight(checks, team.rank, failure)
     _raise_failures(outcomes, team.rank, work)
     mine = outcomes[leader]
     result = StartupResult(report=_localised(report, mine["roots"]), roots=tuple(mine["roots"]), downloader=leader,
