@@ -19,6 +19,7 @@ from episodic.format import DatasetFormatError, EpisodicError, FetchError, Missi
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
 from episodic.storage.cache import FileCache
+from episodic.storage import fetch as fetch_module
 from episodic.storage.fetch import (RangesIgnored, fetch_bytes, fetch_to_file, file_size, host_delay, timeout_options,
                                    version_token)
 from episodic.tabular import load_columns
@@ -102,6 +103,8 @@ def test_retry_after_past_the_retry_window_fails_at_once(server):
                                          r"retry window \(\d\.\d s left of 2 s; attempt 1: .*429") as info:
         _fetch(server, policy)
     assert time.perf_counter() - t0 < 1.0 and info.value.attempts == 1 and len(server.requests) == 1
+    assert host_delay(server.url + "/other") > 9  # the host stays held: the next fetch from it waits
+    fetch_module._GATE._until.clear()  # a later test's server might get this port
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
