@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import http.server
+import json
 import os
 import random
 import socket
@@ -70,6 +71,12 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         self.close_connection = True
         self.connection.close()
+
+    def send_response(self, code, message=None):
+        srv: FaultServer = self.server.owner
+        with srv.lock:
+            srv.answers.append((time.time(), self.command, urllib.parse.unquote(self.path.split("?", 1)[0]), code))
+        super().send_response(code, message)
 
     def _serve(self, head: bool) -> None:
         srv: FaultServer = self.server.owner
@@ -154,7 +161,9 @@ class FaultServer:
     fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
     `hang.set()`: every request waits, never answering, until cleared. `kill()`: stop listening and drop
     every open connection (connection refused from then on); `start()`: listen again on the same port.
-    `requests` lists (method, path, Range header) of every request."""
+    `requests` lists (method, path, Range header) of every request; `answers` (time.time() when the answer was
+    sent, method, path, HTTP status) of every answer (none for a dropped connection); `served(path)` counts the
+    GETs answered with the file (200/206), `answered(status)` the answers with a status."""
 
     def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
                  ranges: bool = True, validators: bool = True, seed: int = 0):
@@ -163,6 +172,7 @@ class FaultServer:
         self.ranges, self.validators = ranges, validators
         self.lock = threading.Lock()
         self.requests: list[tuple[str, str, str | None]] = []
+        self.answers: list[tuple[float, str, str, int]] = []
         self.faults: list[str] = []
         self.fault_paths: set[str] | None = None
         self.fault_methods = {"GET"}
@@ -234,11 +244,178 @@ class FaultServer:
         """GET requests so far (for `path` only, when given)."""
         return sum(1 for m, p, _ in self.requests if m == "GET" and (path is None or p == path))
 
+    def served(self, path: str | None = None) -> int:
+        """GETs answered with the file's bytes (200 or 206) so far (for `path` only, when given)."""
+        return sum(1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206)
+                   and (path is None or p == path))
+
+    def answered(self, status: int, path: str | None = None) -> list[tuple[float, str, str, int]]:
+        """The answers with `status` so far (for `path` only, when given)."""
+        return [a for a in self.answers if a[3] == status and (path is None or a[2] == path)]
+
     def __enter__(self) -> "FaultServer":
         return self
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+# ---------------------------------------------------------------------------------------------- a local Hub
+class HubRepo:
+    """A dataset repo: revision name or commit sha -> (sha, directory)."""
+
+    def __init__(self, revisions: dict[str, Path]):
+        self.refs: dict[str, tuple[str, Path]] = {}
+        for name, root in revisions.items():
+            sha = hashlib.sha1(f"{name}:{root}".encode()).hexdigest()
+            self.refs[name] = self.refs[sha] = (sha, root)
+
+
+def _hub_entry(root: Path, path: Path) -> dict:
+    rel = path.relative_to(root).as_posix()
+    if path.is_dir():
+        return {"type": "directory", "oid": hashlib.sha1(rel.encode()).hexdigest(), "path": rel}
+    data = path.read_bytes()
+    return {"type": "file", "oid": hashlib.sha1(data).hexdigest(), "size": len(data), "path": rel}
+
+
+class HubHandler(http.server.BaseHTTPRequestHandler):
+    """The part of the Hugging Face Hub API that huggingface_hub uses (a `HubServer`'s requests): GET /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>],
+    POST /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range).
+    Unknown repos, revisions and paths get 404 with the Hub's X-Error-Code."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as two writes
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, value, status: int = 200) -> None:
+        body = json.dumps(value).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _missing(self, code: str) -> None:
+        body = json.dumps({"error": code}).encode()
+        self.send_response(404)
+        self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _resolve(self, parts: list[str]) -> tuple[str, Path, list[str]] | None:
+        """<namespace>/<name>/<kind>/<rev>/<path...> -> (sha, directory, path parts), or None (answered 404)."""
+        repo_id, rev = "/".join(parts[:2]), urllib.parse.unquote(parts[3]) if len(parts) > 3 else ""
+        repo = self.server.repos.get(repo_id)
+        if repo is None:
+            self._missing("RepoNotFound")
+            return None
+        if rev not in repo.refs:
+            self._missing("RevisionNotFound")
+            return None
+        sha, root = repo.refs[rev]
+        return sha, root, [urllib.parse.unquote(p) for p in parts[4:] if p]
+
+    def do_POST(self):
+        url = urllib.parse.urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+        if parts[:2] != ["api", "datasets"] or len(parts) < 6 or parts[4] != "paths-info":
+            return self._missing("EntryNotFound")
+        found = self._resolve(parts[2:])
+        if found is None:
+            return
+        _, root, _ = found
+        paths = urllib.parse.parse_qs(body).get("paths", [])
+        self._json([_hub_entry(root, root / p) for p in paths if (root / p).exists()])
+
+    def do_HEAD(self):
+        self._get(head=True)
+
+    def do_GET(self):
+        self._get(head=False)
+
+    def _get(self, head: bool) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        parts = url.path.strip("/").split("/")
+        with self.server.lock:
+            self.server.requests.append((self.command, url.path))
+        if parts[:2] == ["api", "datasets"] and len(parts) == 4:  # repo info without a revision: main
+            parts += ["revision", "main"]
+        if parts[:2] == ["api", "datasets"] and len(parts) >= 6 and parts[4] in ("revision", "tree"):
+            found = self._resolve(parts[2:])
+            if found is None:
+                return
+            sha, root, rel = found
+            if parts[4] == "revision":
+                return self._json({"id": "/".join(parts[2:4]), "sha": sha, "private": False, "siblings": [
+                    {"rfilename": p.relative_to(root).as_posix()} for p in sorted(root.rglob("*")) if p.is_file()]})
+            folder = root.joinpath(*rel)
+            if not folder.is_dir():
+                return self._missing("EntryNotFound")
+            recursive = urllib.parse.parse_qs(url.query).get("recursive", ["False"])[0].lower() == "true"
+            children = sorted(folder.rglob("*") if recursive else folder.iterdir())
+            return self._json([_hub_entry(root, p) for p in children])
+        if parts[0] == "datasets" and len(parts) >= 6 and parts[3] == "resolve":
+            found = self._resolve(parts[1:])
+            if found is None:
+                return
+            sha, root, rel = found
+            path = root.joinpath(*rel)
+            if not path.is_file():
+                return self._missing("EntryNotFound")
+            return self._file(path.read_bytes(), sha, head)
+        self._missing("EntryNotFound")
+
+    def _file(self, data: bytes, sha: str, head: bool) -> None:
+        lo, hi, status = 0, len(data) - 1, 200
+        ranged = self.headers.get("Range", "")
+        if ranged.startswith("bytes="):
+            a, _, b = ranged[6:].partition("-")
+            lo, hi = (int(a), min(int(b) if b else len(data) - 1, len(data) - 1)) if a else \
+                (max(len(data) - int(b), 0), len(data) - 1)
+            status = 206
+        body = data[lo:hi + 1]
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
+        self.send_header("X-Repo-Commit", sha)
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+
+class HubServer:
+    """A Hugging Face Hub on 127.0.0.1 (real sockets) answering what huggingface_hub's downloads and HfFileSystem
+    ask (`HubHandler`): `repos` maps repo ids to `HubRepo`s; `endpoint` is its URL (HF_ENDPOINT, or storage_options'
+    "endpoint"); `requests` lists (method, path) of every GET and HEAD."""
+
+    def __init__(self, repos: dict[str, "HubRepo"]):
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
+        self._server.daemon_threads = True
+        self._server.repos = self.repos = dict(repos)
+        self._server.lock, self._server.requests = threading.Lock(), []
+        self.requests = self._server.requests
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "HubServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def read_png(path: Path) -> np.ndarray:

@@ -13,6 +13,8 @@
 | `EPISODIC_CONNECT_TIMEOUT` | seconds a remote request may take to connect; `0`: no limit | `10` |
 | `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt during which transient failures are retried; `0`: no retries | `30` |
 | `EPISODIC_CACHE_MAX_BYTES` | size of the whole-file cache of remote files (`files/`), least recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix | `32G` |
+| `LOCAL_RANK` | the process's rank on its node, as launchers set it (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0 | unset: ranks are grouped by host name |
+| `GROUP_RANK` | torchrun's node rank: with the host name, what tells nodes apart (two nodes on one host) | unset |
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
 variable is unset (the encoder prints a banner at every start otherwise).
@@ -25,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
            "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
-           "quiet_svt_av1"]
+           "quiet_svt_av1", "local_rank", "node_name"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -122,6 +124,34 @@ def file_cache_max_bytes() -> int:
     """$EPISODIC_CACHE_MAX_BYTES: the size of the whole-file cache of remote files (default 32 GiB)."""
     value = os.environ.get("EPISODIC_CACHE_MAX_BYTES")
     return parse_bytes(value, "EPISODIC_CACHE_MAX_BYTES") if value else 32 << 30
+
+
+def _rank(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return n
+
+
+def local_rank() -> int | None:
+    """$LOCAL_RANK (set by torchrun, accelerate, deepspeed): this process's rank on its node; None when unset."""
+    return _rank("LOCAL_RANK")
+
+
+def node_name() -> str:
+    """What identifies this process's node: the host name, plus torchrun's node rank ($GROUP_RANK) when set
+    (several nodes may run on one host)."""
+    import socket
+
+    group = _rank("GROUP_RANK")
+    host = socket.gethostname()
+    return host if group is None else f"{host}#{group}"
 
 
 def progress_allowed() -> bool:

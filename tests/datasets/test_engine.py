@@ -4,7 +4,6 @@ tolerance, in every dataset mode; the GPU hand-off conversion equals the CPU one
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -72,8 +72,7 @@ def test_small_arrays_are_not_pooled():
     assert a.shape == small and pool.kept_bytes() == 0
 
 
-def test_ring_reuses_a_slot_only_after_the_receiver_freed_it(monkeypatch):
-    from episodic import runtime
+def test_ring_reuses_a_slot_only_after_the_receiver_freed_it():
     from episodic.datasets import memory
 
     ring = memory.SlotRing(slots=2)

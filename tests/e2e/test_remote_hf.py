@@ -6,20 +6,15 @@ storage_options or, as users set it, in HF_ENDPOINT."""
 
 from __future__ import annotations
 
-import hashlib
-import http.server
-import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
-import urllib.parse
 from pathlib import Path
 
 import pytest
 import torch
-from support import assert_items_equal
+from support import HubRepo, HubServer, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
@@ -32,138 +27,6 @@ REPO = "user/robot"
 DELTAS = {"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]}
 
 
-class _Repo:
-    """A dataset repo: revision name or commit sha -> (sha, directory)."""
-
-    def __init__(self, revisions: dict[str, Path]):
-        self.refs: dict[str, tuple[str, Path]] = {}
-        for name, root in revisions.items():
-            sha = hashlib.sha1(f"{name}:{root}".encode()).hexdigest()
-            self.refs[name] = self.refs[sha] = (sha, root)
-
-
-def _entry(root: Path, path: Path) -> dict:
-    rel = path.relative_to(root).as_posix()
-    if path.is_dir():
-        return {"type": "directory", "oid": hashlib.sha1(rel.encode()).hexdigest(), "path": rel}
-    data = path.read_bytes()
-    return {"type": "file", "oid": hashlib.sha1(data).hexdigest(), "size": len(data), "path": rel}
-
-
-class _HubHandler(http.server.BaseHTTPRequestHandler):
-    """GET /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>],
-    POST /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range).
-    Unknown repos, revisions and paths get 404 with the Hub's X-Error-Code."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out as two writes
-
-    def log_message(self, *args):
-        pass
-
-    def _json(self, value, status: int = 200) -> None:
-        body = json.dumps(value).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _missing(self, code: str) -> None:
-        body = json.dumps({"error": code}).encode()
-        self.send_response(404)
-        self.send_header("X-Error-Code", code)
-        self.send_header("X-Error-Message", code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _resolve(self, parts: list[str]) -> tuple[str, Path, list[str]] | None:
-        """<namespace>/<name>/<kind>/<rev>/<path...> -> (sha, directory, path parts), or None (answered 404)."""
-        repo_id, rev = "/".join(parts[:2]), urllib.parse.unquote(parts[3]) if len(parts) > 3 else ""
-        repo = self.server.repos.get(repo_id)
-        if repo is None:
-            self._missing("RepoNotFound")
-            return None
-        if rev not in repo.refs:
-            self._missing("RevisionNotFound")
-            return None
-        sha, root = repo.refs[rev]
-        return sha, root, [urllib.parse.unquote(p) for p in parts[4:] if p]
-
-    def do_POST(self):
-        url = urllib.parse.urlsplit(self.path)
-        parts = url.path.strip("/").split("/")
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
-        if parts[:2] != ["api", "datasets"] or len(parts) < 6 or parts[4] != "paths-info":
-            return self._missing("EntryNotFound")
-        found = self._resolve(parts[2:])
-        if found is None:
-            return
-        _, root, _ = found
-        paths = urllib.parse.parse_qs(body).get("paths", [])
-        self._json([_entry(root, root / p) for p in paths if (root / p).exists()])
-
-    def do_HEAD(self):
-        self._get(head=True)
-
-    def do_GET(self):
-        self._get(head=False)
-
-    def _get(self, head: bool) -> None:
-        url = urllib.parse.urlsplit(self.path)
-        parts = url.path.strip("/").split("/")
-        with self.server.lock:
-            self.server.requests.append((self.command, url.path))
-        if parts[:2] == ["api", "datasets"] and len(parts) == 4:  # repo info without a revision: main
-            parts += ["revision", "main"]
-        if parts[:2] == ["api", "datasets"] and len(parts) >= 6 and parts[4] in ("revision", "tree"):
-            found = self._resolve(parts[2:])
-            if found is None:
-                return
-            sha, root, rel = found
-            if parts[4] == "revision":
-                return self._json({"id": "/".join(parts[2:4]), "sha": sha, "private": False, "siblings": [
-                    {"rfilename": p.relative_to(root).as_posix()} for p in sorted(root.rglob("*")) if p.is_file()]})
-            folder = root.joinpath(*rel)
-            if not folder.is_dir():
-                return self._missing("EntryNotFound")
-            recursive = urllib.parse.parse_qs(url.query).get("recursive", ["False"])[0].lower() == "true"
-            children = sorted(folder.rglob("*") if recursive else folder.iterdir())
-            return self._json([_entry(root, p) for p in children])
-        if parts[0] == "datasets" and len(parts) >= 6 and parts[3] == "resolve":
-            found = self._resolve(parts[1:])
-            if found is None:
-                return
-            sha, root, rel = found
-            path = root.joinpath(*rel)
-            if not path.is_file():
-                return self._missing("EntryNotFound")
-            return self._file(path.read_bytes(), sha, head)
-        self._missing("EntryNotFound")
-
-    def _file(self, data: bytes, sha: str, head: bool) -> None:
-        lo, hi, status = 0, len(data) - 1, 200
-        ranged = self.headers.get("Range", "")
-        if ranged.startswith("bytes="):
-            a, _, b = ranged[6:].partition("-")
-            lo, hi = (int(a), min(int(b) if b else len(data) - 1, len(data) - 1)) if a else \
-                (max(len(data) - int(b), 0), len(data) - 1)
-            status = 206
-        body = data[lo:hi + 1]
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
-        self.send_header("X-Repo-Commit", sha)
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {lo}-{hi}/{len(data)}")
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-
 @pytest.fixture(scope="module")
 def v2_root(tmp_path_factory) -> Path:
     """The repo's later revision: another dataset (other episodes, lengths, values)."""
@@ -174,16 +37,8 @@ def v2_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def hub(small_root, v2_root):
     """The Hub on 127.0.0.1: REPO with revision "v1" (= small_root) and "main" (= v2_root)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
-    server.daemon_threads = True
-    server.repos = {REPO: _Repo({"v1": small_root, "main": v2_root})}
-    server.lock, server.requests = threading.Lock(), []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    server.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    yield server
-    server.shutdown()
-    server.server_close()
+    with HubServer({REPO: HubRepo({"v1": small_root, "main": v2_root})}) as server:
+        yield server
 
 
 @pytest.fixture()
@@ -233,7 +88,7 @@ def test_missing_revision_and_missing_file_are_named(hub, options, v2_root, tmp_
     broken = tmp_path / "broken"
     shutil.copytree(v2_root, broken)
     (broken / "videos/observation.images.top/chunk-000/file-000.mp4").unlink()
-    hub.repos["user/broken"] = _Repo({"main": broken})
+    hub.repos["user/broken"] = HubRepo({"main": broken})
     ds = LeRobotDataset("x", root="hf://datasets/user/broken", storage_options=options,
                         cache_dir=str(tmp_path / "files"))
     with pytest.raises(MissingFileError, match=r"hf://datasets/user/broken/videos/observation\.images\.top/"

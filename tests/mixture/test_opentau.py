@@ -92,3 +92,10 @@ def test_a_root_without_a_copy_fetches_the_hub_metadata_there(synthetic, tmp_pat
     assert len(calls) == 1  # the copy now has meta/info.json: no request at all
     with pytest.raises(MixturePreflightError, match="applies to Hub repo ids only"):
         preflight(MixtureSpec.from_dict({"entries": [{"source": synthetic[0].path, "root": str(root)}]}))
+
+
+def test_commit_sha_revisions_are_kept():
+    sha = "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b"
+    spec = MixtureSpec.from_dict({"datasets": [{"repo_id": "org/ds", "revision": sha},
+                                               {"repo_id": "org/ds", "revision": "v3.0"}]})
+    assert [e.revision for e in spec.entries] == [sha, "v3.0"]

@@ -109,3 +109,21 @@ def test_unreadable_and_malformed_files(tmp_path):
     (tmp_path / "l.json").write_text("[1, 2]")
     with pytest.raises(MixtureSpecError, match="must be an object with 'entries'"):
         MixtureSpec.from_file(tmp_path / "l.json")
+
+
+SHAS = ["3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b", "1e10a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b3c8", "0" * 40,
+        "deadbeef" * 5]
+
+
+def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
+    """Written unquoted, as people write them: hex SHAs stay text (also '1e10...' and all-letter ones); a SHA that
+    is all digits becomes a YAML number, which is named with the fix (quote it), not a crash."""
+    pytest.importorskip("yaml")
+    text = "entries:\n" + "".join(f"  - {{source: org/ds, name: n{i}, revision: {sha}}}\n" for i, sha in enumerate(SHAS[:2]))
+    text += f"  - {{source: org/ds, name: quoted, revision: \"{SHAS[2]}\"}}\n  - {{source: org/ds, name: letters, revision: {SHAS[3]}}}\n"
+    (tmp_path / "m.yaml").write_text(text)
+    assert [e.revision for e in MixtureSpec.from_file(tmp_path / "m.yaml").entries] == SHAS
+    (tmp_path / "n.yaml").write_text("entries:\n  - {source: org/ds, revision: 1234567890123456789012345678901234567890}\n")
+    with pytest.raises(MixtureSpecError, match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
+                                               r"number 1234567890123456789012345678901234567890: quote it"):
+        MixtureSpec.from_file(tmp_path / "n.yaml")

@@ -4,6 +4,8 @@ once; programming errors are never retried; exhausted retries raise FetchError n
 
 from __future__ import annotations
 
+import email.utils
+import os
 import re
 import socket
 import time
@@ -17,7 +19,9 @@ from episodic.format import DatasetFormatError, EpisodicError, FetchError, Missi
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
 from episodic.storage.cache import FileCache
-from episodic.storage.fetch import RangesIgnored, fetch_bytes, file_size, timeout_options, version_token
+from episodic.storage import fetch as fetch_module
+from episodic.storage.fetch import (RangesIgnored, fetch_bytes, fetch_to_file, file_size, host_delay, timeout_options,
+                                   version_token)
 from episodic.tabular import load_columns
 from support import FaultServer
 
@@ -77,6 +81,73 @@ def test_429_waits_as_long_as_retry_after_asks_capped(server):
     assert _fetch(server, policy, stats) == PAYLOAD
     waited = time.perf_counter() - t0
     assert stats.retries == 1 and 0.3 <= waited < 2.5  # the header's 3 s, capped at 0.3 s (jitter: 1 ms)
+
+
+def test_retry_after_as_an_http_date(server):
+    server.faults = ["429"]
+    server.retry_after = email.utils.formatdate(time.time() + 2, usegmt=True)  # whole seconds: 1-2 s from now
+    stats = Counters()
+    t0 = time.perf_counter()
+    assert _fetch(server, stats=stats) == PAYLOAD
+    (t429, *_), = server.answered(429)
+    t200 = min(t for t, *_ in server.answered(200))
+    assert stats.retries == 1 and 0.9 <= t200 - t429 and time.perf_counter() - t0 < 3.5
+
+
+def test_retry_after_past_the_retry_window_fails_at_once(server):
+    """Asking again before the server's time would only earn another 429: the fetch gives up, saying why."""
+    server.faults, server.retry_after = ["429"], "10"
+    policy = FetchPolicy(backoff_s=0.001, max_backoff_s=0.001, retry_window_s=2, timeout_s=10)
+    t0 = time.perf_counter()
+    with pytest.raises(FetchError, match=r"/f\.bin: the server asks to retry after 10\.0 s, past the end of the "
+                                         r"retry window \(\d\.\d s left of 2 s; attempt 1: .*429") as info:
+        _fetch(server, policy)
+    assert time.perf_counter() - t0 < 1.0 and info.value.attempts == 1 and len(server.requests) == 1
+    assert host_delay(server.url + "/other") > 9  # the host stays held: the next fetch from it waits
+    fetch_module._GATE._until.clear()  # a later test's server might get this port
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_retry_after_holds_the_whole_host_for_every_thread(method):
+    """A 429 on one file makes every other fetch from that host, on any thread, wait as long as asked: one pause,
+    not a 429 per thread. A size request's 429 counts too (fsspec's HTTP `info` tries HEAD, then GET, and reports
+    the failure as FileNotFoundError from the answer's error)."""
+    import threading
+
+    with FaultServer(files={"/f.bin": PAYLOAD, "/g.bin": PAYLOAD[:100]}) as srv:
+        srv.faults = ["429"] if method == "GET" else ["429", "429"]
+        srv.retry_after, srv.fault_paths, srv.fault_methods = "1", {"/f.bin"}, {"GET", method}
+        url = srv.url + "/f.bin"
+        fs = _http()
+        if method == "GET":
+            first = threading.Thread(target=lambda: fetch_bytes(fs, url, url, FAST, size=len(PAYLOAD)))
+        else:
+            first = threading.Thread(target=lambda: file_size(fs, url, url, FAST))
+        first.start()
+        deadline = time.monotonic() + 10
+        while srv.faults and time.monotonic() < deadline:  # until every 429 went out
+            time.sleep(0.01)
+        time.sleep(0.05)
+        other = srv.url + "/g.bin"
+        assert 0.5 < host_delay(other) <= 1.0 and host_delay("http://127.0.0.2:1/x") == 0
+        assert fetch_bytes(_http(), other, other, FAST) == PAYLOAD[:100]
+        first.join()
+        t429 = max(t for t, *_ in srv.answered(429))
+        asked = [t for t, m, p, _ in srv.answers if p == "/g.bin"]
+        assert asked and min(asked) - t429 >= 0.9  # the other file waited for the host
+
+
+def test_fetch_to_file_streams_and_checks_the_length(server, tmp_path):
+    url = server.url + "/f.bin"
+    local = tmp_path / "sub" / "f.bin"
+    local.parent.mkdir()
+    server.faults = ["truncate", "short"]
+    stats = Counters()
+    assert fetch_to_file(_http(), url, url, local, FAST, stats, size=len(PAYLOAD)) == len(PAYLOAD)
+    assert local.read_bytes() == PAYLOAD and stats.retries == 2 and os.listdir(local.parent) == ["f.bin"]
+    with pytest.raises(MissingFileError, match=re.escape(f"{server.url}/none.bin: file not found")):
+        fetch_to_file(_http(), server.url + "/none.bin", server.url + "/none.bin", tmp_path / "sub" / "none.bin", FAST)
+    assert os.listdir(local.parent) == ["f.bin"]  # nothing left behind
 
 
 def test_a_request_past_the_timeout_is_retried(server):

@@ -67,6 +67,26 @@ def test_hub_root_follows_config(monkeypatch, tmp_path):
     monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_LEROBOT_HOME", raising=False)
     assert hub_root("user/ds") == tmp_path / "cache" / "hub" / "user/ds"
-    assert hub_root("user/ds", "v1") == tmp_path / "cache" / "hub" / "user/ds" / "v1"
+    assert hub_root("user/ds", "v1") == tmp_path / "cache" / "hub" / "user/ds@v1"
     monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot"))
-    assert hub_root("user/ds", "v1") == tmp_path / "lerobot" / "user/ds"
+    assert hub_root("user/ds") == tmp_path / "lerobot" / "user/ds"  # LeRobot's own place
+    assert hub_root("user/ds", "v1") == tmp_path / "lerobot" / "user/ds@v1"
+
+
+def test_revisions_never_share_a_download_directory(monkeypatch, tmp_path):
+    """Each revision (tags, branches, commit SHAs, refs/pr/N, names that are also dataset folders) gets its own
+    directory, none inside another's dataset (HF_LEROBOT_HOME used to ignore the revision)."""
+    sha = "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b"
+    revisions = [None, "main", "v3.0", "v2.1", sha, sha.upper(), "refs/pr/1", "refs/pr/10", "refs", "refs_pr_1",
+                 "data", "meta", "videos", "feature/x", "feature_x"]
+    for home in (None, tmp_path / "lerobot"):
+        if home is None:
+            monkeypatch.delenv("HF_LEROBOT_HOME", raising=False)
+            monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+        else:
+            monkeypatch.setenv("HF_LEROBOT_HOME", str(home))
+        roots = [hub_root("user/ds", r) for r in revisions]
+        assert len(set(roots)) == len(roots)
+        for a in roots:
+            assert not any(b != a and a.is_relative_to(b) for b in roots), a
+        assert roots[revisions.index(sha)].name == f"ds@{sha}"  # a commit SHA names its directory as it is

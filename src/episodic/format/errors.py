@@ -95,6 +95,18 @@ class MixtureLayoutError(EpisodicError, ValueError):
         self.problems = list(problems or [])
 
 
+class MixtureStartupError(EpisodicError, RuntimeError):
+    """A mixture's distributed start-up failed: a download on some rank (the message names the rank and host,
+    the entry, the URL or file, and the original error's type and message; the same error is raised on every
+    rank), or a rank that died or did not arrive in time. `entry`, `url`, `rank` and `error_type` hold what is
+    known (None otherwise)."""
+
+    def __init__(self, message: str, entry: str | None = None, url: str | None = None, rank: int | None = None,
+                 error_type: str | None = None):
+        super().__init__(message)
+        self.entry, self.url, self.rank, self.error_type = entry, url, rank, error_type
+
+
 class WriterError(EpisodicError):
     """A dataset could not be written as asked (the writer's own errors; I/O errors such as a full disk are
     raised as they are)."""

@@ -17,6 +17,7 @@ snapshot also inside the repository's `blobs/`, where the snapshot's own links p
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import string
@@ -199,6 +200,20 @@ def check_repo_id(repo_id: str) -> str:
 def check_revision(revision: str) -> str:
     """A Hub revision (branch, tag, commit, 'refs/pr/N'), which names a download directory."""
     return check_relative(revision, "revision")
+
+
+_PLAIN_REVISION = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,95}")
+
+
+def revision_dirname(revision: str) -> str:
+    """One directory name per Hub revision (branch, tag, commit SHA, 'refs/pr/N'): a plain name (letters, digits,
+    '.', '_', '-'; a 40-hex commit SHA is one) as it is, any other its safe form + '+' + a digest ('+' never
+    appears in a plain name, so two revisions never share a name). The revision is checked first
+    (`check_revision`)."""
+    check_revision(revision)
+    if _PLAIN_REVISION.fullmatch(revision):
+        return revision
+    return f"{cache_name(revision, 48)}+{hashlib.sha256(revision.encode()).hexdigest()[:16]}"
 
 
 _ANY_BAD = re.compile(r"[\x00-\x09\x0b-\x1f\x7f\\%?#]|(?:^|\n)/|(?:^|/|\n)\.{0,2}(?:/|\n|$)|(?:^|\n)[^/\n]*:")

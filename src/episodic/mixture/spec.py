@@ -373,7 +373,10 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
             problems.append(f"{where}: field 'source' must be a non-empty string, got {e.source!r}")
         if e.name is not None and (not isinstance(e.name, str) or not e.name or e.name != e.name.strip()):
             problems.append(f"{where}: field 'name' must be a non-empty string without surrounding spaces, got {e.name!r}")
-        if e.revision is not None and (not isinstance(e.revision, str) or not e.revision.strip()):
+        if isinstance(e.revision, (int, float)) and not isinstance(e.revision, bool):  # YAML made a number of it
+            problems.append(f"{where}: field 'revision' must be a tag, branch or commit SHA (text), got the number "
+                            f"{e.revision!r}: quote it in YAML, e.g. revision: \"{e.revision}\"")
+        elif e.revision is not None and (not isinstance(e.revision, str) or not e.revision.strip()):
             problems.append(f"{where}: field 'revision' must be a tag, branch or commit SHA, got {e.revision!r}")
         if e.episodes is not None:
             _check_indices("episodes", e.episodes, where, problems, unique=False)

@@ -34,10 +34,10 @@ except ImportError:  # pragma: no cover - not POSIX: evictions are not serialise
 from .. import config
 from .atomic import atomic_write_bytes
 from ..counters import Counters
-from ..format.paths import inside
+from ..format.paths import cache_name, inside
 from .fetch import FetchPolicy, fetch_bytes, file_info, version_token
 
-__all__ = ["FileCache", "default_cache_dir"]
+__all__ = ["FileCache", "copy_dir", "default_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,17 @@ _PLAIN_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}")
 def default_cache_dir() -> Path:
     """Root of episodic's cache (see `episodic.config.cache_dir`)."""
     return config.cache_dir()
+
+
+def copy_dir(location: str, base: str | os.PathLike | None = None) -> Path:
+    """Where the local copy of the remote dataset at `location` (an fsspec URL; `storage.copies`) is kept:
+    `<base>/<name>-<digest of the URL>`, `base` by default `<episodic cache>/copies`. Copies hold whole files a
+    mixture's start-up fetched and are not evicted by the bound of the file cache (delete a copy to reclaim it)."""
+    url = location.rstrip("/")
+    digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+    name = cache_name(posixpath.basename(url) or "dataset", 40)
+    base = Path(base) if base is not None else default_cache_dir() / "copies"
+    return Path(inside(base, f"{name}-{digest}", f"local copy of {url}"))
 
 
 class FileCache:

@@ -11,9 +11,14 @@ files are read directly.
   is also limited as a whole to connect + read timeout on any asynchronous filesystem (`_call_kwargs`).
   A request past a limit is a transient failure.
 - Transient failures are retried with capped exponential backoff and full jitter: timeouts, refused or
-  reset connections and other I/O errors, HTTP 5xx, 408 and 429 (waiting as long as a `Retry-After`
-  header asks, capped), and bodies shorter than expected (`TruncatedRead`, the one length check of
-  `fetch_bytes`). No retry starts later than `retry_window_s` after the first attempt (nor after
+  reset connections and other I/O errors, HTTP 5xx, 408 and 429, and bodies shorter than expected
+  (`TruncatedRead`, the one length check of `fetch_bytes`).
+- Throttling: a 429 or 503 answer with a `Retry-After` header (seconds, or an HTTP date) is retried after
+  as long as it asks (capped at `max_retry_after_s`), not earlier; when that is past the end of the retry
+  window the fetch fails at once (`FetchError` saying so) instead of asking again too early. The wait holds
+  the whole host (scheme and authority of the URL) in this process: every other fetch from it, on any
+  thread, waits until then too (`host_delay`), so a pool of downloads answers one 429 with one pause, not
+  with a 429 per thread. No retry starts later than `retry_window_s` after the first attempt (nor after
   `retries` retries, when set), so a fetch fails at most retry_window_s + connect_timeout_s + timeout_s
   after it began (60 s by default) when the server hangs, and a server back within the window costs no
   error at all. When the retries run out, `FetchError` names the URL, the attempts and the last failure.
@@ -36,9 +41,12 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import os
 import random
 import sys
+import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -50,8 +58,8 @@ from .. import config
 from ..checks import check_number
 from ..format.errors import EpisodicError, FetchError, MissingFileError
 
-__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "file_info", "file_size", "is_local",
-           "timeout_options", "version_token", "with_retries"]
+__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_info", "file_size",
+           "host_delay", "is_local", "timeout_options", "version_token", "with_retries"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -203,9 +211,12 @@ def _classify(e: BaseException) -> str:
 
 
 def _retry_after(e: BaseException) -> float | None:
-    """Seconds a 429/503 answer's Retry-After header asks to wait, when the exception carries headers."""
+    """Seconds a 429/503 answer's Retry-After header asks to wait (a number of seconds or an HTTP date), when
+    the exception carries headers (or its cause does: fsspec's HTTP `info` raises FileNotFoundError from the
+    answer's error)."""
     if _status(e) not in (429, 503):
-        return None
+        cause = e.__cause__ or e.__context__
+        return _retry_after(cause) if isinstance(e, FileNotFoundError) and cause is not None else None
     headers = getattr(e, "headers", None) or getattr(getattr(e, "response", None), "headers", None)
     value = headers.get("Retry-After") if headers else None
     if value is None:
@@ -226,12 +237,64 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
+# ---------------------------------------------------------------------------------------------- throttling
+class _HostGate:
+    """Per host, the time (monotonic) before which this process asks it nothing more: set from the
+    Retry-After of a 429/503 answer, honoured by every fetch from that host on any thread."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    @staticmethod
+    def key(url: str) -> str | None:
+        """scheme://authority of `url` (None for text that is not a URL, e.g. a Hub file's description)."""
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError:
+            return None
+        return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+    def hold(self, url: str, seconds: float) -> None:
+        key = self.key(url)
+        if key is None or seconds <= 0:
+            return
+        until = time.monotonic() + seconds
+        with self._lock:
+            if until > self._until.get(key, 0.0):
+                self._until[key] = until
+
+    def delay(self, url: str) -> float:
+        """Seconds until the host of `url` may be asked again (0: now)."""
+        if not self._until:  # the common case: no host is throttled
+            return 0.0
+        key = self.key(url)
+        with self._lock:
+            until = self._until.get(key, 0.0) if key is not None else 0.0
+            if until and until <= time.monotonic():
+                del self._until[key]
+        return max(0.0, until - time.monotonic())
+
+
+_GATE = _HostGate()
+
+
+def host_delay(url: str) -> float:
+    """Seconds this process still waits before asking the host of `url` anything (a Retry-After it was given)."""
+    return _GATE.delay(url)
+
+
 # ---------------------------------------------------------------------------------------------- retrying
 def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = None, counters: Any = None,
                  *, rng: random.Random | None = None) -> T:
     """`call()`, retried on transient failures under `policy` (default `FetchPolicy()`); see the module
-    docstring for what is retried. `counters.add(retries=1)` is called before each retry."""
+    docstring for what is retried. `counters.add(retries=1)` is called before each retry. A first attempt
+    waits while the host is held by a Retry-After (at most `max_retry_after_s`)."""
     policy = policy or FetchPolicy()
+    held = min(_GATE.delay(url), policy.max_retry_after_s)
+    if held > 0:
+        logger.debug("%s: the host asked to wait; first attempt in %.3f s", url, held)
+        time.sleep(held)
     start = time.monotonic()
     attempt = 0
     while True:
@@ -252,9 +315,18 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
             if left <= 0 or (policy.retries is not None and attempt > policy.retries):
                 raise FetchError(f"{url}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
                                  f"{elapsed:.1f} s (last: {_describe(e)})", url, attempt) from e
-            wait = _retry_after(e)
-            wait = policy.backoff(attempt - 1, rng) if wait is None else min(wait, policy.max_retry_after_s)
-            wait = min(wait, left)
+            asked = _retry_after(e)
+            if asked is not None:
+                asked = min(asked, policy.max_retry_after_s)
+                _GATE.hold(url, asked)
+                if asked > left:
+                    raise FetchError(f"{url}: the server asks to retry after {asked:.1f} s, past the end of the retry "
+                                     f"window ({left:.1f} s left of {policy.retry_window_s:g} s; attempt {attempt}: "
+                                     f"{_describe(e)})", url, attempt) from e
+                wait = asked
+            else:
+                wait = policy.backoff(attempt - 1, rng)
+            wait = min(max(wait, _GATE.delay(url)), left)  # another thread may have been told to wait longer
             if counters is not None:
                 counters.add(retries=1)
             logger.debug("%s: attempt %d failed (%s); retrying in %.3f s", url, attempt, _describe(e), wait)
@@ -328,6 +400,24 @@ def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, coun
         return _check_length(data, end - start, url, f"bytes {start}-{end}")
 
     return with_retries(whole if start is None else ranged, url, policy, counters, rng=rng)
+
+
+def fetch_to_file(fs, path: str, url: str, local: str | os.PathLike, policy: FetchPolicy | None = None,
+                  counters: Any = None, *, size: int | None = None, rng: random.Random | None = None) -> int:
+    """The whole file `path` of `fs` written to the local file `local`, streamed (never held in memory) under a
+    temporary name and renamed when complete (`storage.atomic`), its length checked against `size` when given.
+    Retried under `policy`; errors name `url`; nothing is left at `local` when it fails. Returns the length."""
+    from .atomic import atomic_path
+
+    def attempt() -> int:
+        with atomic_path(local) as tmp:
+            fs.get_file(path, tmp)
+            n = os.path.getsize(tmp)
+            if size is not None and n != size:
+                raise TruncatedRead(f"{url}: whole file: got {n} of {size} bytes")
+        return n
+
+    return with_retries(attempt, url, policy, counters, rng=rng)
 
 
 def file_info(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,

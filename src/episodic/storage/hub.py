@@ -12,6 +12,7 @@ dataset was re-published, so the metadata and the files of a subset come from on
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -22,22 +23,24 @@ from .. import config
 from ..checks import episode_list
 from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
 from ..format.metadata import load_metadata
-from ..format.paths import check_repo_id, check_revision, inside
+from ..format.paths import check_repo_id, inside, revision_dirname
 from ..progress import bar
 from .cache import default_cache_dir
 from .fetch import FetchPolicy, with_retries
 
 
 def hub_root(repo_id: str, revision: str | None = None) -> Path:
-    """Where a Hub dataset lives locally: $HF_LEROBOT_HOME/<repo_id> when set (LeRobot's place), else the
-    episodic cache. The repo id and revision must be ones (format.paths.check_repo_id, check_revision:
-    UnsafePathError otherwise), so the directory is below its base (the user's own links there are kept)."""
+    """Where a Hub dataset lives locally, under $HF_LEROBOT_HOME when set (LeRobot's place), else under
+    `<episodic cache>/hub`: `<base>/<repo_id>` without a revision (where LeRobot puts it), `<base>/<repo_id>@<rev>`
+    with one (`format.paths.revision_dirname`: a tag, branch or commit SHA as it is, other revisions made safe),
+    so two revisions of a dataset never share a directory ('@' is not part of repo ids) and no revision names a
+    directory inside another revision's dataset. The repo id and revision must be ones (UnsafePathError
+    otherwise), so the directory is below its base (the user's own links there are kept)."""
     check_repo_id(repo_id)
     base = config.hub_home()
-    if base is not None:
-        return base / repo_id
-    root = default_cache_dir() / "hub" / repo_id
-    return root / check_revision(revision) if revision else root
+    if base is None:
+        base = default_cache_dir() / "hub"
+    return base / (f"{repo_id}@{revision_dirname(revision)}" if revision else repo_id)
 
 
 def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:
@@ -111,10 +114,13 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
         needed = files_for_episodes(local_dir, episodes, video_keys)
         for f in needed:  # paths from the dataset's metadata: contained before any download
             inside(local_dir, f, f"{local_dir}: file of {repo_id!r}")
+        # the commit the metadata came from (huggingface_hub's record): the files come from the same one, and
+        # a file already downloaded from it is not asked about again (with a branch name, every file is)
+        commit = local_commit(local_dir) or revision
 
         def fetch(rel: str) -> None:
             _hub_call(lambda: huggingface_hub.hf_hub_download(
-                repo_id, filename=rel, repo_type="dataset", revision=revision, local_dir=str(local_dir),
+                repo_id, filename=rel, repo_type="dataset", revision=commit, local_dir=str(local_dir),
                 etag_timeout=timeout), f"{where}: {rel}", policy)
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(needed) or 1))) as pool:
@@ -126,3 +132,76 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
     except Exception as e:  # other errors of huggingface_hub
         raise DatasetFormatError(f"{where}: download failed ({type(e).__name__}: {e})") from e
     return local_dir
+
+
+# ------------------------------------------------------------------------------ chosen files, at one commit
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def is_commit(revision: str | None) -> bool:
+    """`revision` is a full commit SHA (40 lowercase hex digits)."""
+    return bool(revision) and _COMMIT.fullmatch(revision) is not None
+
+
+def local_commit(local_dir: str | os.PathLike, rel: str = "meta/info.json") -> str | None:
+    """The commit huggingface_hub recorded when it downloaded `rel` into `local_dir` (its local-folder metadata),
+    or None when it recorded none (a copy made otherwise, or a huggingface_hub without that record). No request."""
+    try:
+        from huggingface_hub._local_folder import read_download_metadata
+    except ImportError:  # pragma: no cover - huggingface_hub >= 0.23 has it
+        return None
+    try:
+        found = read_download_metadata(Path(local_dir), rel)
+    except (OSError, ValueError):
+        return None
+    commit = getattr(found, "commit_hash", None)
+    return commit if is_commit(commit) else None
+
+
+def resolve_commit(repo_id: str, revision: str | None, policy: FetchPolicy | None = None) -> str:
+    """The commit SHA that `revision` (tag, branch, commit; None: main) of dataset `repo_id` names now: a commit
+    SHA as it is (no request), else one request to the Hub under the fetch policy."""
+    if is_commit(revision):
+        return revision
+    import huggingface_hub
+
+    policy = policy or FetchPolicy()
+    where = f"hub dataset {repo_id!r} (revision {revision or 'main'})"
+    info = _hub_call(lambda: huggingface_hub.HfApi().dataset_info(repo_id, revision=revision,
+                                                                   timeout=policy.request_timeout_s), where, policy)
+    if not is_commit(getattr(info, "sha", None)):
+        raise DatasetFormatError(f"{where}: the Hub gave no commit for it (got {getattr(info, 'sha', None)!r})")
+    return info.sha
+
+
+def missing_files(local_dir: str | os.PathLike, rels: Sequence[str], commit: str) -> list[str]:
+    """The files of `rels` that `local_dir` lacks at `commit`: absent, or recorded by huggingface_hub as
+    downloaded from another commit (a file without such a record counts as present). Only the local disk is
+    looked at: no request."""
+    local_dir = Path(local_dir)
+    out = []
+    for rel in rels:
+        path = Path(inside(local_dir, rel, f"{local_dir}: file"))
+        if not path.is_file():
+            out.append(rel)
+            continue
+        recorded = local_commit(local_dir, rel)
+        if recorded is not None and recorded != commit:
+            out.append(rel)
+    return out
+
+
+def fetch_file(repo_id: str, local_dir: str | os.PathLike, commit: str, rel: str,
+               policy: FetchPolicy | None = None) -> int:
+    """Download `rel` (a path inside the repo) of dataset `repo_id` at `commit` into `local_dir` under the fetch
+    policy; its size in bytes. (Callers run several in a pool.)"""
+    import huggingface_hub
+
+    policy = policy or FetchPolicy()
+    local_dir = Path(local_dir)
+    inside(local_dir, rel, f"{local_dir}: file of {repo_id!r}")
+    where = f"hub dataset {repo_id!r} (commit {commit}): {rel}"
+    path = _hub_call(lambda: huggingface_hub.hf_hub_download(
+        repo_id, filename=rel, repo_type="dataset", revision=commit, local_dir=str(local_dir),
+        etag_timeout=policy.request_timeout_s or 3600.0), where, policy)
+    return os.path.getsize(path)
