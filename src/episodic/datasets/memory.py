@@ -63,7 +63,7 @@ def _unused(base: torch.Tensor) -> bool:
 class FramePool:
     """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool
     keeps idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that,
-    buffers are left to the allocator). Thread-safe (the DataLoader's pin-memory thread unpickles batches too).
+    idle buffers are left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles batches too).
     Without torch's storage use count (a private API: checked, not assumed) every buffer is fresh."""
 
     def __init__(self, keep_batches: int = 2):
@@ -94,6 +94,8 @@ class FramePool:
                     base = torch.empty(e.nbytes, dtype=torch.uint8)
                     self._keep(base)
                 out.append(torch.empty(0, dtype=dtype).set_(base.untyped_storage(), 0, e.shape))
+            if self.enabled and big:
+                self._trim()
         return out
 
     def _free(self, nbytes: int) -> torch.Tensor | None:
@@ -105,12 +107,20 @@ class FramePool:
     def _keep(self, base: torch.Tensor) -> None:
         self._kept.setdefault(base.numel(), []).append(base)
         self._kept.move_to_end(base.numel())
+
+    def _trim(self) -> None:
+        """Drop idle buffers (oldest sizes first) beyond `keep_batches` batches: buffers some batch still
+        uses do not count (their memory is the user's until released)."""
         limit = self.keep_batches * self._batch_bytes
-        while self.kept_bytes() > limit and self._kept:  # drop the least recently grown sizes first
-            nbytes, storages = next(iter(self._kept.items()))
-            storages.pop(0)
-            if not storages:
-                del self._kept[nbytes]
+        idle = [(n, b) for n, bases in self._kept.items() for b in bases if _unused(b)]
+        excess = sum(n for n, _ in idle) - limit
+        for n, b in idle:
+            if excess <= 0:
+                break
+            self._kept[n].remove(b)
+            if not self._kept[n]:
+                del self._kept[n]
+            excess -= n
 
     def kept_bytes(self) -> int:
         return sum(n * len(s) for n, s in self._kept.items())
