@@ -104,3 +104,16 @@ def test_loader_batches_come_through_ring_slots(small_root):
     slots = {b.untyped_storage().data_ptr() for b in memory._RECEIVED}
     assert len(memory._RECEIVED) == 6 and len(slots) <= 6  # received through slots, reused
     assert torch.equal(torch.cat(seen), torch.arange(80))
+
+
+def test_idle_buffers_beyond_two_batches_are_dropped_in_use_ones_kept():
+    pool = FramePool(keep_batches=2)
+    one = [Empty(BIG, np.dtype(np.float32))]
+    held = [pool.take(one)[0] for _ in range(4)]  # four batches alive at once: all kept, none idle
+    assert pool.kept_bytes() == 4 * one[0].nbytes
+    del held
+    gc.collect()
+    pool.take([Empty((2, 3, 256, 256), np.dtype(np.float32))])  # another size: trims the idle ones
+    idle = [b for bases in pool._kept.values() for b in bases if b.numel() == one[0].nbytes]
+    assert len(idle) <= 2
+    assert pool.kept_bytes() <= 2 * one[0].nbytes + 2 * 256 * 256 * 3 * 4

@@ -117,7 +117,7 @@ class FramePool:
         for n, b in idle:
             if excess <= 0:
                 break
-            self._kept[n].remove(b)
+            self._kept[n] = [x for x in self._kept[n] if x is not b]  # identity: == on tensors is elementwise
             if not self._kept[n]:
                 del self._kept[n]
             excess -= n
