@@ -141,7 +141,7 @@ class FrameEngine:
         ep_pos = cols.episode_of_rows(rows)
         start, end = cols.starts[ep_pos], cols.starts[ep_pos + 1]
         spec = self.spec
-        output = replace(spec.frames, dtype=dtype)
+        output = spec.frames if spec.frames.dtype == dtype else replace(spec.frames, dtype=dtype)
         windows = {k: window_rows(rows, start, end, off) for k, off in spec.offsets.items()}
         arrays: dict = {}
         ts = cols.arrays["timestamp"]
@@ -160,11 +160,12 @@ class FrameEngine:
         for key, (_, pad) in windows.items():
             arrays[f"{key}_is_pad"] = pad
         out = place(arrays)
-        with self.counters.timer("decode_seconds"):
-            if spec.video_keys:
-                self._decode(ep_pos, times, {k: out[k].numpy() for k in spec.video_keys}, output)
-            for key, q in queries.items():
-                self._images(key, q, out[key].numpy(), output)
+        if spec.video_keys or queries:
+            with self.counters.timer("decode_seconds"):
+                if spec.video_keys:
+                    self._decode(ep_pos, times, {k: out[k].numpy() for k in spec.video_keys}, output)
+                for key, q in queries.items():
+                    self._images(key, q, out[key].numpy(), output)
         out["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
         return out
 

@@ -189,6 +189,8 @@ def place(arrays: dict) -> dict[str, torch.Tensor]:
             return _views(torch.empty(max(total, 1), dtype=torch.uint8).share_memory_(), arrays, offsets, 0)
         return _views(slot, arrays, offsets, HEADER)
     empties = [k for k, v in arrays.items() if isinstance(v, Empty)]
+    if not empties:  # tabular only
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
     taken = dict(zip(empties, POOL.take([arrays[k] for k in empties])))
     return {k: taken[k] if k in taken else torch.from_numpy(v) for k, v in arrays.items()}
 
