@@ -1,6 +1,12 @@
-"""What every dataset class says about its data the way LeRobot's datasets do (from `self.meta`)."""
+"""What every dataset class says about its data the way LeRobot's datasets do (from `self.meta`), and what both
+mixture datasets say about theirs (from `self.layout`, `self.sampler`, `self.report`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..mixture.norm_stats import entry_stats, pooled_stats
+from ..mixture.shares import share_table
 
 
 class DatasetFacts:
@@ -13,3 +19,44 @@ class DatasetFacts:
     @property
     def features(self) -> dict:
         return self.meta.features
+
+
+class MixtureFacts:
+    """Sizes, features, statistics and realised shares of a mixture dataset (map-style or streaming) with a
+    `layout` (MixtureLayout), a `sampler` (MixtureSampler), a `report` (PreflightReport), `target_shares`,
+    `items_per_entry` (counters.Tally) and `counters`."""
+
+    @property
+    def features(self) -> dict:
+        return self.layout.features()
+
+    @property
+    def num_entries(self) -> int:
+        return len(self.layout.entries)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames of the entries' selected episodes."""
+        return int(self.sampler.frames.sum())
+
+    @property
+    def num_episodes(self) -> int:
+        return int(sum(len(f.episodes) for f in self.sampler.entries))
+
+    def entry_stats(self) -> list[dict]:
+        """Each entry's normalisation statistics under the shared keys (`mixture.norm_stats`), entry order."""
+        return entry_stats(self.layout, self.report.metadata)
+
+    def pooled_stats(self, group_of: Callable | None = None) -> dict:
+        """Statistics pooled over the entries of each group (default: the entry's group / robot type)."""
+        return pooled_stats(self.layout, self.entry_stats(), group_of)
+
+    def shares(self) -> dict:
+        """Target vs realised share per entry and per group, from the items built so far by this process and
+        its DataLoader workers (`mixture.shares.share_table`). Workers build ahead of the training loop (the
+        DataLoader's prefetch), so counts lead what the loop consumed by up to that many batches."""
+        return share_table(self.layout.names, self.layout.groups, self.target_shares, self.items_per_entry.totals())
+
+    def stats(self) -> dict:
+        """Counters summed over this process and its workers (`episodic.counters`), plus ``"shares"``."""
+        return {**self.counters.snapshot(), "shares": self.shares()}

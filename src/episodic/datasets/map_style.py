@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -19,12 +18,13 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..video import DecoderCache
-from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
+from .access import BatchAccess, BatchedView
+from .collate import TensorSharing
 from .facts import DatasetFacts
 from .engine import FrameEngine, ItemSpec, select_episodes
 
 
-class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
+class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot-format dataset, one batch at a time.
 
     `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
@@ -95,29 +95,9 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
 
 
     # ------------------------------------------------------------------ access
-    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
-        """One dict of batched tensors for these positions ('task' is a list of strings)."""
-        batch = self._batch(indices).collated()
-        if self.image_transforms is not None:
-            for k in self.camera_keys:
-                batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
-        return batch
-
-    def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
-        t0 = time.perf_counter()
-        batch = make_batch(lambda dtype: self.engine.batch(indices, dtype), self.camera_keys, self.return_uint8,
-                           sharing=sharing)
-        self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
-        return batch
-
-    def __getitem__(self, idx: int) -> dict:
-        if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
-            raise TypeError(f"index must be an int, got {type(idx).__name__}")
-        return dict(self.__getitems__([int(idx)])[0])
-
-    def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
-        """Items for a DataLoader batch, fetched together (one decode pass per file)."""
-        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
+    def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
+        """The placed batch of these positions (`FrameEngine.batch`)."""
+        return self.engine.batch(indices, dtype)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
                drop_last: bool = False, sharing: str = "auto", **kwargs) -> torch.utils.data.DataLoader:
@@ -129,7 +109,7 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
         starts = self.engine.columns.starts  # positions of this dataset, episode by episode
         sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
         batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
-        return torch.utils.data.DataLoader(_Batched(self, TensorSharing(sharing)), batch_size=None, sampler=batches,
+        return torch.utils.data.DataLoader(BatchedView(self, TensorSharing(sharing)), batch_size=None, sampler=batches,
                                            num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
 
     def stats(self) -> dict:
@@ -145,21 +125,6 @@ class EpisodicDataset(DatasetFacts, torch.utils.data.Dataset):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(root={self.source.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
                 f"fps={self.fps}, cameras={self.camera_keys})")
-
-
-class _Batched(torch.utils.data.Dataset):
-    """The dataset as `loader()` hands it to its DataLoader: one whole batch per sampler entry."""
-
-    def __init__(self, ds: EpisodicDataset, sharing: TensorSharing):
-        self.ds, self.sharing = ds, sharing
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, indices):
-        if self.ds.image_transforms is not None:
-            return self.ds.get_batch(indices)
-        return deliver(self.ds._batch(indices, self.sharing))
 
 
 class LeRobotDataset(EpisodicDataset):

@@ -16,7 +16,6 @@ batches built in the workers.
 from __future__ import annotations
 
 import os
-import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -24,14 +23,14 @@ import torch
 
 from ..counters import Counters, Tally
 from ..mixture.layout import MixtureLayout
-from ..mixture.norm_stats import entry_stats, pooled_stats
 from ..mixture.report import PreflightReport
 from ..mixture.sampling import build_sampler
-from ..mixture.shares import share_table
 from ..order.batch_sampler import TrackedLoader
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
-from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
+from .collate import TensorSharing
+from .access import BatchAccess, BatchedView
+from .facts import MixtureFacts
 from .harmonise import empty_batch, fill, scratch
 from .mixture_entry import EntryEngines
 
@@ -47,7 +46,7 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
     return preflight(spec, on_error=on_error, concurrency=concurrency)
 
 
-class MixtureDataset(torch.utils.data.Dataset):
+class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
     """Items of a weighted mixture of datasets, all in one layout (see `mixture.layout` for the keys).
 
     Args:
@@ -86,19 +85,6 @@ class MixtureDataset(torch.utils.data.Dataset):
         """The span of flat indices (every entry's rows side by side; an epoch is `len(self.sampler)` samples)."""
         return self.sampler.num_rows
 
-    @property
-    def num_entries(self) -> int:
-        return len(self.layout.entries)
-
-    @property
-    def num_frames(self) -> int:
-        """Frames of the entries' selected episodes."""
-        return int(self.sampler.frames.sum())
-
-    @property
-    def features(self) -> dict:
-        return self.layout.features()
-
     # ------------------------------------------------------------------ items
     def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
         """The batch of flat indices, in their order, as placed tensors (`harmonise.empty_batch`), cameras
@@ -120,29 +106,6 @@ class MixtureDataset(torch.utils.data.Dataset):
         self.items_per_entry.add(slots)
         return out
 
-    def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
-        t0 = time.perf_counter()
-        batch = make_batch(lambda dtype: self.build(indices, dtype), self.camera_keys, self.return_uint8, sharing=sharing)
-        self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
-        return batch
-
-    def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
-        """One dict of batched tensors for flat indices ('task' and 'dataset_name' are lists of strings)."""
-        batch = self._batch(indices).collated()
-        if self.image_transforms is not None:
-            for k in self.camera_keys:
-                batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
-        return batch
-
-    def __getitem__(self, idx: int) -> dict:
-        if not isinstance(idx, (int, np.integer)) and not (torch.is_tensor(idx) and idx.ndim == 0):
-            raise TypeError(f"index must be an int, got {type(idx).__name__}")
-        return dict(self.__getitems__([int(idx)])[0])
-
-    def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
-        """Items for a DataLoader batch, built together (one engine call per entry)."""
-        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
-
     # ------------------------------------------------------------------ order and loading
     def batch_sampler(self, batch_size: int, *, rank: int | None = None, world_size: int | None = None,
                       drop_last: bool = False, on_change: str = "continue") -> MixtureBatchSampler:
@@ -158,47 +121,13 @@ class MixtureDataset(torch.utils.data.Dataset):
         exactly, also on another number of ranks or workers."""
         sampler = self.batch_sampler(batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
                                      on_change=on_change)
-        dl = torch.utils.data.DataLoader(_Batched(self, TensorSharing(sharing)), batch_size=None, sampler=sampler,
+        dl = torch.utils.data.DataLoader(BatchedView(self, TensorSharing(sharing)), batch_size=None, sampler=sampler,
                                          num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
         return MixtureLoader(dl, sampler, self)
-
-    # ------------------------------------------------------------------ statistics
-    def entry_stats(self) -> list[dict]:
-        """Each entry's normalisation statistics under the shared keys (`mixture.norm_stats`), entry order."""
-        return entry_stats(self.layout, self.report.metadata)
-
-    def pooled_stats(self, group_of: Callable | None = None) -> dict:
-        """Statistics pooled over the entries of each group (default: the entry's group / robot type)."""
-        return pooled_stats(self.layout, self.entry_stats(), group_of)
-
-    def shares(self) -> dict:
-        """Target vs realised share per entry and per group, from the items built so far by this process and
-        its DataLoader workers (`mixture.shares.share_table`). Workers build ahead of the training loop (the
-        DataLoader's prefetch), so counts lead what the loop consumed by up to that many batches."""
-        return share_table(self.layout.names, self.layout.groups, self.target_shares, self.items_per_entry.totals())
-
-    def stats(self) -> dict:
-        """Counters summed over this process and its workers (`episodic.counters`), plus ``"shares"``."""
-        return {**self.counters.snapshot(), "shares": self.shares()}
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, cameras="
                 f"{list(self.layout.cameras)}, state/action dims {self.layout.state_dim}/{self.layout.action_dim})")
-
-
-class _Batched(torch.utils.data.Dataset):
-    """The dataset as `loader()` hands it to its DataLoader: one whole batch per sampler entry."""
-
-    def __init__(self, ds: MixtureDataset, sharing: TensorSharing):
-        self.ds, self.sharing = ds, sharing
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, indices):
-        if self.ds.image_transforms is not None:
-            return self.ds.get_batch(indices)
-        return deliver(self.ds._batch(indices, self.sharing))
 
 
 class MixtureLoader(TrackedLoader):

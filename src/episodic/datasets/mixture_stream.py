@@ -26,15 +26,14 @@ import numpy as np
 from .. import config
 from ..counters import Counters, Tally
 from ..mixture.layout import MixtureLayout
-from ..mixture.norm_stats import entry_stats, pooled_stats
 from ..mixture.sampling import build_sampler
-from ..mixture.shares import share_table
 from ..order.mixture_sampler import ON_CHANGE
 from ..order.mixture_state import MixtureState
 from ..order.mixture_stream import EpochEpisodes, epoch_episodes
 from ..order.stream_state import StreamState
 from ..storage.fetch import FetchPolicy
 from ..video import DecoderCache
+from .facts import MixtureFacts
 from .mixture import load_report
 from .mixture_consumer import MixtureConsumer
 from .mixture_entry import EntryEngines
@@ -46,7 +45,7 @@ __all__ = ["StreamingMixtureDataset"]
 logger = logging.getLogger(__name__)
 
 
-class StreamingMixtureDataset(StreamingLeRobotDataset):
+class StreamingMixtureDataset(MixtureFacts, StreamingLeRobotDataset):
     """Items of a weighted mixture, streamed episode by episode from all entries (see the module docstring).
 
     `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
@@ -103,23 +102,6 @@ class StreamingMixtureDataset(StreamingLeRobotDataset):
         """A mixture has no single fps (each entry keeps its own)."""
         return None
 
-    @property
-    def features(self) -> dict:
-        return self.layout.features()
-
-    @property
-    def num_entries(self) -> int:
-        return len(self.layout.entries)
-
-    @property
-    def num_frames(self) -> int:
-        """Frames of the entries' selected episodes (an epoch streams about `len(self.sampler)` of them)."""
-        return int(self.sampler.frames.sum())
-
-    @property
-    def num_episodes(self) -> int:
-        return int(sum(len(f.episodes) for f in self.sampler.entries))
-
     # ------------------------------------------------------------------ the epoch
     def epoch_slots(self, epoch: int) -> EpochEpisodes:
         """The whole episodes streaming epoch `epoch` takes, entry by entry (`order.epoch_episodes`)."""
@@ -155,20 +137,6 @@ class StreamingMixtureDataset(StreamingLeRobotDataset):
                 new = new.at_epoch(new.epoch + 1)
         self.changes = self.sampler.resume(saved, new.epoch, 0, new.seed, self.on_change)
         self.state = new
-
-    # ------------------------------------------------------------------ statistics
-    def entry_stats(self) -> list[dict]:
-        return entry_stats(self.layout, self.report.metadata)
-
-    def pooled_stats(self, group_of: Callable | None = None) -> dict:
-        return pooled_stats(self.layout, self.entry_stats(), group_of)
-
-    def shares(self) -> dict:
-        """Target vs realised share per entry and group of the items built so far (`mixture.shares`)."""
-        return share_table(self.layout.names, self.layout.groups, self.target_shares, self.items_per_entry.totals())
-
-    def stats(self) -> dict:
-        return {**self.counters.snapshot(), "shares": self.shares()}
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, pool "
