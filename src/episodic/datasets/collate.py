@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .. import config, runtime
+from ..video.output import unit_float_into
 from .memory import POOL, RING, Empty, receive
 
 
@@ -36,7 +37,7 @@ def unit_float(u8: torch.Tensor) -> torch.Tensor:
     """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion), into a
     recycled buffer of this process's frame pool."""
     (out,) = POOL.take([Empty(tuple(u8.shape), np.dtype(np.float32))])
-    np.divide(u8.numpy(), np.float32(255), out=out.numpy(), dtype=np.float32)
+    unit_float_into(u8.numpy(), out.numpy())
     return out
 
 

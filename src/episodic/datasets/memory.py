@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .. import runtime
+from ..video.output import unit_float_into
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from the allocator: its free lists serve them warm already
 
@@ -230,7 +231,7 @@ def receive(block: torch.Tensor, layout: list, to_float: frozenset | set) -> dic
     for (k, off, shape, dt), out in zip(tensors, outs):
         src = raw[off:off + math.prod(shape) * dt.itemsize].view(dt).reshape(shape)
         if k in to_float:
-            np.divide(src, np.float32(255), out=out.numpy(), dtype=np.float32)
+            unit_float_into(src, out.numpy())
         else:
             np.copyto(out.numpy(), src)
         got[k] = out

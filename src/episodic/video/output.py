@@ -104,11 +104,17 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
             _zero_border(dest, top, left, h, w, axis=0)
 
 
+def unit_float_into(src: np.ndarray, dst: np.ndarray) -> None:
+    """uint8 `src` -> float32 `dst` in [0, 1]: u8 -> f32 then / 255 in float32, bit-identical to torch's
+    ``x.float() / 255`` (LeRobot's conversion). The one place frames become float on the CPU."""
+    np.divide(src, _FLOAT_SCALE, out=dst, dtype=np.float32)
+
+
 def _put(src: np.ndarray, dst: np.ndarray) -> None:
     if dst.dtype == np.uint8:
         np.copyto(dst, src)
-    else:  # float32: u8 -> f32 then / 255 in float32, exactly torch's x.float() / 255
-        np.divide(src, _FLOAT_SCALE, out=dst, dtype=np.float32)
+    else:
+        unit_float_into(src, dst)
 
 
 def _zero_border(dest: np.ndarray, top: int, left: int, h: int, w: int, axis: int) -> None:
