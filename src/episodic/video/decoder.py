@@ -38,9 +38,10 @@ class FrameIndex:
     def nearest(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Index of the frame nearest to each time, and its distance in seconds."""
         t = self.times
-        i = np.clip(np.searchsorted(t, times), 1, max(len(t) - 1, 1))
-        lo = np.clip(i - 1, 0, len(t) - 1)
-        hi = np.clip(i, 0, len(t) - 1)
+        # the frames either side of each time (both the first / last frame at the ends); ufuncs, not np.clip,
+        # whose Python wrapper costs more than the search for the few times of a mixture's part
+        hi = np.minimum(np.maximum(np.searchsorted(t, times), 1), len(t) - 1)
+        lo = np.maximum(hi - 1, 0)
         pick = np.where(np.abs(t[hi] - times) < np.abs(times - t[lo]), hi, lo)
         return pick, np.abs(t[pick] - times)
 
