@@ -4,6 +4,7 @@ tolerance, in every dataset mode; the GPU hand-off conversion equals the CPU one
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -132,3 +133,93 @@ def test_pin_memory_loader_gives_the_same_batches(small_root, workers):
     import episodic
 
     assert episodic.to_device is to_device and episodic.frames_to_float is frames_to_float
+
+
+# ---------------------------------------------------------------------------------------------- parts (mixtures)
+def _part_vs_batch(ds, positions, dtype, threads):
+    """`engine.part` of `positions` written at scattered rows of a larger batch, its jobs run: what it gives and
+    what it leaves alone, against `engine.batch`."""
+    from episodic.datasets.engine import run_jobs
+
+    engine = ds.engine
+    want = engine.batch(positions, dtype)
+    n = 2 * len(positions) + 3
+    slots = np.sort(np.random.default_rng(len(positions)).choice(n, len(positions), replace=False))
+    dest = {k: np.full((n, *want[k].shape[1:]), 77, dtype=want[k].numpy().dtype) for k in ds.camera_keys}
+    values, jobs = engine.part(positions, dest, slots)
+    run_jobs(jobs, threads=threads)
+    others = np.setdiff1d(np.arange(n), slots)
+    for k in ds.camera_keys:
+        assert np.array_equal(dest[k][slots], want[k].numpy()), k
+        assert (dest[k][others] == 77).all(), k  # rows of other parts untouched
+    for k, v in want.items():
+        if k in ds.camera_keys:
+            continue
+        assert (values[k] == v) if k == "task" else np.array_equal(values[k], v.numpy()), k
+    assert set(values) == set(want) - set(ds.camera_keys)
+    return jobs
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_a_part_of_a_larger_batch_equals_the_batch_of_its_positions(multifile_root, threads, dtype):
+    ds = EpisodicDataset(multifile_root, delta_timestamps={"observation.images.top": [-2 / 30, 0.0],
+                                                           "action": [0.0, 1 / 30, 2 / 30]})
+    rng = np.random.default_rng(1)
+    starts = ds.engine.columns.starts
+    edges = np.concatenate([starts[:-1], starts[1:] - 1])  # windows padded at episode edges
+    positions = np.concatenate([rng.integers(0, len(ds), 9), edges[:5], [3, 3]])  # a repeated position too
+    jobs = _part_vs_batch(ds, positions, dtype, threads)
+    assert len({j.rel for j in jobs if j.key == "observation.images.top"}) > 1  # its frames span several files
+    _part_vs_batch(ds, np.array([int(starts[4]) + 2]), dtype, threads)  # one item: one job per camera
+    values, jobs = ds.engine.part(np.array([], dtype=np.int64), {k: np.zeros((0, 3, 48, 64), np.uint8)
+                                                               for k in ds.camera_keys}, np.array([], dtype=np.int64))
+    assert all(len(v) == 0 for v in values.values())
+
+
+def test_image_features_of_a_part(small_root, copy_of):
+    """An 'image' feature (PNG bytes in the data file) is decoded into the part's rows of the larger batch too."""
+    import io
+    import json
+
+    import matplotlib.image as mpimg
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = copy_of(small_root)
+    info = json.loads((root / "meta/info.json").read_text())
+    h, w = 48, 64
+    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [h, w, 3],
+                                                    "names": ["height", "width", "channels"]}
+    (root / "meta/info.json").write_text(json.dumps(info))
+    for path in (root / "data").rglob("*.parquet"):
+        t = pq.read_table(path)
+        pngs = []
+        for i in t.column("index").to_pylist():
+            img = np.zeros((h, w, 3), np.uint8)
+            img[..., 0], img[i % h, :, 1] = (i * 7) % 256, 255
+            buf = io.BytesIO()
+            mpimg.imsave(buf, img, format="png")
+            pngs.append(buf.getvalue())
+        pq.write_table(t.append_column("observation.images.still", pa.array(pngs, pa.binary())), path)
+    ds = EpisodicDataset(root, delta_timestamps={"observation.images.still": [-1 / 30, 0.0]})
+    assert "observation.images.still" in ds.camera_keys
+    _part_vs_batch(ds, np.array([0, 5, 17, 40, 40]), "uint8", 1)
+
+
+def test_part_errors_name_the_episode_camera_and_batch_shape(small_root):
+    from episodic.datasets.engine import run_jobs
+    from episodic.format.errors import DatasetFormatError, FrameTimestampError
+
+    ds = EpisodicDataset(small_root)
+    dest = {k: np.zeros((4, 3, 48, 64), np.uint8) for k in ds.camera_keys}
+    _, jobs = ds.engine.part([20], dest, [2])
+    ep = int(ds.engine.columns.episode_of_rows(np.array([20]))[0])
+    late = [jobs[0]._replace(times=jobs[0].times + 0.5 / 30)]  # between two frames: no frame within tolerance
+    with pytest.raises(FrameTimestampError, match=rf"episode {ep}, camera '{jobs[0].key}': .*no frame within"):
+        run_jobs(late)
+    with pytest.raises(DatasetFormatError, match=r"camera 'observation.images.top' gives frames of shape \(3, 48, 64\), "
+                                                 r"the batch holds \(3, 24, 64\)"):
+        ds.engine.part([20], {k: np.zeros((4, 3, 24, 64), np.uint8) for k in ds.camera_keys}, [2])
+    with pytest.raises(IndexError, match="out of range"):
+        ds.engine.part([len(ds)], dest, [0])

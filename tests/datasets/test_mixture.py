@@ -209,3 +209,20 @@ def test_an_entry_without_its_data_files_is_a_named_error_at_its_first_item(synt
     ds.get_batch([int(ds.sampler.row_offset[0])])  # the other entries work
     with pytest.raises(MissingFileError, match=r"data file not found \(holds episodes"):
         ds.get_batch([int(ds.sampler.row_offset[1])])
+
+
+def test_a_camera_in_two_roles_fills_both(synthetic, tmp_path):
+    spec = mixture_spec(synthetic[:3], delta_timestamps={"action": [0.0, 0.1]})
+    cam = synthetic[1].cameras[0]
+    spec["entries"][1]["roles"] = {"front": cam, "wrist": cam, "state": synthetic[1].state_key, "action": "action"}
+    ds = MixtureDataset(preflight(spec), image_size=SIZE, cache_dir=tmp_path)
+    e = ds.layout.entries[1]
+    ref = EpisodicDataset(synthetic[1].path, delta_timestamps=e.delta_timestamps(), video_keys=[cam], image_size=SIZE)
+    want = ref.get_batch(np.arange(len(ref)))
+    flat = ds.sampler.row_offset[1] + want["index"].numpy()
+    other = ds.sampler.row_offset[0] + np.arange(3)  # another entry's rows in the same batch
+    got = ds.get_batch(np.concatenate([other, flat[::-1]]))
+    for role in ("front", "wrist"):
+        assert torch.equal(got[camera_key(role)][3:], want[cam].flip(0)), role
+        assert not got[f"{camera_key(role)}_is_pad"][3:].any()
+

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -218,6 +218,86 @@ class FrameEngine:
             for j in jobs:
                 run(j)
 
+    # ------------------------------------------------------------------ parts of a larger batch (mixtures)
+    def part(self, positions: Sequence[int] | np.ndarray, dest: Mapping[str, np.ndarray],
+             slots: np.ndarray) -> tuple[dict, list[FrameJob]]:
+        """Items for row `positions` as a part of a larger batch (a mixture's entry), with the values of
+        `batch(positions)`: the tabular ones returned as numpy arrays (data keys, windows' ``<key>_is_pad``,
+        'task' a list), the cameras written straight into the larger batch: ``dest[camera]`` ((N, [T,]
+        *frame shape) at the spec's output size, uint8 or float32: the dtype of the frames) at its rows `slots`
+        (B,). Video frames are decoded by the returned jobs (`run_jobs`, for the jobs of every part at once);
+        image features are decoded here."""
+        rows = np.asarray(positions, dtype=np.int64).reshape(-1)
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if len(rows) != len(slots):
+            raise ValueError(f"{len(rows)} positions but {len(slots)} batch rows")
+        if len(rows) and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"index {int(rows[(rows < 0) | (rows >= n)][0])} out of range for {n} frames")
+        cols, spec = self.columns, self.spec
+        ep_pos = cols.episode_of_rows(rows)
+        start, end = cols.starts[ep_pos], cols.starts[ep_pos + 1]
+        windows = {k: window_rows(rows, start, end, off) for k, off in spec.offsets.items()}
+        values: dict = {}
+        for key in spec.data_keys:
+            q = windows[key][0] if key in windows else rows
+            if key in spec.image_keys:
+                frames = self._dest_rows(dest, key)
+                tmp = np.empty((*q.shape, *frames.shape[-3:]), frames.dtype)
+                self._images(key, q, tmp, self._output(frames.dtype))
+                dest[key][slots] = tmp
+            else:
+                values[key] = cols.arrays[key][q]
+        for key, (_, pad) in windows.items():
+            values[f"{key}_is_pad"] = pad
+        values["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
+        jobs: list[FrameJob] = []
+        if spec.video_keys and len(rows):
+            eps = self.episodes[ep_pos]
+            ts = cols.arrays["timestamp"]
+            for key in spec.video_keys:
+                frames = self._dest_rows(dest, key)
+                w = windows.get(key)
+                times = ts[w[0] if w is not None else rows[:, None]].astype(np.float64)  # (B, T)
+                cam = self.meta.episodes.cameras[key]
+                query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
+                per_row = query.shape[1]
+                target = slots[:, None] * per_row + np.arange(per_row)  # rows of the flat (N * T) frames
+                output = self._output(frames.dtype)
+                fids = cam.file_id[eps]
+                if len(fids) == 1 or (fids == fids[0]).all():
+                    jobs.append(FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), frames,
+                                         target.reshape(-1), output))
+                    continue
+                for fid in np.unique(fids).tolist():
+                    sel = np.flatnonzero(fids == fid)
+                    jobs.append(FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), frames,
+                                         target[sel].reshape(-1), output))
+        return values, jobs
+
+    def _dest_rows(self, dest: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+        """`dest[key]` as (N * T, *frame) rows (a view: never a copy that writes would be lost in), checked
+        against the spec's frame shape."""
+        arr = dest[key]
+        shapes = self.__dict__.setdefault("_frame_shapes", {})
+        want = shapes.get(key)
+        if want is None:
+            want = shapes[key] = tuple(self.spec.frames.shape(self.meta.info.camera_hw(key)[:2]))
+        if arr.shape[-3:] != want:
+            raise DatasetFormatError(f"{self.meta.root}: camera {key!r} gives frames of shape {tuple(want)}, the batch "
+                                     f"holds {tuple(arr.shape[-3:])}")
+        flat = arr.view()
+        flat.shape = (-1, *arr.shape[-3:])  # raises rather than copy
+        return flat
+
+    def _output(self, dtype: np.dtype) -> FrameOutput:
+        """The spec's frame output in `dtype` (uint8 or float32)."""
+        cache = self.__dict__.setdefault("_outputs", {})
+        out = cache.get(dtype)
+        if out is None:
+            out = cache[dtype] = replace(self.spec.frames, dtype=np.dtype(dtype).name)
+        return out
+
     def _check_size(self, key: str, hw: tuple[int, int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
         the file's size under the dataset's name)."""
@@ -238,3 +318,67 @@ class FrameEngine:
             if hw != tuple(want):
                 self._check_size(key, hw, f"row {r} (an image in the data file)",
                                  self.episodes[self.columns.episode_of_rows(np.array([r]))])
+
+
+class FrameJob(NamedTuple):
+    """One camera file's frames of a part of a batch (`FrameEngine.part`): the frames at `times` (seconds in
+    the file) of rows of `episodes`, written into rows `slots` of `dest` ((N * T, *frame shape))."""
+
+    engine: FrameEngine
+    key: str
+    rel: str
+    episodes: np.ndarray
+    times: np.ndarray
+    dest: np.ndarray
+    slots: np.ndarray
+    output: FrameOutput
+
+    def reader(self):
+        """The file's reader from its engine's decoder cache, its frame size checked against info.json."""
+        engine = self.engine
+        try:
+            reader = engine.decoders.get(engine.source.local_path(self.rel))
+        except (FrameTimestampError, VideoDecodeError) as e:
+            raise self._named(e) from None
+        engine._check_size(self.key, reader.shape, self.rel, self.episodes)
+        return reader
+
+    def run(self, reader=None) -> None:
+        reader = reader or self.reader()
+        try:
+            reader.decode_into(reader.locate(self.times, self.engine.spec.tolerance_s), self.dest, self.output,
+                               self.slots)
+        except (FrameTimestampError, VideoDecodeError) as e:
+            raise self._named(e) from None
+
+    def _named(self, e: Exception) -> Exception:
+        """`e` naming the episode(s) and camera as well as the file (as `FrameEngine.batch`'s errors do)."""
+        bad = sorted(set(self.episodes.tolist()))
+        return type(e)(f"episode {bad[0] if len(bad) == 1 else bad}, camera {self.key!r}: {e}")
+
+
+def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
+    """Run the frame jobs of a batch's parts (`FrameEngine.part`): each file's frames in one forward pass. When
+    every job has its own file and all of them fit in their decoder cache at once, the readers are taken first
+    (in this thread: the cache is not thread-safe), then the jobs run, on `threads` decode threads (default: the
+    process's, `runtime.decode_threads`) when there are threads to spare; else one job after the other."""
+    if not jobs:
+        return
+    with jobs[0].engine.counters.timer("decode_seconds"):
+        counts: dict[int, list] = {}
+        files = set()
+        for j in jobs:
+            decoders = j.engine.decoders
+            counts.setdefault(id(decoders), [decoders, 0])[1] += 1
+            files.add((id(decoders), j.rel, j.engine.source.root))
+        if len(files) < len(jobs) or any(n > d.max_open for d, n in counts.values()):
+            for j in jobs:
+                j.run()
+            return
+        readers = [j.reader() for j in jobs]
+        threads = threads or runtime.decode_threads()
+        if threads > 1 and len(jobs) > 1:
+            list(_POOL.get(threads).map(FrameJob.run, jobs, readers))
+        else:
+            for j, r in zip(jobs, readers):
+                j.run(r)

@@ -28,10 +28,10 @@ from ..mixture.sampling import build_sampler
 from ..order.batch_sampler import TrackedLoader
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
-from .collate import TensorSharing
 from .access import BatchAccess, BatchedView
+from .collate import TensorSharing
 from .facts import MixtureFacts
-from .harmonise import empty_batch, fill, scratch
+from .harmonise import Part, build
 from .mixture_entry import EntryEngines
 
 __all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
@@ -97,12 +97,11 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
             raise IndexError(f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
                              f"{len(self)} flat indices")
         slots, rows = self.sampler.split(flat)
-        out = empty_batch(self.layout, len(flat), dtype)
+        parts = []
         for s in np.unique(slots).tolist():
             sel = np.flatnonzero(slots == s)
-            positions = self.engines.positions(s, rows[sel])
-            fill(out, sel, self.engines.engine(s).batch(positions, dtype, place=scratch), self.layout.entries[s],
-                 self.layout)
+            parts.append(Part(self.layout.entries[s], sel, self.engines.engine(s), self.engines.positions(s, rows[sel])))
+        out = build(self.layout, len(flat), dtype, parts)
         self.items_per_entry.add(slots)
         return out
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..storage.resolve import reopen
-from .harmonise import empty_batch, fill, scratch
+from .harmonise import Part, build
 from .stream_pipeline import ConsumerPipeline
 
 __all__ = ["MixtureConsumer"]
@@ -46,6 +46,7 @@ class MixtureConsumer:
         self.released = np.zeros(n, dtype=bool)
         self.submitted = 0  # list positions [0, submitted) were handed to their pipelines
         self.open: dict[int, tuple[ConsumerPipeline, int]] = {}  # entry -> (pipeline, first local slot it covers)
+        self.chunk_engines: dict[int, tuple] = {}  # entry -> (pipeline, list positions, engine) of its last chunk
         self.next_start: dict[int, int] = {}
         self.sources: dict = {}
         self.mirror_base = mirror_base
@@ -73,6 +74,7 @@ class MixtureConsumer:
 
     def _close(self, e: int) -> None:
         pipe, _ = self.open.pop(e)
+        self.chunk_engines.pop(e, None)
         if not pipe.local:  # its mirror goes with it: so must the decoders opened on its files
             for rel in pipe.reader_gen:
                 owner_decoders = self.owner.decoders
@@ -101,18 +103,28 @@ class MixtureConsumer:
         parts = []
         for e in np.unique(entries).tolist():
             sel = np.flatnonzero(entries == e)
-            pipe, start = self._pipeline(e)
-            parts.append((e, sel, *pipe.engine_for(self.local[ks[sel]] - start, js[sel], pipe.prefetched)))
-
-        def build(dtype: str) -> dict:
-            out = empty_batch(owner.layout, len(ks), dtype)
-            for e, sel, engine, rows in parts:
-                fill(out, sel, engine.batch(rows, dtype, place=scratch), owner.layout.entries[e], owner.layout)
-            return out
-
-        batch = make(build)
+            parts.append(Part(owner.layout.entries[e], sel, *self._engine_for(e, ks[sel], js[sel])))
+        batch = make(lambda dtype: build(owner.layout, len(ks), dtype, parts))
         owner.items_per_entry.add(entries)
         return batch
+
+    def _engine_for(self, e: int, ks: np.ndarray, js: np.ndarray) -> tuple:
+        """Entry `e`'s engine over the rows of its pooled episodes that list positions `ks` draw from, and the
+        pairs' positions in it (`ConsumerPipeline.engine_for`). An entry often has the same episodes drawn from
+        in chunk after chunk (one episode, when each entry is one episode): its engine is then reused, its
+        episodes' rows not put side by side again."""
+        pipe, start = self._pipeline(e)
+        local = self.local[ks] - start
+        groups = np.unique(local)
+        cached = self.chunk_engines.get(e)
+        if cached is not None and cached[0] is pipe and np.array_equal(cached[1], groups):
+            engine = cached[2]
+            offsets = engine.columns.starts[np.searchsorted(groups, local)]
+            return engine, offsets + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())),
+                                                 np.int64, len(ks))
+        engine, rows = pipe.engine_for(local, js, pipe.prefetched)
+        self.chunk_engines[e] = (pipe, groups, engine)
+        return engine, rows
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list positions; a pipeline left holding nothing is closed."""
