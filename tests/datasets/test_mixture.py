@@ -226,3 +226,25 @@ def test_a_camera_in_two_roles_fills_both(synthetic, tmp_path):
         assert torch.equal(got[camera_key(role)][3:], want[cam].flip(0)), role
         assert not got[f"{camera_key(role)}_is_pad"][3:].any()
 
+
+def test_map_style_keeps_one_decoder_per_video_file(report, tmp_path):
+    """Random access over a mixture touches every entry's files: by default each file is opened once per process
+    (within the memory budget), never reopened batch after batch."""
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    files = ds.engines.video_files()
+    total = sum(n for _, _, n in files)
+    assert len(files) == sum(len([k for k in e.cameras.values() if "images" in k]) for e in ds.layout.entries)
+    assert ds.decoders.max_open == max(32, total)
+    order = ds.sampler.indices_at(np.arange(len(ds.sampler)), 0)
+    for start in range(0, len(order), 16):  # an epoch in batches of 16, twice
+        ds.get_batch(order[start:start + 16])
+    for start in range(0, len(order), 16):
+        ds.get_batch(order[start:start + 16])
+    s = ds.decoders.stats()
+    assert s["misses"] == total and s["evictions"] == 0 and s["open"] == total
+    # the budget: as many readers as its estimate allows, at least the minimum
+    assert ds.engines.decoder_cache_size(budget_bytes=1) == 32
+    assert ds.engines.decoder_cache_size(budget_bytes=1 << 40, minimum=1) == total
+    few = ds.engines.decoder_cache_size(budget_bytes=6 << 20, minimum=1)
+    assert 1 <= few < total
+    assert MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, decoder_cache_size=7).decoders.max_open == 7

@@ -58,13 +58,14 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
         on_error, concurrency: preflight's, when `spec` is not a report.
         cache_dir: episodic's cache (memory-mapped columns under ``tabular/``); `mmap_min_bytes`: entries with
             fewer bytes of columns are kept in RAM (default 0: every entry memory-mapped).
-        decoder_cache_size: open video decoders per process, shared by all entries.
+        decoder_cache_size: open video decoders per process, shared by all entries (default: one per video file
+            of the mapped cameras, within an estimated 512 MB per process: `EntryEngines.decoder_cache_size`).
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
                  resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
-                 mmap_min_bytes: int = 0, decoder_cache_size: int = 32, drop_n_first_frames: int = 0,
+                 mmap_min_bytes: int = 0, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
                  drop_n_last_frames: int = 0):
         self.report = load_report(spec, on_error, concurrency)
         self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
@@ -72,8 +73,10 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
                                            drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         self.counters = Counters()
-        self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
-        self.engines = EntryEngines(self.report, self.layout, self.counters, self.decoders, cache_dir, mmap_min_bytes)
+        self.engines = EntryEngines(self.report, self.layout, self.counters, None, cache_dir, mmap_min_bytes)
+        if decoder_cache_size is None:
+            decoder_cache_size = self.engines.decoder_cache_size()
+        self.decoders = self.engines.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms

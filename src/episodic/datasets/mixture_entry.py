@@ -28,7 +28,14 @@ from ..tabular import load_columns
 from ..video import DecoderCache
 from .engine import FrameEngine, ItemSpec
 
-__all__ = ["EntryEngines", "entry_item_spec"]
+__all__ = ["DECODER_BUDGET_BYTES", "EntryEngines", "entry_item_spec"]
+
+# What a map-style mixture's open decoders may take per process (estimated, `EntryEngines.decoder_cache_size`).
+DECODER_BUDGET_BYTES = 512 << 20
+# Estimated memory of one open decoder: a fixed part (demuxer, codec context; ~0.5 MB measured for small AV1
+# files) plus a few pictures of the camera's size (YUV 4:2:0; 480x640: ~2.2 MB measured in all).
+_READER_FIXED_BYTES = 512 << 10
+_READER_PICTURES = 4
 
 
 def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec:
@@ -46,7 +53,7 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec
 class EntryEngines:
     """Per-process engines of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
 
-    def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache,
+    def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache | None,
                  cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = 0):
         self.layout = layout
         self.metadata = [report.metadata[e.index] for e in layout.entries]
@@ -78,9 +85,33 @@ class EntryEngines:
             columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
                                    open_file=None if source.is_local else source.open_for_read,
                                    mmap_min_bytes=self.mmap_min_bytes)
+            for name, values in columns.arrays.items():  # memory-mapped columns as plain arrays over the same
+                columns.arrays[name] = np.asarray(values)  # pages (np.memmap's subclass costs per gather)
             engine = self._engines[slot] = FrameEngine(spec, meta, source, columns, decoders=self.decoders,
                                                        counters=self.counters)
         return engine
+
+    def video_files(self) -> list[tuple[int, int, int]]:
+        """(height, width, files) per entry and mapped video camera: how many video files its selected
+        episodes span."""
+        out = []
+        for slot, (meta, entry) in enumerate(zip(self.metadata, self.layout.entries)):
+            for key in [k for k in dict.fromkeys(entry.cameras.values()) if k in meta.info.video_keys]:
+                h, w = meta.info.camera_hw(key)[:2]
+                out.append((h, w, len(np.unique(meta.episodes.cameras[key].file_id[self.selected[slot]]))))
+        return out
+
+    def decoder_cache_size(self, budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = 32) -> int:
+        """Open decoders for random access over the mixture (map-style): one per video file its mapped cameras
+        span, since a batch's frames come from files all over the mixture and reopening a file (demuxer, codec,
+        frame index) costs several times the decode of a frame; as many as `budget_bytes` of estimated decoder
+        memory allow when that is fewer (then readers are reopened as the LRU evicts them); at least `minimum`."""
+        files = self.video_files()
+        count = sum(n for _, _, n in files)
+        if not count:
+            return minimum
+        mean = sum(n * (_READER_FIXED_BYTES + _READER_PICTURES * h * w * 3 // 2) for h, w, n in files) / count
+        return max(minimum, min(count, int(budget_bytes // mean)))
 
     @property
     def built(self) -> int:
