@@ -82,6 +82,34 @@ def test_each_pass_over_an_entry_draws_every_frame_once():
             assert not np.array_equal(got[:n], got[n:2 * n])  # each pass is a new permutation
 
 
+
+def test_small_entries_by_cached_tables_are_the_keyed_permutations(monkeypatch):
+    """Entries of few frames are permuted through cached whole tables, large ones lane by lane: both give
+    ``permute(d mod n, n, key_e, d div n)``, also when the cache is tiny and evicts."""
+    from episodic.order import mixture_sampler as ms
+    from episodic.order.permutation import permute
+
+    rng = np.random.default_rng(3)
+    entries = [entry_frames(rng, int(rng.integers(1, 6))) for _ in range(30)]
+    entries.append(EpisodeFrames(np.array([0, 3000]), np.array([2500, 5000])))  # 4500 frames: above the table limit
+    names = [f"org/ds{i}" for i in range(len(entries))]
+    for cache_frames in (1 << 20, 100):
+        monkeypatch.setattr(ms, "_TABLE_CACHE_FRAMES", cache_frames)
+        s = MixtureSampler(entries, rng.lognormal(0, 1, len(entries)).tolist(), names, seed=7,
+                           samples_per_epoch=3000)
+        for epoch in (0, 3):
+            for positions in (np.arange(3000), rng.integers(0, 3000, 64)):
+                entry, draw = s.draws_at(positions, epoch)
+                n = s.frames[entry]
+                want = np.array([permute(int(d % k), int(k), ms.entry_key(7, names[e]), int(d // k))
+                                 for e, d, k in zip(entry, draw, n)])
+                kept = s._kept_base[entry] + want
+                slot = np.searchsorted(s._cum_end, kept, side="right")
+                assert np.array_equal(s.locate(positions, epoch)[1], s._offset[slot] + kept)
+        assert s._tables and s._tabled_values == sum(len(t) for t in s._tables.values())
+        assert s._tabled_values <= max(cache_frames, max(len(t) for t in s._tables.values()))
+        assert all(s.frames[e] <= ms._TABLE_MAX_FRAMES for _, e, _ in s._tables)
+
 def test_unshuffled_entries_come_in_order():
     s = make(3, shuffle=False, weights=[1, 1, 2])
     entry, rows = s.locate(np.arange(len(s)), epoch=0)

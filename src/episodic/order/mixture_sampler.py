@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 ON_CHANGE = ("continue", "refuse")
 _FEW_KEYS = 8  # up to this many (entry, pass) permutations in one lookup: one `permute` call each
+_TABLE_MAX_FRAMES = 4096  # entries of at most this many frames are permuted by whole tables (`_tabled`)
+_TABLE_CACHE_FRAMES = 1 << 20  # values of such tables a sampler keeps (8 MB)
 
 
 def entry_key(seed: int, name: str) -> int:
@@ -80,6 +83,8 @@ class MixtureSampler:
         self.state = self.fresh
         self._trees: dict[int | None, QuotaTree] = {}
         self._entry_keys: dict[int, np.ndarray] = {}
+        self._tables: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()  # `_tabled`'s
+        self._tabled_values = 0
         # every entry's kept frames side by side: kept position kept_base[e] + p of entry e -> its row
         self._kept_base = np.concatenate([[0], np.cumsum(self.frames)]).astype(np.int64)
         self._cum_end = np.concatenate([f.cum_end + b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
@@ -125,10 +130,42 @@ class MixtureSampler:
                     lanes = np.flatnonzero((flat_e == e) & (cycle == c))
                     j[lanes] = permute(j[lanes], int(self.frames[e]), entry_key(seed, self.names[e]), c)
             else:
-                j = permute_lanes(j, n, self._keys(seed)[flat_e], cycle)
+                small = n <= _TABLE_MAX_FRAMES
+                big = np.flatnonzero(~small)
+                if big.size:
+                    j[big] = permute_lanes(j[big], n[big], self._keys(seed)[flat_e[big]], cycle[big])
+                if big.size < j.size:
+                    lanes = np.flatnonzero(small)
+                    j[lanes] = self._tabled(seed, flat_e[lanes], cycle[lanes], j[lanes])
         kept = self._kept_base[flat_e] + j
         slot = np.searchsorted(self._cum_end, kept, side="right")
         return entry, (self._offset[slot] + kept).reshape(entry.shape)
+
+    def _tabled(self, seed: int, entry: np.ndarray, cycle: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """``permute(j, n_e, key_e, cycle)`` lane by lane for entries of at most `_TABLE_MAX_FRAMES` frames, by
+        lookups in whole permutation tables of (entry, pass), kept (least recently used first out) up to
+        `_TABLE_CACHE_FRAMES` values: consecutive batches draw from the same passes of the same entries, and one
+        table costs less than a vectorised permutation of a few lanes."""
+        out = np.empty_like(j)
+        order = np.lexsort((cycle, entry))
+        e_sorted, c_sorted = entry[order], cycle[order]
+        cuts = np.flatnonzero((np.diff(e_sorted) != 0) | (np.diff(c_sorted) != 0)) + 1
+        cache = self._tables
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)]):
+            e, c = int(e_sorted[lo]), int(c_sorted[lo])
+            key = (seed, e, c)
+            table = cache.get(key)
+            if table is None:
+                size = int(self.frames[e])
+                table = cache[key] = permute(np.arange(size, dtype=np.int64), size, entry_key(seed, self.names[e]), c)
+                self._tabled_values += size
+                while self._tabled_values > _TABLE_CACHE_FRAMES and len(cache) > 1:
+                    self._tabled_values -= len(cache.pop(next(iter(cache))))
+            else:
+                cache.move_to_end(key)
+            lanes = order[lo:hi]
+            out[lanes] = table[j[lanes]]
+        return out
 
     def _keys(self, seed: int) -> np.ndarray:
         if seed not in self._entry_keys:
