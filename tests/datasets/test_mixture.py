@@ -248,3 +248,16 @@ def test_map_style_keeps_one_decoder_per_video_file(report, tmp_path):
     few = ds.engines.decoder_cache_size(budget_bytes=6 << 20, minimum=1)
     assert 1 <= few < total
     assert MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, decoder_cache_size=7).decoders.max_open == 7
+
+
+def test_small_entries_columns_in_ram_large_ones_memory_mapped(report, tmp_path):
+    """Entries under `mmap_min_bytes` of columns (default 64 KiB) are read into RAM, no file written; mapped
+    entries (here: all, with 0) give the same items."""
+    ram = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path / "a")
+    mapped = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path / "b", mmap_min_bytes=0)
+    flats = ram.sampler.indices_at(np.arange(64), 0)
+    a, b = ram.get_batch(flats), mapped.get_batch(flats)
+    assert a.keys() == b.keys() and all(torch.equal(v, b[k]) if torch.is_tensor(v) else v == b[k] for k, v in a.items())
+    assert ram.engines.built == mapped.engines.built > 3
+    assert not (tmp_path / "a").exists()  # nothing written for the tiny synthetic entries
+    assert len(list((tmp_path / "b" / "tabular").rglob("*.npy"))) >= 5 * mapped.engines.built

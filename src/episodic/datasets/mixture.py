@@ -32,7 +32,7 @@ from .access import BatchAccess, BatchedView
 from .collate import TensorSharing
 from .facts import MixtureFacts
 from .harmonise import Part, build
-from .mixture_entry import EntryEngines
+from .mixture_entry import MMAP_MIN_BYTES, EntryEngines
 
 __all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
 
@@ -57,7 +57,8 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
         return_uint8: cameras as uint8 instead of float32 in [0, 1]. `image_transforms`: applied per camera frame.
         on_error, concurrency: preflight's, when `spec` is not a report.
         cache_dir: episodic's cache (memory-mapped columns under ``tabular/``); `mmap_min_bytes`: entries with
-            fewer bytes of columns are kept in RAM (default 0: every entry memory-mapped).
+            fewer bytes of columns are kept in RAM (default 64 KiB, `mixture_entry.MMAP_MIN_BYTES`; 0: every entry
+            memory-mapped).
         decoder_cache_size: open video decoders per process, shared by all entries (default: one per video file
             of the mapped cameras, within an estimated 512 MB per process: `EntryEngines.decoder_cache_size`).
     """
@@ -65,7 +66,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
                  resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
-                 mmap_min_bytes: int = 0, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
+                 mmap_min_bytes: int = MMAP_MIN_BYTES, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
                  drop_n_last_frames: int = 0):
         self.report = load_report(spec, on_error, concurrency)
         self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)

@@ -3,11 +3,13 @@
 An entry's `ItemSpec` is the one its single dataset would have with the entry's mapped cameras as
 ``video_keys`` (unmapped cameras are never opened), its windows as seconds on its own fps grid, its
 ``tolerance_s``, the mixture's ``image_size``/``resize_mode`` (frames resized while decoding), and only the
-tabular columns its items need (bookkeeping columns, the state, action and task keys: nothing else is read). Its engine reads the columns of its selected episodes (memory-mapped under
-``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on; 0, the default, maps every entry, so a process
-that touches every entry holds no column in RAM) through the entry's `Source` from preflight (remote reads
-under the fetch policy). Engines share one `DecoderCache` and one `Counters`. Until an entry is used, a
-process holds only its metadata (O(episodes)).
+tabular columns its items need (bookkeeping columns, the state, action and task keys: nothing else is read).
+Its engine reads the columns of its selected episodes through the entry's `Source` from preflight (remote reads
+under the fetch policy), memory-mapped under ``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on (default
+`MMAP_MIN_BYTES`, 64 KiB: an entry with fewer bytes of columns is read into RAM, since mapping it costs a file
+per column, written when the engine is built, and page-sized mappings larger than its bytes; so a process that
+touches every entry holds at most 64 KiB of columns per entry in RAM, whatever their frames). Engines share
+one `DecoderCache` and one `Counters`. Until an entry is used, a process holds only its metadata (O(episodes)).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from ..tabular import load_columns
 from ..video import DecoderCache
 from .engine import FrameEngine, ItemSpec
 
-__all__ = ["DECODER_BUDGET_BYTES", "EntryEngines", "entry_item_spec"]
+__all__ = ["DECODER_BUDGET_BYTES", "MMAP_MIN_BYTES", "EntryEngines", "entry_item_spec"]
+
+MMAP_MIN_BYTES = 64 << 10  # entries with fewer bytes of columns are read into RAM
 
 # What a map-style mixture's open decoders may take per process (estimated, `EntryEngines.decoder_cache_size`).
 DECODER_BUDGET_BYTES = 512 << 20
@@ -54,7 +58,7 @@ class EntryEngines:
     """Per-process engines of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
 
     def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache | None,
-                 cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = 0):
+                 cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = MMAP_MIN_BYTES):
         self.layout = layout
         self.metadata = [report.metadata[e.index] for e in layout.entries]
         self.sources = [report.sources[e.index] for e in layout.entries]
