@@ -39,3 +39,20 @@ def test_unknown_key_is_rejected():
 
 def test_within_tolerance_rounds_to_nearest_frame():
     assert delta_offsets({"a": [0.03333, -0.0666667]}, fps=30, tolerance_s=1e-4)["a"].tolist() == [1, -2]
+
+
+def test_window_rows_equals_a_row_by_row_reference_on_random_episodes():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        lengths = rng.integers(1, 8, size=6)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        ep = rng.integers(0, 6, size=20)
+        rows = starts[ep] + rng.integers(0, lengths[ep])
+        offsets = np.sort(rng.integers(-5, 6, size=4))
+        q, pad = window_rows(rows, starts[ep], ends[ep], offsets)
+        for b, r in enumerate(rows):
+            for t, o in enumerate(offsets):
+                lo, hi = starts[ep[b]], ends[ep[b]] - 1
+                assert q[b, t] == min(max(r + o, lo), hi)
+                assert pad[b, t] == (not lo <= r + o <= hi)

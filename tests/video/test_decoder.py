@@ -99,3 +99,20 @@ def test_a_decoder_cache_pickles_empty(tmp_path):
     copy = pickle.loads(pickle.dumps(cache))
     assert copy.max_open == 3 and copy.stats()["open"] == 0 and cache.stats()["open"] == 1
     assert len(copy.get(str(VIDEO)).index) == len(cache.get(str(VIDEO)).index)
+
+
+def test_frame_index_nearest_equals_a_brute_force_argmin():
+    from fractions import Fraction
+
+    from episodic.video.decoder import FrameIndex
+
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 17):
+        times = np.sort(rng.choice(np.arange(200) / 30.0, size=n, replace=False))
+        index = FrameIndex(pts=np.arange(n), times=times, keyframe_of=np.zeros(n, np.int64), time_base=Fraction(1, 30),
+                           fps=30.0)
+        queries = np.concatenate([rng.uniform(-1, 8, size=200), times, times + 1e-9, times - 1e-9])
+        pick, dist = index.nearest(queries)
+        d = np.abs(times[None, :] - queries[:, None])
+        assert np.allclose(dist, d.min(axis=1), atol=0)
+        assert (d[np.arange(len(queries)), pick] == d.min(axis=1)).all()
