@@ -116,3 +116,10 @@ def test_frame_index_nearest_equals_a_brute_force_argmin():
         d = np.abs(times[None, :] - queries[:, None])
         assert np.allclose(dist, d.min(axis=1), atol=0)
         assert (d[np.arange(len(queries)), pick] == d.min(axis=1)).all()
+        # a few times at once take the Python path: the same frames and distances as the vectorised one
+        for size in (1, 2, 5, 8):
+            for lo in range(0, len(queries) - size, 7):
+                few_pick, few_dist = index.nearest(queries[lo:lo + size])
+                assert few_pick.dtype == np.int64 and few_dist.dtype == np.float64
+                assert few_pick.tolist() == pick[lo:lo + size].tolist()
+                assert few_dist.tolist() == dist[lo:lo + size].tolist()

@@ -301,8 +301,11 @@ class FrameEngine:
     def _check_size(self, key: str, hw: tuple[int, int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
         the file's size under the dataset's name)."""
-        want = self.meta.info.camera_hw(key)[:2]
-        if tuple(hw) != tuple(want):
+        sizes = self.__dict__.setdefault("_camera_hw", {})
+        want = sizes.get(key)
+        if want is None:
+            want = sizes[key] = tuple(self.meta.info.camera_hw(key)[:2])
+        if tuple(hw) != want:
             bad = sorted(set(np.asarray(episodes).tolist()))
             raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
                                      f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")

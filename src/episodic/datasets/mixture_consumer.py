@@ -14,6 +14,7 @@ pipelines (a local entry's files stay open across its pipelines).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Sequence
 
@@ -52,6 +53,9 @@ class MixtureConsumer:
         self.mirror_base = mirror_base
         self.options = replace(owner.options, prefetch_episodes=0)  # read-ahead is decided here, over all entries
         self.pipelines_opened = 0
+        # local entries' pipelines read their rows on one shared thread (a remote entry's pipeline has its own, so
+        # that reads of several entries over the network overlap)
+        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
 
     # ---------------------------------------------------------------- pipelines
     def _pipeline(self, e: int) -> tuple[ConsumerPipeline, int]:
@@ -66,7 +70,7 @@ class MixtureConsumer:
             self.sources[e] = reopen(owner.report.sources[index])
         pipe = ConsumerPipeline(owner.report.metadata[index], owner.engines.spec(e), self.sources[e], self.options,
                                 owner.counters, owner.decoders, self.eps[pos], [self.frames[p] for p in pos],
-                                self.mirror_base)
+                                self.mirror_base, tab_pool=self.tab_pool if self.sources[e].is_local else None)
         pipe.release((self.local[pos[self.released[pos]]] - start).tolist())  # released before it was opened
         self.pipelines_opened += 1
         got = self.open[e] = (pipe, start)
@@ -115,7 +119,7 @@ class MixtureConsumer:
         episodes' rows not put side by side again."""
         pipe, start = self._pipeline(e)
         local = self.local[ks] - start
-        groups = np.unique(local)
+        groups = local if len(local) == 1 else np.unique(local)
         cached = self.chunk_engines.get(e)
         if cached is not None and cached[0] is pipe and np.array_equal(cached[1], groups):
             engine = cached[2]
@@ -146,5 +150,8 @@ class MixtureConsumer:
                 self._close(e)
 
     def close(self) -> None:
-        for e in list(self.open):
-            self._close(e)
+        try:
+            for e in list(self.open):
+                self._close(e)
+        finally:
+            self.tab_pool.shutdown(wait=True, cancel_futures=True)

@@ -44,7 +44,7 @@ class ConsumerPipeline:
 
     def __init__(self, meta: DatasetMetadata, spec: ItemSpec, source: Source, options: StreamOptions,
                  counters: Counters, decoders: DecoderCache, episodes: np.ndarray, frames: list,
-                 mirror_base: str):
+                 mirror_base: str, tab_pool: ThreadPoolExecutor | None = None):
         self.spec, self.options, self.counters, self.decoders = spec, options, counters, decoders
         self.eps, self.frames = episodes, frames
         self.local = source.is_local
@@ -62,7 +62,11 @@ class ConsumerPipeline:
             self.meta = replace(meta, fs=LocalFileSystem(), root=self.mirror)
             self.remote_meta = replace(meta, fs=source.fs, root=source.root)
             self.source = Source(fs=LocalFileSystem(), root=self.mirror)
-        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
+        # the thread that reads rows ahead: the pipeline's own, or one its owner shares among pipelines (a mixture's
+        # consumer opens one pipeline per entry it draws from: a thread started and joined for each cost ~3 ms)
+        self.own_pool = tab_pool is None
+        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular") if self.own_pool \
+            else tab_pool
         self.blocks: dict[int, Future] = {}
         self.rows: dict[int, Columns] = {}  # list position -> the episode's rows, once admitted
         self.videos: dict[int, list[str]] = {}  # list position -> acquired video files
@@ -182,7 +186,15 @@ class ConsumerPipeline:
                 self.blocks.pop(b, None)
 
     def close(self) -> None:
-        self.tab_pool.shutdown(wait=True, cancel_futures=True)
+        if self.own_pool:
+            self.tab_pool.shutdown(wait=True, cancel_futures=True)
+        else:  # the shared thread goes on: only this pipeline's reads are called off, or waited for when under way
+            for f in self.blocks.values():
+                if not f.cancel():
+                    try:
+                        f.result()
+                    except Exception:  # noqa: BLE001 -- closing: the error belonged to rows no one reads now
+                        pass
         self.prefetcher.close()
         self.rows.clear()
         self.blocks.clear()

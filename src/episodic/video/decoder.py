@@ -8,6 +8,7 @@ than decoding on from where the decoder already is.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -20,6 +21,8 @@ from ..counters import Counters
 from ..format.errors import FrameTimestampError, VideoDecodeError
 from ..format.timebase import end_clamp_s
 from .output import FrameOutput, write_frame
+
+_FEW_TIMES = 8  # up to this many times, `FrameIndex.nearest` bisects in Python
 
 
 @dataclass(frozen=True)
@@ -36,14 +39,32 @@ class FrameIndex:
         return len(self.pts)
 
     def nearest(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Index of the frame nearest to each time, and its distance in seconds."""
+        """Index of the frame nearest to each time, and its distance in seconds (a tie goes to the earlier
+        frame)."""
         t = self.times
+        if len(times) <= _FEW_TIMES:  # a mixture entry's part: a few times, where numpy's calls cost most
+            return self._nearest_few(times)
         # the frames either side of each time (both the first / last frame at the ends); ufuncs, not np.clip,
         # whose Python wrapper costs more than the search for the few times of a mixture's part
         hi = np.minimum(np.maximum(np.searchsorted(t, times), 1), len(t) - 1)
         lo = np.maximum(hi - 1, 0)
         pick = np.where(np.abs(t[hi] - times) < np.abs(times - t[lo]), hi, lo)
         return pick, np.abs(t[pick] - times)
+
+    def _nearest_few(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`nearest` for a few times, by bisection in Python (the same values)."""
+        t = self.__dict__.get("_times_list")
+        if t is None:
+            t = self.__dict__["_times_list"] = self.times.tolist()  # a frozen dataclass: set through __dict__
+        last = len(t) - 1
+        picks, dists = [], []
+        for x in times.tolist():
+            hi = min(max(bisect_left(t, x), 1), last)
+            lo = max(hi - 1, 0)
+            p = hi if abs(t[hi] - x) < abs(x - t[lo]) else lo
+            picks.append(p)
+            dists.append(abs(t[p] - x))
+        return np.array(picks, dtype=np.int64), np.array(dists, dtype=np.float64)
 
 
 def _container_index(stream) -> tuple[list, list] | None:
@@ -132,10 +153,13 @@ class VideoReader:
         `timebase.end_clamp_s`: one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
         times = np.asarray(times, dtype=np.float64)
         idx, dist = self.index.nearest(times)
+        far = dist >= tolerance_s
+        if not far.any():
+            return idx
         last = self.index.times[-1]
         clamp_s = end_clamp_s(self.index.fps, tolerance_s) if clamp_s is None else clamp_s
         clamped = (times > last) & (times <= last + clamp_s)
-        bad = (dist >= tolerance_s) & ~clamped
+        bad = far & ~clamped
         if bad.any():
             raise FrameTimestampError(
                 f"{self.path}: no frame within tolerance_s={tolerance_s} of timestamps "
@@ -159,8 +183,10 @@ class VideoReader:
         frame_indices = np.asarray(frame_indices, dtype=np.int64).reshape(-1)
         slots = np.arange(len(frame_indices)) if slots is None else np.asarray(slots).reshape(-1)
         first: dict[int, int] = {}
-        for i in np.argsort(frame_indices, kind="stable").tolist():
-            f, slot = int(frame_indices[i]), int(slots[i])
+        order = [0] if len(frame_indices) == 1 else np.argsort(frame_indices, kind="stable").tolist()
+        frames, slot_of = frame_indices.tolist(), slots.tolist()
+        for i in order:
+            f, slot = frames[i], slot_of[i]
             if f in first:  # asked for again (a window padded at an episode edge): a copy, not a decode
                 np.copyto(dest[slot], dest[first[f]])
                 continue
