@@ -95,8 +95,13 @@ class DatasetMetadata:
         return self.info.robot_type
 
     def path(self, rel: str) -> str:
-        """`root/rel`, checked to stay inside the root (format.paths.dataset_path)."""
-        return dataset_path(self.fs, self.root, rel)
+        """`root/rel`, checked to stay inside the root (format.paths.dataset_path), once per path (a copy made
+        with `dataclasses.replace`, e.g. for another root, checks afresh)."""
+        checked = self.__dict__.setdefault("_checked_paths", {})
+        path = checked.get(rel)
+        if path is None:
+            path = checked[rel] = dataset_path(self.fs, self.root, rel)
+        return path
 
     def data_file_of(self, episode: int) -> str:
         return self.episodes.data_files[self.episodes.data_file_id[episode]]
