@@ -115,6 +115,26 @@ def test_a_shared_cache_is_filled_once_in_all(synthetic, served, tmp_path):
     assert not list((tmp_path / "shared" / "startup").iterdir())  # the hand-over file is gone
 
 
+def test_a_report_that_cannot_be_handed_over_fails_every_rank(synthetic, served, tmp_path):
+    """The spec given to prepare, and the downloading rank cannot write the hand-over file (its directory is a
+    file): after its preflight and downloads, every rank raises, naming rank 0 and the error, without waiting for a
+    time limit; the other rank asked the server nothing."""
+    spec = http_spec(synthetic, served)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "startup").write_text("not a directory")
+    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0],
+                        "--spec-in-prepare")
+    outputs = [finish(p) for p in procs]
+    r0, r1 = records(tmp_path / "out", 2)
+    assert not r0["ok"] and not r1["ok"], outputs[0][-3000:]
+    assert r0["message"] == r1["message"] and r0["failed_rank"] == r1["failed_rank"] == 0
+    assert r0["message"].startswith("mixture start-up failed: rank 0 (")
+    assert "could not hand the checked mixture over" in r0["message"] and r0["error_type"] in r0["message"]
+    assert r0["cause"] == r0["error_type"] and r1["cause"] is None
+    assert max(r["prepare_end"] - r["prepare_start"] for r in (r0, r1)) < 20
+    assert set(meta_gets(served).values()) == {1}
+
+
 @pytest.mark.slow
 def test_a_rank_that_never_comes_is_an_error_within_the_time_limit(synthetic, served, tmp_path):
     """Rank 1 is alive but 20 s late, the limit 4 s: rank 0 (which downloaded at once) gives up on it after about
