@@ -1,8 +1,9 @@
 """One rank of a mixture start-up, launched by torchrun or as a plain process (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT in the environment) from test_startup.py (not a test module).
 
-Preflights the spec (JSON), runs `episodic.mixture.startup.prepare` on the real gloo process group and writes
-what it got to <out>/rank<r>.json: the result's figures and roots, or the error's type, message and fields.
+Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs `episodic.mixture.startup.prepare`
+on the real gloo process group and writes what it got to <out>/rank<r>.json: the result's figures, roots and report
+(entries, episode lengths, where each entry is read from), or the error's type, message and fields.
 Exits 0 either way (torchrun would tear the other ranks down on a failure), after the process group is gone.
 """
 
@@ -49,10 +50,16 @@ def main():
     try:
         result = prepare(mixture, shared_cache=args.shared_cache, concurrency=args.concurrency,
                          timeout_s=args.timeout_s, poll_s=args.poll_s)
+        report = result.report
         record.update(ok=True, roots=list(result.roots), downloader=result.downloader, needed=result.files_needed,
                       missing=result.files_missing, fetched=result.files_fetched, bytes=result.bytes_fetched,
-                      nodes=result.nodes, sources=[s.root if s is not None else None for s in result.report.sources],
-                      local=[bool(s is not None and s.is_local) for s in result.report.sources])
+                      nodes=result.nodes, sources=[s.root if s is not None else None for s in report.sources],
+                      local=[bool(s is not None and s.is_local) for s in report.sources],
+                      meta_roots=[m.root if m is not None else None for m in report.metadata],
+                      preflight_rank=result.preflight_rank, preflight_seconds=result.preflight_seconds,
+                      seconds=result.seconds, entries=[e.to_dict() for e in report.entries],
+                      episode_lengths=[m.episodes.length.tolist() if m is not None else None
+                                       for m in report.metadata])
     except MixtureStartupError as e:
         record.update(ok=False, type=type(e).__name__, message=str(e), entry=e.entry, url=e.url, failed_rank=e.rank,
                       error_type=e.error_type, cause=type(e.__cause__).__name__ if e.__cause__ else None)

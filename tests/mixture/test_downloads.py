@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixtureStartupError
 from episodic.mixture import preflight
 from episodic.mixture.startup import prepare
+from episodic.mixture.synthetic import mixture_spec
 from startup_helpers import data_gets, expected, http_spec
 from support import assert_items_equal
 
@@ -75,6 +77,40 @@ def test_429_answers_are_waited_out_as_retry_after_asks(synthetic, served, tmp_p
     later = [a for a in served.answers if a[2] in need and first + 0.1 < a[0] < first + 0.95]
     assert not later, later
     assert all(served.served(p) == 1 for p in need)
+
+
+def test_given_the_spec_each_metadata_file_is_asked_for_once(synthetic, copy_of, tmp_path, monkeypatch):
+    """prepare(spec) in one process: the local copies' metadata is written from the files preflight read (also the
+    optional files that are not there: each asked for once, answered 404 once), not fetched again; the copies load
+    as their datasets."""
+    from support import FaultServer
+
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    v21, v30 = (next(d for d in synthetic if d.version == v) for v in ("v2.1", "v3.0"))
+    roots = [copy_of(v21.path), copy_of(v30.path)]
+    (roots[0] / "meta" / "stats.json").unlink()  # v2.1: then episodes_stats.jsonl is asked for (none here either)
+    assert not (roots[0] / "meta" / "episodes_stats.jsonl").exists()
+    spec = mixture_spec([v21, v30])
+    with FaultServer(tmp_path) as server:
+        for entry, root in zip(spec["entries"], roots):
+            entry["source"] = f"{server.url}/{root.name}"
+        result = prepare(spec, concurrency=2)
+        meta = [(m, p) for m, p, _ in server.requests if "/meta/" in p]
+        missing = server.answered(404)
+    gets = [p for m, p in meta if m == "GET"]
+    assert sorted(gets) == sorted(set(gets)) and len(gets) >= 8, gets  # each once
+    assert sorted(a[2] for a in missing) == [f"/{roots[0].name}/meta/{f}" for f in ("episodes_stats.jsonl",
+                                                                                   "stats.json")]
+    assert result.preflight_rank == 0 and result.preflight_seconds > 0 and result.report.metadata_files == ()
+    for i, root in enumerate(roots):
+        copy = result.report.sources[i]
+        assert copy.is_local and copy.root == result.roots[i]
+        for rel in ("meta/info.json", "meta/episodes.jsonl" if i == 0 else "meta/stats.json"):
+            assert (Path(copy.root) / rel).read_bytes() == (root / rel).read_bytes()
+        assert (Path(copy.root) / "meta" / "stats.json").exists() == (i == 1)
+        got, want = EpisodicDataset(copy.root), EpisodicDataset(str(root))
+        assert len(got) == len(want) and got.meta.stats.keys() == want.meta.stats.keys()
+        assert_items_equal(want[len(want) - 1], got[len(got) - 1])
 
 
 def test_a_missing_file_is_named_with_its_entry(synthetic, served, tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """Preflight over real tiny datasets: facts per entry, every problem of every entry at once, skip and re-spread,
-remote and Hub sources read through their metadata only, bounded concurrency."""
+remote and Hub sources read through their metadata only, bounded concurrency, cancellation."""
 
 import functools
 import http.server
@@ -184,13 +184,13 @@ def test_concurrency_is_bounded(synthetic, monkeypatch):
     active, peak, lock = [0], [0], threading.Lock()
     real = fetch_module.fetch_entry
 
-    def tracked(entry, refresh_hub=False):
+    def tracked(entry, refresh_hub=False, keep_files=False):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
         try:
             time.sleep(0.05)
-            return real(entry, refresh_hub)
+            return real(entry, refresh_hub, keep_files)
         finally:
             with lock:
                 active[0] -= 1
@@ -200,6 +200,27 @@ def test_concurrency_is_bounded(synthetic, monkeypatch):
     assert report.ok and peak[0] == 3
     with pytest.raises(ValueError, match=r"concurrency must be an int in \[1, 256\]"):
         preflight(MixtureSpec.from_dict(mixture_spec(synthetic)), concurrency=0)
+
+
+def test_a_cancelled_preflight_reads_no_further_entry(synthetic, monkeypatch):
+    """`cancel` set by another thread (here: while the second entry is read, one at a time): the entries not started
+    are never read, and preflight raises InterruptedError instead of reporting them as problems."""
+    read, cancel = [], threading.Event()
+    real = fetch_module.fetch_entry
+
+    def reading(entry, refresh_hub=False, keep_files=False):
+        read.append(entry.name)
+        if len(read) == 2:
+            cancel.set()
+        return real(entry, refresh_hub, keep_files)
+
+    monkeypatch.setattr(fetch_module, "fetch_entry", reading)
+    spec = MixtureSpec.from_dict(mixture_spec(synthetic))
+    with pytest.raises(InterruptedError, match="preflight cancelled"):
+        preflight(spec, concurrency=1, cancel=cancel)
+    assert read == [e.name for e in spec.entries[:2]]
+    read.clear()
+    assert preflight(spec, concurrency=4, cancel=threading.Event()).ok and len(read) == len(spec.entries)
 
 
 def test_missing_statistics_are_a_warning(synthetic, copy_of):

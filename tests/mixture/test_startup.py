@@ -1,10 +1,13 @@
 """Distributed start-up of a mixture under torchrun (2 processes, gloo), against a real HTTP server on 127.0.0.1 that
 counts requests and injects 429s (Retry-After) and 404s: a rank 5 s late, and a download that fails (the error
-raised on every rank), both end without a hang, each file fetched once."""
+raised on every rank), both end without a hang, each file fetched once. Given the spec, prepare reads each
+metadata file once on the node (rank 0's preflight, handed over to rank 1); a rank given another spec, or a
+preflight that fails, fails every rank at once."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -53,22 +56,97 @@ def test_torchrun_failed_download_raises_on_every_rank(synthetic, served, tmp_pa
     assert max(r0["prepare_end"], r1["prepare_end"]) - min(r0["prepare_start"], r1["prepare_start"]) < 30
 
 
-def test_torchrun_a_rank_whose_preflight_fails_fails_every_rank_at_once(synthetic, served, tmp_path):
-    """prepare given the spec: rank 1 reads one with a mistyped camera key; its preflight error reaches rank 0 in the
-    first collective, and both raise at once (not after the collective time limit, 60 s here)."""
+def meta_requests(server) -> dict[str, list[str]]:
+    """Per metadata file requested, the methods of its requests."""
+    out: dict[str, list[str]] = {}
+    for method, path, _ in server.requests:
+        if "/meta/" in path:
+            out.setdefault(path, []).append(method)
+    return out
+
+
+def test_torchrun_spec_given_to_prepare_metadata_read_once_per_node(synthetic, served, tmp_path):
+    """prepare given the spec, rank 1 3 s late: rank 0 (LOCAL_RANK 0) alone runs preflight, at once, and hands the
+    checked report over; each metadata file is asked for once on the node (one GET, and the size check's HEAD; the
+    local copy is written from the bytes preflight read); both ranks get the same report, read from local files."""
     spec = http_spec(synthetic, served)
-    good = write_spec(tmp_path, spec)
-    entry = spec["entries"][2]
+    need, never = expected(synthetic, spec)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--late-rank", 1, "--late-s", 3))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert r0["ok"] and r1["ok"], output[-4000:]
+    meta = meta_requests(served)
+    assert len(meta) >= 4 * len(spec["entries"])  # info, episodes, tasks, stats of each entry
+    for path, methods in meta.items():
+        assert methods.count("GET") == 1 and methods.count("HEAD") <= 1, (path, methods)
+    assert all(served.served(p) == 1 for p in need) and not any(served.gets(p) for p in never)
+    # rank 0 checked and downloaded before rank 1 came; rank 1 asked the server nothing
+    last = max(t for t, m, p, status in served.answers)
+    assert last < r1["prepare_start"], "the start-up waited for the late rank"
+    assert r0["preflight_rank"] == r1["preflight_rank"] == 0 and r0["preflight_seconds"] > 0
+    assert r0["preflight_seconds"] == r1["preflight_seconds"] and r0["downloader"] == r1["downloader"] == 0
+    # the same report on both ranks, every entry read from the local copies
+    assert r0["entries"] == r1["entries"] and r0["episode_lengths"] == r1["episode_lengths"]
+    assert [e["name"] for e in r0["entries"]] == [e["name"] for e in spec["entries"]]
+    assert all(e["status"] == "ok" and e["frames"] > 0 and e["share"] > 0 for e in r0["entries"])
+    for r in (r0, r1):
+        assert all(r["local"]) and r["sources"] == r["meta_roots"] == r["roots"] == r0["roots"]
+    # the copies' metadata files are the server's, byte for byte
+    for root, d in zip(r0["roots"], synthetic):
+        for rel in ("meta/info.json", "meta/stats.json"):
+            assert (Path(root) / rel).read_bytes() == (Path(d.path) / rel).read_bytes()
+    assert not list((tmp_path / "cache" / "startup").iterdir())  # the hand-over file is gone
+    print(f"prepare seconds: rank 0 {r0['seconds']:.2f} (preflight {r0['preflight_seconds']:.2f}), "
+          f"rank 1 {r1['seconds']:.2f}")
+
+
+def mistyped(spec: dict) -> tuple[dict, str]:
+    """A copy of `spec` whose third entry maps a camera role to a key its dataset does not have, and that role."""
+    bad = json.loads(json.dumps(spec))
+    entry = bad["entries"][2]
     role = next(r for r in entry["roles"] if r not in ("state", "action"))
     entry["roles"][role] += '"'
+    return bad, role
+
+
+def test_torchrun_a_rank_given_another_spec_fails_every_rank_at_once(synthetic, served, tmp_path):
+    """prepare given the spec: rank 1 reads one with a mistyped camera key. Only rank 0 would check it, so the
+    difference is found by the digests in the first collective: both raise at once (not after the collective time
+    limit, 60 s here), naming both ranks, and rank 1 asks the server nothing."""
+    spec = http_spec(synthetic, served)
+    good = write_spec(tmp_path, spec)
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(spec))
+    bad.write_text(json.dumps(mistyped(spec)[0]))
     output = finish(torchrun(tmp_path / "out", good, tmp_path / "cache", 2, "--spec-in-prepare", "--other-spec",
                              f"1:{bad}"))
     r0, r1 = records(tmp_path / "out", 2)
     assert not r0["ok"] and not r1["ok"], output[-4000:]
+    assert r0["message"] == r1["message"]
     for r in (r0, r1):
-        assert r["message"].startswith("mixture start-up failed: rank 1 (") and "could not check the mixture" in r["message"]
-        assert r["error_type"] == "MixturePreflightError" and f"roles.{role}" in r["message"]
+        assert r["message"].startswith("mixture start-up failed: rank 1 (") and "than rank 0" in r["message"]
+        assert "another mixture spec" in r["message"] and "give every rank the same spec" in r["message"]
+        assert r["error_type"] == "MixtureSpecMismatch" and r["failed_rank"] == 1 and r["cause"] is None
         assert r["prepare_end"] - r["prepare_start"] < 20
-    assert r1["cause"] == "MixturePreflightError" and r0["cause"] is None
+    assert all(methods.count("GET") <= 1 for methods in meta_requests(served).values())  # rank 0's preflight only
+
+
+def test_torchrun_a_failing_preflight_fails_every_rank_at_once(synthetic, served, tmp_path):
+    """prepare given the spec, the same on both ranks, with a mistyped camera key: rank 0's preflight (on its
+    download thread) fails; the error reaches rank 1 in the outcomes and both raise at once, naming rank 0, the
+    entry and the role."""
+    spec, role = mistyped(http_spec(synthetic, served))
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2,
+                             "--spec-in-prepare"))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert not r0["ok"] and not r1["ok"], output[-4000:]
+    assert r0["message"] == r1["message"]
+    name = spec["entries"][2]["name"]
+    for r in (r0, r1):
+        assert r["message"].startswith("mixture start-up failed: rank 0 (")
+        assert "could not check the mixture" in r["message"]
+        assert r["error_type"] == "MixturePreflightError" and f"roles.{role}" in r["message"]
+        assert r["failed_rank"] == 0 and r["entry"] == f"2 ({name})" and name in r["message"]
+        assert r["prepare_end"] - r["prepare_start"] < 20
+    assert r0["cause"] == "MixturePreflightError" and r1["cause"] is None
+    assert not data_gets(served)  # nothing downloaded
+    assert all(methods.count("GET") == 1 for methods in meta_requests(served).values())  # checked once

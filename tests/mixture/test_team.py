@@ -1,7 +1,7 @@
 """Who downloads for whom (pure), and the team's collectives with real process groups (gloo) of plain processes
 (no torchrun agent, which would kill the other ranks when one dies): a killed downloading rank is an error on the
-others within the collective time limit, not a hang; two nodes download once each, or once in all on a shared
-cache."""
+others within the collective time limit, not a hang; two nodes check the mixture and download once each, or once in
+all on a shared cache."""
 
 from __future__ import annotations
 
@@ -68,35 +68,71 @@ def test_a_dead_downloading_rank_is_an_error_not_a_hang(synthetic, served, tmp_p
     assert waited < 8 + 10, waited
 
 
+def meta_gets(server) -> dict[str, int]:
+    """GETs per metadata file requested."""
+    out: dict[str, int] = {}
+    for method, path, _ in server.requests:
+        if "/meta/" in path and method == "GET":
+            out[path] = out.get(path, 0) + 1
+    return out
+
+
 def test_two_nodes_download_once_each(synthetic, served, tmp_path):
-    """4 ranks, 2 nodes (GROUP_RANK) of 2, each node with its own cache: each node's LOCAL_RANK 0 downloads once
-    for its node (each file twice in all); the other rank of a node gets its node's copies."""
+    """4 ranks, 2 nodes (GROUP_RANK) of 2, each node with its own cache, the spec given to prepare: each node's
+    LOCAL_RANK 0 checks the mixture and downloads once for its node (each file twice in all); the other rank of a
+    node gets its node's report and copies."""
     spec = http_spec(synthetic, served)
     need, _ = expected(synthetic, spec)
     caches = [tmp_path / "node0"] * 2 + [tmp_path / "node1"] * 2
-    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), caches, [0, 0, 1, 1])
+    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), caches, [0, 0, 1, 1], "--spec-in-prepare")
     outputs = [finish(p) for p in procs]
     recs = records(tmp_path / "out", 4)
     assert all(r["ok"] for r in recs), outputs[0][-3000:]
     assert all(served.served(p) == 2 for p in need)
-    assert [r["downloader"] for r in recs] == [0, 0, 2, 2] and {r["nodes"] for r in recs} == {2}
+    assert set(meta_gets(served).values()) == {2}  # once per node
+    assert [r["downloader"] for r in recs] == [r["preflight_rank"] for r in recs] == [0, 0, 2, 2]
+    assert {r["nodes"] for r in recs} == {2}
     for r in recs:
-        assert all(root.startswith(str(caches[r["rank"]])) for root in r["roots"])
+        assert all(root.startswith(str(caches[r["rank"]])) for root in r["roots"] + r["sources"])
+        assert r["entries"] == recs[0]["entries"]
     assert recs[0]["roots"] == recs[1]["roots"] != recs[2]["roots"] == recs[3]["roots"]
 
 
 def test_a_shared_cache_is_filled_once_in_all(synthetic, served, tmp_path):
-    """2 nodes of one rank each on one cache with shared_cache=True: rank 0 alone downloads, each file once."""
+    """2 nodes of one rank each on one cache with shared_cache=True, the spec given to prepare: rank 0 alone checks
+    the mixture and downloads, each file once, and hands its report to the other node through the shared cache."""
     spec = http_spec(synthetic, served)
     need, _ = expected(synthetic, spec)
     procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "shared"] * 2, [0, 1],
-                        "--shared-cache")
+                        "--shared-cache", "--spec-in-prepare")
     outputs = [finish(p) for p in procs]
     recs = records(tmp_path / "out", 2)
     assert all(r["ok"] for r in recs), outputs[0][-3000:]
-    assert all(served.served(p) == 1 for p in need)
-    assert [r["downloader"] for r in recs] == [0, 0] and recs[1]["nodes"] == 1 and recs[1]["fetched"] == len(need)
-    assert recs[0]["roots"] == recs[1]["roots"]
+    assert all(served.served(p) == 1 for p in need) and set(meta_gets(served).values()) == {1}
+    assert [r["downloader"] for r in recs] == [r["preflight_rank"] for r in recs] == [0, 0]
+    assert recs[1]["nodes"] == 1 and recs[1]["fetched"] == len(need)
+    assert recs[0]["roots"] == recs[1]["roots"] == recs[1]["sources"] and recs[0]["entries"] == recs[1]["entries"]
+    assert not list((tmp_path / "shared" / "startup").iterdir())  # the hand-over file is gone
+
+
+def test_a_report_that_cannot_be_handed_over_fails_every_rank(synthetic, served, tmp_path):
+    """The spec given to prepare, and the downloading rank cannot write the hand-over file (its directory is a
+    file): after its preflight and downloads, every rank raises, naming rank 0 and the error, without waiting for a
+    time limit; the other rank asked the server nothing."""
+    spec = http_spec(synthetic, served)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "startup").write_text("not a directory")
+    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0],
+                        "--spec-in-prepare")
+    outputs = [finish(p) for p in procs]
+    r0, r1 = records(tmp_path / "out", 2)
+    assert not r0["ok"] and not r1["ok"], outputs[0][-3000:]
+    assert r0["message"] == r1["message"] and r0["failed_rank"] == r1["failed_rank"] == 0
+    assert r0["message"].startswith("mixture start-up failed: rank 0 (")
+    assert "could not hand the checked mixture over" in r0["message"] and r0["error_type"] in r0["message"]
+    assert r0["cause"] == r0["error_type"] and r1["cause"] is None
+    assert max(r["prepare_end"] - r["prepare_start"] for r in (r0, r1)) < 20
+    assert set(meta_gets(served).values()) == {1}
 
 
 @pytest.mark.slow

@@ -90,6 +90,39 @@ def test_other_metadata_is_fetched_again_and_the_files_with_it(remote, tmp_path)
     assert json.loads((copy.directory / "meta" / "info.json").read_text())["robot_type"] == "another_robot"
 
 
+def test_metadata_read_already_is_written_without_a_request(remote, tmp_path):
+    """`fetch_meta(files=...)`: the metadata files a preflight read (bytes, or the error of an optional file that is
+    not there) are written as they are; only a file not among them is asked for. Bytes that do not give the
+    fingerprint checked are refused."""
+    from episodic.format.errors import MissingFileError
+    from episodic.mixture.fetch import fetch_entry
+    from episodic.mixture.spec import MixtureEntry
+
+    srv, url, root = remote
+    got = fetch_entry(MixtureEntry(source=url), keep_files=True)
+    assert got.meta is not None and "meta/info.json" in got.files
+    fingerprint = metadata_fingerprint(got.meta)
+    n = len(srv.requests)
+    copy = DatasetCopy(got.source, tmp_path / "copy")
+    copy.fetch_meta(fingerprint, got.files)
+    assert len(srv.requests) == n and copy.meta_current(fingerprint)
+    for rel, data in got.files.items():
+        if isinstance(data, bytes):
+            assert (copy.directory / rel).read_bytes() == data == (root / rel).read_bytes()
+        else:
+            assert isinstance(data, MissingFileError) and not (copy.directory / rel).exists()
+
+    stale = dict(got.files)
+    info = json.loads(stale["meta/info.json"])
+    info["robot_type"] = "another_robot"
+    stale["meta/info.json"] = json.dumps(info).encode()
+    with pytest.raises(DatasetFormatError, match="the dataset's metadata changed since it was checked"):
+        DatasetCopy(got.source, tmp_path / "copy2").fetch_meta(fingerprint, stale)
+    partial = {k: v for k, v in got.files.items() if k != "meta/info.json"}
+    DatasetCopy(got.source, tmp_path / "copy3").fetch_meta(fingerprint, partial)
+    assert srv.gets("/ds/meta/info.json") == 2 and len(srv.requests) == n + 2  # that one file: its GET and size
+
+
 def test_where_copies_live(tmp_path, small_root):
     a = copy_dir("http://h/x/ds", tmp_path)
     assert a == copy_dir("http://h/x/ds/", tmp_path) and a.parent == tmp_path and a.name.startswith("ds-")

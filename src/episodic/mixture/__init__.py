@@ -5,8 +5,9 @@
 - `preflight` (`preflight`): every entry's metadata fetched in parallel and checked; every problem of every
   entry reported at once (`PreflightReport`, ``episodic mixture check SPEC``).
 - `build_sampler` (`sampling`): the map-style order (`episodic.order.MixtureSampler`) of a checked mixture.
-- `prepare` (`startup`): every entry's files that training reads made local once per node (or once in all on a
-  shared cache) on every rank of a torch.distributed group, errors raised on every rank, never a hang.
+- `prepare` (`startup`): the mixture checked and every entry's files that training reads made local once per node
+  (or once in all on a shared cache) on every rank of a torch.distributed group, errors raised on every rank, never
+  a hang.
 """
 
 from .preflight import preflight

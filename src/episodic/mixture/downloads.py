@@ -1,13 +1,14 @@
 """One node's downloads for a checked mixture: what is missing (decided from the disk alone), then the missing
-files fetched in a bounded thread pool. Runs on the one process that downloads for its node (`startup`).
+files fetched in a bounded thread pool. Runs on a thread of the one process that downloads for its node
+(`startup`); given a spec rather than a report (`check`), that thread runs preflight first (cancellable).
 
 Per entry that takes part (status ``ok``), by its kind of source:
 
 - a local directory: nothing to fetch; its root is the directory.
 - an fsspec URL (``http(s)://``, ``s3://``, ``hf://`` ...): a local copy in episodic's cache
   (`storage.copies.DatasetCopy`): the metadata, when the copy does not hold the metadata preflight read
-  (compared by fingerprint, no request), then the files of `files.entry_files` that the copy lacks. The root
-  is the copy.
+  (compared by fingerprint, no request), written from the files preflight kept (``keep_files``: no request)
+  or else fetched; then the files of `files.entry_files` that the copy lacks. The root is the copy.
 - a Hub repo id: the local directory preflight read its metadata from; the files of `files.entry_files` it lacks
   at the commit its metadata came from (huggingface_hub's record of ``meta/info.json``, else the entry's
   revision resolved once: one request per entry, none per file), downloaded at that commit.
@@ -84,9 +85,10 @@ def plan_entry(report: PreflightReport, index: int, copies_dir: str | Path | Non
     copy = DatasetCopy(source, _copy_dir(copies_dir, source))
     fingerprint = metadata_fingerprint(report.metadata[index])
     current = copy.meta_current(fingerprint)
+    read = report.metadata_files[index] if index < len(report.metadata_files) else None
     return EntryPlan(index, facts.name, "url", str(copy.directory), needed=len(rels),
                      missing=copy.missing(rels) if current else list(dict.fromkeys(rels)),
-                     meta=None if current else (lambda: copy.fetch_meta(fingerprint)), fetch=copy.fetch_file,
+                     meta=None if current else (lambda: copy.fetch_meta(fingerprint, read)), fetch=copy.fetch_file,
                      url=source.url)
 
 
@@ -99,13 +101,21 @@ def _copy_dir(base: str | Path | None, source) -> Path | None:
 
 
 class NodeDownload:
-    """The downloads of one node, run on a thread (`start`): plan every entry, fetch the metadata that is missing,
-    then the files, `concurrency` at a time. `cancel()` stops it between files. After it ends: `plans`,
-    `files`, `bytes`, `seconds`, and `error` (a `DownloadFailure`, or whatever else stopped it)."""
+    """The downloads of one node, run on a thread (`start`): `report`, or when it is None the report `check(cancel)`
+    returns (preflight, on this thread); then plan every entry, fetch the metadata that is missing, then the files,
+    `concurrency` at a time. `cancel()` stops it between entries of preflight and between files. After it ends:
+    `report`, `check_seconds` (None when `check` did not run), `plans`, `files`, `bytes`, `seconds` (of the
+    downloads), `error` (a `DownloadFailure`, or whatever else stopped it) and `stage` (``"preflight"`` or
+    ``"download"``: where it stopped)."""
 
-    def __init__(self, report: PreflightReport, concurrency: int = 8, copies_dir: str | Path | None = None,
-                 progress: bool = False):
+    def __init__(self, report: PreflightReport | None, concurrency: int = 8, copies_dir: str | Path | None = None,
+                 progress: bool = False, check: Callable[[threading.Event], PreflightReport] | None = None):
+        if report is None and check is None:
+            raise ValueError("NodeDownload needs a report or a check that makes one")
         self.report, self.concurrency, self.copies_dir, self.progress = report, concurrency, copies_dir, progress
+        self.check = check
+        self.check_seconds: float | None = None
+        self.stage = "download"
         self.plans: list[EntryPlan] = []
         self.files = 0
         self.bytes = 0
@@ -130,7 +140,8 @@ class NodeDownload:
             self._thread.join(timeout)
 
     def cancel(self) -> None:
-        """Stop between files (fetches under way finish or fail under the fetch policy) and wait for the thread."""
+        """Stop between files, or between entries of preflight (fetches under way finish or fail under the fetch
+        policy), and wait for the thread."""
         self._cancel.set()
         self.join()
 
@@ -138,6 +149,12 @@ class NodeDownload:
     def run(self) -> None:
         t0 = time.monotonic()
         try:
+            if self.report is None:
+                self.stage = "preflight"
+                self.report = self.check(self._cancel)
+                self.check_seconds = time.monotonic() - t0
+                self.stage = "download"
+                t0 = time.monotonic()
             self.plans = [plan_entry(self.report, i, self.copies_dir) for i in range(len(self.report.entries))]
             missing = sum(len(p.missing) for p in self.plans)
             logger.info("mixture start-up: %d entries, %d files needed, %d missing", len(self.plans),

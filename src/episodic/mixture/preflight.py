@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 
@@ -32,8 +33,12 @@ def _error_text(e: BaseException) -> str:
 
 
 def preflight(spec, on_error: str | None = None, concurrency: int = DEFAULT_CONCURRENCY, progress: bool = False,
-              refresh_hub: bool = False) -> PreflightReport:
-    """Check every entry of `spec` (a `MixtureSpec`, a dict or a spec file) from its metadata alone."""
+              refresh_hub: bool = False, cancel: threading.Event | None = None,
+              keep_files: bool = False) -> PreflightReport:
+    """Check every entry of `spec` (a `MixtureSpec`, a dict or a spec file) from its metadata alone. `cancel` (set
+    by another thread): entries not read yet are not, and `InterruptedError` is raised once those under way end.
+    `keep_files`: the report keeps the metadata files of URL entries as read (`PreflightReport.metadata_files`), for
+    the start-up to write local copies from them without asking again."""
     t0 = time.perf_counter()
     spec: MixtureSpec = load_spec(spec)
     on_error = spec.on_error if on_error is None else on_error
@@ -42,7 +47,9 @@ def preflight(spec, on_error: str | None = None, concurrency: int = DEFAULT_CONC
     from ..checks import check_number
 
     check_number("concurrency", concurrency, 1, 256, integer=True)
-    fetched = fetch_all(list(spec.entries), concurrency, progress, refresh_hub)
+    fetched = fetch_all(list(spec.entries), concurrency, progress, refresh_hub, cancel, keep_files)
+    if cancel is not None and cancel.is_set():
+        raise InterruptedError(f"{spec.origin}: preflight cancelled")
     reports: list[EntryReport] = []
     problems: list[Problem] = []
     for i, (entry, got) in enumerate(zip(spec.entries, fetched)):
@@ -90,7 +97,8 @@ def preflight(spec, on_error: str | None = None, concurrency: int = DEFAULT_CONC
 
     report = PreflightReport(spec=spec, entries=tuple(reports), problems=tuple(problems), on_error=on_error,
                              seconds=time.perf_counter() - t0, sources=tuple(f.source for f in fetched),
-                             metadata=tuple(f.meta for f in fetched))
+                             metadata=tuple(f.meta for f in fetched),
+                             metadata_files=tuple(f.files for f in fetched) if keep_files else ())
     mixture_errors = [p for p in problems if p.entry < 0 and p.severity == "error"]
     if (not skip and report.errors) or mixture_errors:
         report.raise_for_errors()

@@ -74,7 +74,8 @@ class EntryReport:
 @dataclass(frozen=True)
 class PreflightReport:
     """Every entry's facts and every problem, the entries skipped (``on_error="skip"``) and the time taken.
-    `sources` and `metadata` hold what was loaded (None where it failed), so nothing is fetched twice."""
+    `sources` and `metadata` hold what was loaded (None where it failed), so nothing is fetched twice;
+    `metadata_files` (``preflight(keep_files=True)``, else empty) the metadata files of URL entries as read."""
 
     spec: MixtureSpec
     entries: tuple[EntryReport, ...]
@@ -83,6 +84,7 @@ class PreflightReport:
     seconds: float = 0.0
     sources: tuple = field(default=(), repr=False, compare=False)
     metadata: tuple = field(default=(), repr=False, compare=False)
+    metadata_files: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def errors(self) -> list[Problem]:

@@ -134,14 +134,19 @@ class DatasetCopy:
         return [rel for rel in dict.fromkeys(rels) if rel not in recorded or _size(self.path(rel)) != recorded[rel]]
 
     # ------------------------------------------------------------------ fetching
-    def fetch_meta(self, fingerprint: str | None = None) -> DatasetMetadata:
+    def fetch_meta(self, fingerprint: str | None = None,
+                   files: dict[str, bytes | BaseException] | None = None) -> DatasetMetadata:
         """Fetch the dataset's metadata files into the copy (and forget the files fetched before: they belong to
         older metadata). With `fingerprint`, the metadata fetched must have it (else DatasetFormatError: the
-        dataset changed since it was read). Returns the metadata fetched."""
+        dataset changed since it was read). `files`: metadata files read already (path -> bytes, or the error
+        reading it raised), written as they are instead of being asked for again. Returns the metadata fetched."""
         sizes: dict[str, int] = {}
 
-        def read(rel: str) -> bytes:
-            data = self.source.read_bytes(rel)  # MissingFileError for optional files: load_metadata decides
+        def read(rel: str) -> bytes:  # MissingFileError for optional files: load_metadata decides
+            held = files.get(rel) if files is not None else None
+            if isinstance(held, BaseException):
+                raise held
+            data = held if held is not None else self.source.read_bytes(rel)
             atomic_write_bytes(self.path(rel), data)
             sizes[rel] = len(data)
             return data
