@@ -255,14 +255,20 @@ class FrameEngine:
         if spec.video_keys and len(rows):
             eps = self.episodes[ep_pos]
             ts = cols.arrays["timestamp"]
+            row_times = None  # the rows' own times: the same for every camera without a window
             for key in spec.video_keys:
                 frames = self._dest_rows(dest, key)
                 w = windows.get(key)
-                times = ts[w[0] if w is not None else rows[:, None]].astype(np.float64)  # (B, T)
+                if w is not None:
+                    times = ts[w[0]].astype(np.float64)  # (B, T)
+                    per_row = times.shape[1]
+                    target = slots[:, None] * per_row + np.arange(per_row)  # rows of the flat (N * T) frames
+                else:
+                    if row_times is None:
+                        row_times = ts[rows].astype(np.float64)[:, None]
+                    times, target = row_times, slots
                 cam = self.meta.episodes.cameras[key]
                 query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
-                per_row = query.shape[1]
-                target = slots[:, None] * per_row + np.arange(per_row)  # rows of the flat (N * T) frames
                 output = self._output(frames.dtype)
                 fids = cam.file_id[eps]
                 if len(fids) == 1 or (fids == fids[0]).all():

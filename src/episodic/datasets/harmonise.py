@@ -90,8 +90,12 @@ def build(layout: MixtureLayout, n: int, dtype: str, parts: Sequence[Part]) -> d
     out = empty_batch(layout, n, dtype, zero_frames=False)
     views = {k: v.numpy() for k, v in out.items() if torch.is_tensor(v)}
     done, jobs = [], []
+    known = layout.__dict__.setdefault("_camera_targets", {})  # per entry: the same for every batch
     for p in parts:
-        targets, copies = _camera_targets(p.entry, layout)
+        got = known.get(p.entry.index)
+        if got is None:
+            got = known[p.entry.index] = _camera_targets(p.entry, layout)
+        targets, copies = got
         try:
             values, js = p.engine.part(p.positions, {src: views[key] for src, key in targets.items()}, p.rows)
         except DatasetFormatError as e:  # e.g. frames of a size other than the mixture's: name the entry
