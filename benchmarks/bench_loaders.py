@@ -25,9 +25,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from child_run import measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,19 +70,6 @@ def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, 
         it.close()
     return {"loader": f"episodic-{mode}", "frames_per_s": n / elapsed, "time_to_first_batch_s": ttfb,
             "workers": workers, "video": video, "samples": n}
-
-
-def measured(cmd: list[str]) -> dict:
-    """Run one measurement in a child process; its JSON line plus the peak PSS/RSS of its process tree."""
-    from episodic.tools.rss import PeakRSS
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with PeakRSS(pid=proc.pid, interval_s=0.1, pss=True) as mem:
-        out, err = proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"{cmd[:3]}... exited {proc.returncode}: {err[-2000:]}")
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    return {**json.loads(lines[-1]), "peak_pss_tree_mb": mem.peak_pss / 2**20, "peak_rss_tree_mb": mem.peak / 2**20}
 
 
 CONFIGS = {"f32": (1, False), "u8": (1, True), "tabular": (0, False)}  # name: (video, uint8)

@@ -32,9 +32,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from child_run import measured
 
 KINDS = ("stream-single", "stream-mixture", "map-single", "map-lerobot", "map-mixture")
 FPS = 30
@@ -176,19 +177,6 @@ def _cpu_seconds() -> dict[str, float]:
     except OSError:
         return {}
     return out
-
-
-def measured(cmd: list[str]) -> dict:
-    """One run in a child process: its JSON line plus the peak PSS of its process tree."""
-    from episodic.tools.rss import PeakRSS
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with PeakRSS(pid=proc.pid, interval_s=0.1, pss=True) as mem:
-        out, err = proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"{cmd[3:]} exited {proc.returncode}: {err[-3000:]}")
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    return {**json.loads(lines[-1]), "peak_pss_tree_mb": mem.peak_pss / 2**20}
 
 
 # ---------------------------------------------------------------------------------------------- main
