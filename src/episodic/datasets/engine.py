@@ -141,19 +141,19 @@ class FrameEngine:
         ep_pos = cols.episode_of_rows(rows)
         start, end = cols.starts[ep_pos], cols.starts[ep_pos + 1]
         spec = self.spec
-        output = spec.frames if spec.frames.dtype == dtype else replace(spec.frames, dtype=dtype)
+        output = self._output(dtype)
         windows = {k: window_rows(rows, start, end, off) for k, off in spec.offsets.items()}
         arrays: dict = {}
         ts = cols.arrays["timestamp"]
         times = {k: ts[windows[k][0] if k in windows else rows[:, None]].astype(np.float64) for k in spec.video_keys}
         for key in spec.video_keys:
-            shape = output.shape(self.meta.info.camera_hw(key)[:2])
+            shape = output.shape(self._hw(key))
             arrays[key] = Empty((*times[key].shape, *shape) if key in windows else (len(rows), *shape), np.dtype(dtype))
         queries = {}
         for key in spec.data_keys:
             q = windows[key][0] if key in windows else rows
             if key in spec.image_keys:
-                shape = output.shape(self.meta.info.camera_hw(key)[:2])
+                shape = output.shape(self._hw(key))
                 arrays[key], queries[key] = Empty((*q.shape, *shape), np.dtype(dtype)), q
             else:
                 arrays[key] = cols.arrays[key][q]
@@ -176,47 +176,13 @@ class FrameEngine:
         `decode_threads` threads (PyAV decodes and numpy copies without the GIL), so a process with cores to
         spare decodes its cameras side by side."""
         eps = self.episodes[ep_pos]
-        jobs = []  # (camera, file, batch rows, flat query times)
+        rows = np.arange(len(eps))[:, None]
+        jobs: list[FrameJob] = []
         for key, t in times.items():
-            cam = self.meta.episodes.cameras[key]
-            query = cam.from_ts[eps][:, None] + t  # seconds inside each episode's file
-            fids = cam.file_id[eps]
-            for fid in np.unique(fids):
-                sel = np.flatnonzero(fids == fid)
-                jobs.append((key, cam.files[fid], sel, query[sel].reshape(-1)))
-
-        def named(job, fn):  # errors name the episode(s) and camera as well as the file
-            try:
-                return fn()
-            except (FrameTimestampError, VideoDecodeError) as e:
-                bad = sorted(set(eps[job[2]].tolist()))
-                raise type(e)(f"episode {bad[0] if len(bad) == 1 else bad}, camera {job[0]!r}: {e}") from None
-
-        def reader_for(job):
-            reader = named(job, lambda: self.decoders.get(self.source.local_path(job[1])))
-            self._check_size(job[0], reader.shape, job[1], eps[job[2]])
-            return reader
-
-        def run(job, reader=None):
-            key, _, sel, q = job
-            reader = reader or reader_for(job)  # named already: not inside the wrapper below (one prefix)
-            frames = named(job, lambda: reader.locate(q, self.spec.tolerance_s))
-            flat = dest[key].reshape(-1, *dest[key].shape[-3:])  # (B * T, frame): a view
-            per_row = len(q) // len(sel)
-            slots = (sel[:, None] * per_row + np.arange(per_row)).reshape(-1)
-            named(job, lambda: reader.decode_into(frames, flat, output, slots))
-
-        threads = self.decode_threads or runtime.decode_threads()
-        paths = {rel for _, rel, _, _ in jobs}
-        # in parallel when there are threads to spare, every file is its own job (a reader is used by one
-        # thread at a time), and all readers stay open through the batch
-        if threads > 1 and len(jobs) > 1 and len(paths) == len(jobs) and len(paths) <= self.decoders.max_open:
-            # readers are taken here, in one thread (the cache is not thread-safe)
-            readers = [reader_for(j) for j in jobs]
-            list(_POOL.get(threads).map(run, jobs, readers))
-        else:
-            for j in jobs:
-                run(j)
+            per_row = t.shape[1]
+            jobs += self._camera_jobs(key, eps, t, self._dest_rows(dest, key), rows * per_row + np.arange(per_row),
+                                      output)
+        _run(jobs, self.decode_threads)
 
     # ------------------------------------------------------------------ parts of a larger batch (mixtures)
     def part(self, positions: Sequence[int] | np.ndarray, dest: Mapping[str, np.ndarray],
@@ -267,34 +233,48 @@ class FrameEngine:
                     if row_times is None:
                         row_times = ts[rows].astype(np.float64)[:, None]
                     times, target = row_times, slots
-                cam = self.meta.episodes.cameras[key]
-                query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
-                output = self._output(frames.dtype)
-                fids = cam.file_id[eps]
-                if len(fids) == 1 or (fids == fids[0]).all():
-                    jobs.append(FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), frames,
-                                         target.reshape(-1), output))
-                    continue
-                for fid in np.unique(fids).tolist():
-                    sel = np.flatnonzero(fids == fid)
-                    jobs.append(FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), frames,
-                                         target[sel].reshape(-1), output))
+                jobs += self._camera_jobs(key, eps, times, frames, target, self._output(frames.dtype))
         return values, jobs
+
+    def _camera_jobs(self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray,
+                     output: FrameOutput) -> list[FrameJob]:
+        """The jobs that decode camera `key`'s frames at `times` ((B, T) seconds inside each row's episode, rows of
+        episodes `eps` (B,)) into rows `target` ((B, T) or (B,) when T is 1) of `dest` ((N * T, *frame shape)):
+        one per video file the episodes are in."""
+        cam = self.meta.episodes.cameras[key]
+        query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
+        fids = cam.file_id[eps]
+        if not len(fids):
+            return []
+        if len(fids) == 1 or (fids == fids[0]).all():
+            return [FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1),
+                             output)]
+        jobs = []
+        for fid in np.unique(fids).tolist():
+            sel = np.flatnonzero(fids == fid)
+            jobs.append(FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest,
+                                 target[sel].reshape(-1), output))
+        return jobs
 
     def _dest_rows(self, dest: Mapping[str, np.ndarray], key: str) -> np.ndarray:
         """`dest[key]` as (N * T, *frame) rows (a view: never a copy that writes would be lost in), checked
         against the spec's frame shape."""
         arr = dest[key]
-        shapes = self.__dict__.setdefault("_frame_shapes", {})
-        want = shapes.get(key)
-        if want is None:
-            want = shapes[key] = tuple(self.spec.frames.shape(self.meta.info.camera_hw(key)[:2]))
+        want = tuple(self.spec.frames.shape(self._hw(key)))
         if arr.shape[-3:] != want:
             raise DatasetFormatError(f"{self.meta.root}: camera {key!r} gives frames of shape {tuple(want)}, the batch "
                                      f"holds {tuple(arr.shape[-3:])}")
         flat = arr.view()
         flat.shape = (-1, *arr.shape[-3:])  # raises rather than copy
         return flat
+
+    def _hw(self, key: str) -> tuple[int, int]:
+        """info.json's (height, width) of camera `key`, read once per engine."""
+        sizes = self.__dict__.setdefault("_camera_hw", {})
+        hw = sizes.get(key)
+        if hw is None:
+            hw = sizes[key] = tuple(self.meta.info.camera_hw(key)[:2])
+        return hw
 
     def _output(self, dtype: np.dtype) -> FrameOutput:
         """The spec's frame output in `dtype` (uint8 or float32)."""
@@ -307,10 +287,7 @@ class FrameEngine:
     def _check_size(self, key: str, hw: tuple[int, int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
         the file's size under the dataset's name)."""
-        sizes = self.__dict__.setdefault("_camera_hw", {})
-        want = sizes.get(key)
-        if want is None:
-            want = sizes[key] = tuple(self.meta.info.camera_hw(key)[:2])
+        want = self._hw(key)
         if tuple(hw) != want:
             bad = sorted(set(np.asarray(episodes).tolist()))
             raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
@@ -319,7 +296,7 @@ class FrameEngine:
     def _images(self, key: str, q: np.ndarray, dest: np.ndarray, output: FrameOutput) -> None:
         """Decode the images (PNG/JPEG bytes in the data file) of rows `q` into `dest` ((*q.shape, *frame shape))."""
         store = self.columns.images[key]
-        want = self.meta.info.camera_hw(key)[:2]
+        want = self._hw(key)
         flat = dest.reshape(-1, *dest.shape[-3:])
         for i, r in enumerate(q.reshape(-1).tolist()):
             where = f"{self.meta.root}: row {r} feature {key!r}"
@@ -371,23 +348,27 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
     every job has its own file and all of them fit in their decoder cache at once, the readers are taken first
     (in this thread: the cache is not thread-safe), then the jobs run, on `threads` decode threads (default: the
     process's, `runtime.decode_threads`) when there are threads to spare; else one job after the other."""
-    if not jobs:
-        return
-    with jobs[0].engine.counters.timer("decode_seconds"):
-        counts: dict[int, list] = {}
-        files = set()
+    if jobs:
+        with jobs[0].engine.counters.timer("decode_seconds"):
+            _run(jobs, threads)
+
+
+def _run(jobs: Sequence[FrameJob], threads: int | None) -> None:
+    """`run_jobs` without the timer (`FrameEngine.batch` times its decoding as a whole)."""
+    counts: dict[int, list] = {}
+    files = set()
+    for j in jobs:
+        decoders = j.engine.decoders
+        counts.setdefault(id(decoders), [decoders, 0])[1] += 1
+        files.add((id(decoders), j.rel, j.engine.source.root))
+    if len(files) < len(jobs) or any(n > d.max_open for d, n in counts.values()):
         for j in jobs:
-            decoders = j.engine.decoders
-            counts.setdefault(id(decoders), [decoders, 0])[1] += 1
-            files.add((id(decoders), j.rel, j.engine.source.root))
-        if len(files) < len(jobs) or any(n > d.max_open for d, n in counts.values()):
-            for j in jobs:
-                j.run()
-            return
-        readers = [j.reader() for j in jobs]
-        threads = threads or runtime.decode_threads()
-        if threads > 1 and len(jobs) > 1:
-            list(_POOL.get(threads).map(FrameJob.run, jobs, readers))
-        else:
-            for j, r in zip(jobs, readers):
-                j.run(r)
+            j.run()
+        return
+    readers = [j.reader() for j in jobs]  # here, in one thread: the cache is not thread-safe
+    threads = threads or runtime.decode_threads()
+    if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
+        list(_POOL.get(threads).map(FrameJob.run, jobs, readers))
+    else:
+        for j, r in zip(jobs, readers):
+            j.run(r)
