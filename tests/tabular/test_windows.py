@@ -56,3 +56,19 @@ def test_window_rows_equals_a_row_by_row_reference_on_random_episodes():
                 lo, hi = starts[ep[b]], ends[ep[b]] - 1
                 assert q[b, t] == min(max(r + o, lo), hi)
                 assert pad[b, t] == (not lo <= r + o <= hi)
+
+
+def test_window_rows_with_each_rows_own_offsets_equals_one_row_at_a_time():
+    """(B, T) offsets (a mixture's rows, each on its entry's fps grid): row b's window is the one of its offsets."""
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        lengths = rng.integers(1, 9, size=5)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        ep = rng.integers(0, 5, size=12)
+        rows = starts[ep] + rng.integers(0, lengths[ep])
+        offsets = np.sort(rng.integers(-6, 7, size=(12, 3)), axis=1)
+        q, pad = window_rows(rows, starts[ep], ends[ep], offsets)
+        for b in range(12):
+            qb, pb = window_rows(rows[b:b + 1], starts[ep][b:b + 1], ends[ep][b:b + 1], offsets[b])
+            assert q[b].tolist() == qb[0].tolist() and pad[b].tolist() == pb[0].tolist()

@@ -308,7 +308,8 @@ class FrameEngine:
 
 class FrameJob(NamedTuple):
     """One camera file's frames of a part of a batch (`FrameEngine.part`): the frames at `times` (seconds in
-    the file) of rows of `episodes`, written into rows `slots` of `dest` ((N * T, *frame shape))."""
+    the file) of rows of `episodes`, written into rows `slots` of `dest` ((N * T, *frame shape)). `frames`: the
+    frame indices of `times` when already located (`mixture_pool`), else None (located when run)."""
 
     engine: FrameEngine
     key: str
@@ -318,6 +319,7 @@ class FrameJob(NamedTuple):
     dest: np.ndarray
     slots: np.ndarray
     output: FrameOutput
+    frames: np.ndarray | None = None
 
     def reader(self):
         """The file's reader from its engine's decoder cache, its frame size checked against info.json."""
@@ -332,8 +334,8 @@ class FrameJob(NamedTuple):
     def run(self, reader=None) -> None:
         reader = reader or self.reader()
         try:
-            reader.decode_into(reader.locate(self.times, self.engine.spec.tolerance_s), self.dest, self.output,
-                               self.slots)
+            frames = self.frames if self.frames is not None else reader.locate(self.times, self.engine.spec.tolerance_s)
+            reader.decode_into(frames, self.dest, self.output, self.slots)
         except (FrameTimestampError, VideoDecodeError) as e:
             raise self._named(e) from None
 

@@ -23,7 +23,7 @@ from ..mixture.layout import ACTION, STATE, EntryLayout, MixtureLayout
 from .engine import FrameEngine, run_jobs
 from .memory import Empty, place
 
-__all__ = ["Part", "build", "empty_batch"]
+__all__ = ["Part", "build", "camera_targets", "empty_batch", "task_texts", "vector"]
 
 
 def _shapes(layout: MixtureLayout, n: int, dtype: str) -> dict:
@@ -60,7 +60,7 @@ def empty_batch(layout: MixtureLayout, n: int, dtype: str = "uint8", zero_frames
     return out
 
 
-def _vector(values: np.ndarray, indices, windowed: bool) -> np.ndarray:
+def vector(values: np.ndarray, indices, windowed: bool) -> np.ndarray:
     """State or action values (B, [T,] d) with the entry's index selection, float32."""
     v = np.asarray(values)
     if v.ndim == (2 if windowed else 1):  # a 1-dimensional feature comes without its axis
@@ -90,12 +90,8 @@ def build(layout: MixtureLayout, n: int, dtype: str, parts: Sequence[Part]) -> d
     out = empty_batch(layout, n, dtype, zero_frames=False)
     views = {k: v.numpy() for k, v in out.items() if torch.is_tensor(v)}
     done, jobs = [], []
-    known = layout.__dict__.setdefault("_camera_targets", {})  # per entry: the same for every batch
     for p in parts:
-        got = known.get(p.entry.index)
-        if got is None:
-            got = known[p.entry.index] = _camera_targets(p.entry, layout)
-        targets, copies = got
+        targets, copies = camera_targets(p.entry, layout)
         try:
             values, js = p.engine.part(p.positions, {src: views[key] for src, key in targets.items()}, p.rows)
         except DatasetFormatError as e:  # e.g. frames of a size other than the mixture's: name the entry
@@ -107,9 +103,17 @@ def build(layout: MixtureLayout, n: int, dtype: str, parts: Sequence[Part]) -> d
     return out
 
 
-def _camera_targets(entry: EntryLayout, layout: MixtureLayout) -> tuple[dict[str, str], list[tuple[str, str]]]:
+def camera_targets(entry: EntryLayout, layout: MixtureLayout) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """Where an entry's cameras go: dataset key -> item key (its first role), and (item key, item key) copies
-    for a camera that fills several roles."""
+    for a camera that fills several roles (computed once per entry and layout)."""
+    known = layout.__dict__.setdefault("_camera_targets", {})
+    got = known.get(entry.index)
+    if got is None:
+        got = known[entry.index] = _camera_targets(entry, layout)
+    return got
+
+
+def _camera_targets(entry: EntryLayout, layout: MixtureLayout) -> tuple[dict[str, str], list[tuple[str, str]]]:
     targets: dict[str, str] = {}
     copies: list[tuple[str, str]] = []
     for role, key in zip(layout.cameras, layout.camera_keys):
@@ -170,7 +174,7 @@ def _place(out: dict, view: dict, done: list, layout: MixtureLayout) -> None:
                 continue
             g = groups.setdefault(dim, ([], [], []))
             g[0].append(p.rows)
-            g[1].append(_vector(values[src], indices, windowed))
+            g[1].append(vector(values[src], indices, windowed))
             if windowed:
                 g[2].append(values[f"{src}_is_pad"])
         for dim, (rs, vs, pads) in groups.items():
@@ -181,7 +185,13 @@ def _place(out: dict, view: dict, done: list, layout: MixtureLayout) -> None:
                 view[f"{key}_is_pad"][r] = _cat(pads)
     for p, values, _ in done:
         e = p.entry
-        tasks = values["task"] if e.task_key == "task" else np.asarray(values[e.task_key]).tolist()
-        for r, text in zip(p.rows.tolist(), tasks):
-            out["task"][r] = str(text)
+        for r, text in zip(p.rows.tolist(), task_texts(e, values)):
+            out["task"][r] = text
             out["dataset_name"][r] = e.name
+
+
+def task_texts(entry: EntryLayout, values: dict) -> list[str]:
+    """An entry's items' task text from their values (`FrameEngine.part`'s): the episode's task, or the entry's
+    text feature (`task_key`)."""
+    tasks = values["task"] if entry.task_key == "task" else np.asarray(values[entry.task_key]).tolist()
+    return [str(t) for t in tasks]

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..storage.resolve import reopen
-from .harmonise import Part, build
+from .mixture_pool import PooledEpisode, gather
 from .stream_pipeline import ConsumerPipeline
 
 __all__ = ["MixtureConsumer"]
@@ -47,7 +47,7 @@ class MixtureConsumer:
         self.released = np.zeros(n, dtype=bool)
         self.submitted = 0  # list positions [0, submitted) were handed to their pipelines
         self.open: dict[int, tuple[ConsumerPipeline, int]] = {}  # entry -> (pipeline, first local slot it covers)
-        self.chunk_engines: dict[int, tuple] = {}  # entry -> (pipeline, list positions, engine) of its last chunk
+        self.pooled: dict[int, PooledEpisode] = {}  # list position -> its episode in the mixture's layout
         self.next_start: dict[int, int] = {}
         self.sources: dict = {}
         self.mirror_base = mirror_base
@@ -78,7 +78,6 @@ class MixtureConsumer:
 
     def _close(self, e: int) -> None:
         pipe, _ = self.open.pop(e)
-        self.chunk_engines.pop(e, None)
         if not pipe.local:  # its mirror goes with it: so must the decoders opened on its files
             for rel in pipe.reader_gen:
                 owner_decoders = self.owner.decoders
@@ -102,33 +101,24 @@ class MixtureConsumer:
         (`collate.make_batch` with the dataset's settings); `admitted` list positions have entered the pool."""
         owner = self.owner
         self._prefetch(admitted + owner.options.prefetch_episodes)
-        ks, js = np.asarray(ks, dtype=np.int64), np.asarray(js, dtype=np.int64)
-        entries = self.entry[ks]
-        parts = []
-        for e in np.unique(entries).tolist():
-            sel = np.flatnonzero(entries == e)
-            parts.append(Part(owner.layout.entries[e], sel, *self._engine_for(e, ks[sel], js[sel])))
-        batch = make(lambda dtype: build(owner.layout, len(ks), dtype, parts))
-        owner.items_per_entry.add(entries)
+        ks = np.asarray(ks, dtype=np.int64)
+        drawn = np.unique(ks)
+        slots = [self._pooled(k) for k in drawn.tolist()]
+        local = np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), np.asarray(js).tolist())), np.int64, len(ks))
+        batch = make(lambda dtype: gather(owner.layout, slots, np.searchsorted(drawn, ks), local, dtype))
+        owner.items_per_entry.add(self.entry[ks])
         return batch
 
-    def _engine_for(self, e: int, ks: np.ndarray, js: np.ndarray) -> tuple:
-        """Entry `e`'s engine over the rows of its pooled episodes that list positions `ks` draw from, and the
-        pairs' positions in it (`ConsumerPipeline.engine_for`). An entry often has the same episodes drawn from
-        in chunk after chunk (one episode, when each entry is one episode): its engine is then reused, its
-        episodes' rows not put side by side again."""
-        pipe, start = self._pipeline(e)
-        local = self.local[ks] - start
-        groups = local if len(local) == 1 else np.unique(local)
-        cached = self.chunk_engines.get(e)
-        if cached is not None and cached[0] is pipe and np.array_equal(cached[1], groups):
-            engine = cached[2]
-            offsets = engine.columns.starts[np.searchsorted(groups, local)]
-            return engine, offsets + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())),
-                                                 np.int64, len(ks))
-        engine, rows = pipe.engine_for(local, js, pipe.prefetched)
-        self.chunk_engines[e] = (pipe, groups, engine)
-        return engine, rows
+    def _pooled(self, k: int) -> PooledEpisode:
+        """List position k's episode in the mixture's layout (built when first drawn from, kept until released)."""
+        got = self.pooled.get(k)
+        if got is None:
+            e = int(self.entry[k])
+            pipe, start = self._pipeline(e)
+            got = self.pooled[k] = PooledEpisode(self.owner.layout, self.owner.layout.entries[e], pipe.spec, pipe.meta,
+                                                 pipe.source, pipe.episode_rows(int(self.local[k]) - start),
+                                                 pipe.decoders, pipe.counters)
+        return got
 
     def release(self, done: Sequence[int]) -> None:
         """Release finished list positions; a pipeline left holding nothing is closed."""
@@ -138,6 +128,7 @@ class MixtureConsumer:
             if self.released[k]:
                 continue
             self.released[k] = True
+            self.pooled.pop(k, None)
             e = int(self.entry[k])
             got = self.open.get(e)
             if got is not None:

@@ -126,7 +126,7 @@ class ConsumerPipeline:
                         self.prefetcher.release(r)
             return {e: cols.episode(i) for i, e in enumerate(block_eps.tolist())}
 
-    def _rows(self, k: int) -> Columns:
+    def episode_rows(self, k: int) -> Columns:
         """The rows of list episode k, waiting for its block and video bytes the first time."""
         cols = self.rows.get(k)
         if cols is not None:
@@ -161,7 +161,7 @@ class ConsumerPipeline:
         """An engine over the rows of the pooled episodes the pairs draw from, and the pairs' positions in it."""
         self._submit_until(admitted + self.options.prefetch_episodes)
         groups = np.unique(ks)
-        cols = Columns.concat([self._rows(int(k)) for k in groups])
+        cols = Columns.concat([self.episode_rows(int(k)) for k in groups])
         engine = FrameEngine(self.spec, self.meta, self.source, cols, decoders=self.decoders, counters=self.counters)
         g = np.searchsorted(groups, ks)
         rows = cols.starts[g] + np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), js.tolist())),

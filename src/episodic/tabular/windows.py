@@ -36,8 +36,9 @@ def delta_offsets(delta_timestamps: Mapping[str, Sequence[float]] | None, fps: i
 
 def window_rows(rows: np.ndarray, start: np.ndarray, end: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For rows (B,) of episodes spanning [start, end) (B,), the rows of each offset (B, T), clamped into the
-    episode (the edge frame repeats), and the (B, T) mask of offsets that fell outside it."""
-    q = rows[:, None] + offsets[None, :]
+    episode (the edge frame repeats), and the (B, T) mask of offsets that fell outside it. `offsets`: (T,) for
+    every row, or (B, T), each row its own (a mixture's rows, each on its entry's fps grid)."""
+    q = rows[:, None] + (offsets if offsets.ndim == 2 else offsets[None, :])
     lo, hi = start[:, None], end[:, None]
     pad = (q < lo) | (q >= hi)
     return np.minimum(np.maximum(q, lo), hi - 1), pad  # ufuncs: np.clip's Python wrapper costs more on small batches

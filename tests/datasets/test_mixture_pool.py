@@ -1,0 +1,115 @@
+"""A streaming mixture's batches, gathered from its pooled episodes in the mixture's layout (`mixture_pool`),
+equal the map-style mixture's items of the same frames (`harmonise.build` over each entry's `FrameEngine.part`):
+windowed camera roles, per-entry windows on each entry's fps grid, index selections, remapped roles, a camera
+in two roles, an image feature, entries without a role; a frame outside tolerance is a named error."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from episodic.datasets.mixture import MixtureDataset
+from episodic.datasets.mixture_stream import StreamingMixtureDataset
+from episodic.format.errors import FrameTimestampError
+from episodic.mixture import MixtureSpec, preflight
+from episodic.mixture.synthetic import mixture_spec
+
+SIZE = (24, 40)
+
+
+def _assert_stream_equals_map(spec: dict, tmp_path, batch_size: int = 7, **kw) -> list[dict]:
+    report = preflight(MixtureSpec.from_dict(spec))
+    ds = StreamingMixtureDataset(report, image_size=SIZE, episode_pool_size=5, seed=3, cache_dir=tmp_path, **kw)
+    batches = list(ds.loader(batch_size=batch_size, num_workers=0))
+    mds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, **kw)
+    slot_of = {e.index: e.slot for e in ds.layout.entries}
+    for b in batches:
+        flat = [int(ds.sampler.row_offset[slot_of[int(d)]]) + int(i) for d, i in zip(b["dataset_index"], b["index"])]
+        ref = mds.get_batch(flat)
+        assert ref.keys() == b.keys()
+        for k, v in ref.items():
+            assert (torch.equal(b[k], v) if torch.is_tensor(v) else b[k] == v), k
+    return batches
+
+
+def test_heterogeneous_entries_with_windows_selections_and_remapped_roles(synthetic, tmp_path):
+    spec = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]})
+    e = spec["entries"]
+    e[6]["roles"] = {"front": synthetic[6].cameras[2], "wrist": synthetic[6].cameras[0],
+                     "state": synthetic[6].state_key, "action": "action"}
+    e[0]["state_indices"] = [4, 0, 2]
+    e[1]["action_indices"] = [1]
+    e[1]["tolerance_s"] = 0.001
+    e[2]["exclude_episodes"] = [0]
+    e[3]["delta_timestamps"] = {"action": [0.0, 0.05, 0.1], "state": [-0.05, 0.0]}
+    e[5]["roles"] = {k: v for k, v in e[5]["roles"].items() if k != "state"}  # an entry without a state
+    roles = Counter(r for x in e for r in x["roles"] if r not in ("state", "action"))
+    windowed = roles.most_common(1)[0][0]
+    spec["delta_timestamps"][windowed] = [-0.1, 0.0, 0.1]  # a windowed camera role
+    e[3]["delta_timestamps"][windowed] = [-0.05, 0.0, 0.05]
+    batches = _assert_stream_equals_map(spec, tmp_path)
+    pads = torch.cat([b[f"observation.images.{windowed}_is_pad"] for b in batches])
+    assert pads.any() and not pads.all()  # padded at episode edges, and for entries without the camera
+    state_pad = torch.cat([b["observation.state_is_pad"] for b in batches])
+    names = [n for b in batches for n in b["dataset_name"]]
+    assert state_pad[[n == synthetic[5].name for n in names]].all()
+
+
+def test_a_camera_in_two_roles_and_uint8_frames(synthetic, tmp_path):
+    spec = mixture_spec(synthetic[:4], delta_timestamps={"action": [0.0, 0.1]})
+    cam = synthetic[1].cameras[0]
+    spec["entries"][1]["roles"] = {"front": cam, "wrist": cam, "state": synthetic[1].state_key, "action": "action"}
+    batches = _assert_stream_equals_map(spec, tmp_path, return_uint8=True)
+    rows = torch.cat([b["dataset_index"] for b in batches]) == 1
+    front = torch.cat([b["observation.images.front"] for b in batches])[rows]
+    assert front.dtype == torch.uint8 and front.any()
+    assert torch.equal(front, torch.cat([b["observation.images.wrist"] for b in batches])[rows])
+
+
+def test_an_image_feature_in_the_data_file(synthetic, copy_of, tmp_path):
+    import matplotlib.image as mpimg
+
+    root = copy_of(synthetic[0].path)
+    info = json.loads((root / "meta/info.json").read_text())
+    h, w = 16, 32
+    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [h, w, 3],
+                                                    "names": ["height", "width", "channels"]}
+    (root / "meta/info.json").write_text(json.dumps(info))
+    for path in (root / "data").rglob("*.parquet"):
+        t = pq.read_table(path)
+        pngs = []
+        for i in t.column("index").to_pylist():
+            img = np.zeros((h, w, 3), np.uint8)
+            img[..., 0], img[i % h, :, 1] = (i * 7) % 256, 255
+            buf = io.BytesIO()
+            mpimg.imsave(buf, img, format="png")
+            pngs.append(buf.getvalue())
+        pq.write_table(t.append_column("observation.images.still", pa.array(pngs, pa.binary())), path)
+    spec = mixture_spec(synthetic[:3], delta_timestamps={"still": [-0.1, 0.0]})
+    spec["entries"][0]["source"] = str(root)
+    spec["entries"][0]["roles"]["still"] = "observation.images.still"
+    batches = _assert_stream_equals_map(spec, tmp_path)
+    still = torch.cat([b["observation.images.still"] for b in batches])
+    assert still[torch.cat([b["dataset_index"] for b in batches]) == 0].any()
+
+
+def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthetic, copy_of, tmp_path):
+    d = synthetic[0]
+    root = copy_of(d.path)
+    path = sorted((root / "data").rglob("*.parquet"))[0]
+    t = pq.read_table(path)
+    ts = t.column("timestamp").to_numpy().copy()
+    ts[3] += 0.4 / d.fps  # between two frames
+    pq.write_table(t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts, t.schema.field("timestamp").type)), path)
+    spec = mixture_spec([d])
+    spec["entries"][0]["source"] = str(root)
+    ds = StreamingMixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)
+    with pytest.raises(FrameTimestampError, match=r"episode 0, camera 'observation\.images\.\w+': .*no frame within"):
+        list(ds.loader(batch_size=4, num_workers=0))
