@@ -1,4 +1,6 @@
-"""A mixture's batch in its shared layout (`mixture.layout`), built from its entries' parts.
+"""A mixture's batch in its shared layout (`mixture.layout`), built from its entries' parts (the map-style
+mixture; a streaming one gathers its batches from pooled episodes already in the layout, `mixture_pool`, with
+the same values and this module's helpers).
 
 `build(layout, n, dtype, parts)` makes the batch of n items from `Part`s (rows of the batch that are positions of
 one entry's `FrameEngine`): the batch is placed once (`empty_batch`: in the memory this process hands batches out

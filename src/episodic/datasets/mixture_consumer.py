@@ -9,7 +9,9 @@ the next ``prefetch_episodes`` slots after those admitted to the pool, whatever 
 opened when its entry's next slot comes within reach and closed as soon as it holds nothing (every slot it
 read was released), so a consumer keeps at most pool + prefetch entries open, not every entry of the
 mixture; a later slot of the same entry opens a new pipeline from there. Decoders are shared by all
-pipelines (a local entry's files stay open across its pipelines).
+pipelines (a local entry's files stay open across its pipelines). A slot's rows are brought into the mixture's
+layout when it is first drawn from (`mixture_pool.PooledEpisode`, dropped when released), and a batch is gathered
+from the drawn slots at once (`mixture_pool.gather`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ each entry's frame budget from the quota sequence, spent on whole episodes in th
 consumers read many entries (`mixture_consumer.MixtureConsumer`: one `ConsumerPipeline` per entry while it has
 episodes in the pool or read-ahead window). Everything else is the single dataset's: the plan (episodes split
 over consumers, pools, exact and elastic resume: `order.stream_plan` on the epoch's ``{slot: length}``), the
-`StreamState`, `loader()` (`StreamingLoader`: counting, even batches across ranks), items built by each entry's
-own `FrameEngine` and brought into the mixture's layout (`harmonise`).
+`StreamState`, `loader()` (`StreamingLoader`: counting, even batches across ranks), items gathered in the
+mixture's layout from the rows each entry's pipeline reads (`mixture_pool`).
 
 The state is the stream state plus ``"mixture"`` (`order.mixture_state.MixtureState`). Resuming under a mixture
 that changed since (an entry re-weighted, added, retired, ...): the interrupted epoch's remaining slots were
