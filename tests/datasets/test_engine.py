@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from episodic import EpisodicDataset, LeRobotDataset, StreamingLeRobotDataset
 from episodic.datasets.device import frames_to_float, to_device
 
-from support import LEROBOT_FIXTURE
+from support import LEROBOT_FIXTURE, add_image_feature
 
 ROOT = LEROBOT_FIXTURE / "dataset"
 
@@ -179,29 +179,8 @@ def test_a_part_of_a_larger_batch_equals_the_batch_of_its_positions(multifile_ro
 
 def test_image_features_of_a_part(small_root, copy_of):
     """An 'image' feature (PNG bytes in the data file) is decoded into the part's rows of the larger batch too."""
-    import io
-    import json
-
-    import matplotlib.image as mpimg
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     root = copy_of(small_root)
-    info = json.loads((root / "meta/info.json").read_text())
-    h, w = 48, 64
-    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [h, w, 3],
-                                                    "names": ["height", "width", "channels"]}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    for path in (root / "data").rglob("*.parquet"):
-        t = pq.read_table(path)
-        pngs = []
-        for i in t.column("index").to_pylist():
-            img = np.zeros((h, w, 3), np.uint8)
-            img[..., 0], img[i % h, :, 1] = (i * 7) % 256, 255
-            buf = io.BytesIO()
-            mpimg.imsave(buf, img, format="png")
-            pngs.append(buf.getvalue())
-        pq.write_table(t.append_column("observation.images.still", pa.array(pngs, pa.binary())), path)
+    add_image_feature(root, "observation.images.still", 48, 64)
     ds = EpisodicDataset(root, delta_timestamps={"observation.images.still": [-1 / 30, 0.0]})
     assert "observation.images.still" in ds.camera_keys
     _part_vs_batch(ds, np.array([0, 5, 17, 40, 40]), "uint8", 1)

@@ -5,11 +5,8 @@ in two roles, an image feature, entries without a role; a frame outside toleranc
 
 from __future__ import annotations
 
-import io
-import json
 from collections import Counter
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,6 +17,7 @@ from episodic.datasets.mixture_stream import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.synthetic import mixture_spec
+from support import add_image_feature
 
 SIZE = (24, 40)
 
@@ -74,24 +72,8 @@ def test_a_camera_in_two_roles_and_uint8_frames(synthetic, tmp_path):
 
 
 def test_an_image_feature_in_the_data_file(synthetic, copy_of, tmp_path):
-    import matplotlib.image as mpimg
-
     root = copy_of(synthetic[0].path)
-    info = json.loads((root / "meta/info.json").read_text())
-    h, w = 16, 32
-    info["features"]["observation.images.still"] = {"dtype": "image", "shape": [h, w, 3],
-                                                    "names": ["height", "width", "channels"]}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    for path in (root / "data").rglob("*.parquet"):
-        t = pq.read_table(path)
-        pngs = []
-        for i in t.column("index").to_pylist():
-            img = np.zeros((h, w, 3), np.uint8)
-            img[..., 0], img[i % h, :, 1] = (i * 7) % 256, 255
-            buf = io.BytesIO()
-            mpimg.imsave(buf, img, format="png")
-            pngs.append(buf.getvalue())
-        pq.write_table(t.append_column("observation.images.still", pa.array(pngs, pa.binary())), path)
+    add_image_feature(root, "observation.images.still", 16, 32)
     spec = mixture_spec(synthetic[:3], delta_timestamps={"still": [-0.1, 0.0]})
     spec["entries"][0]["source"] = str(root)
     spec["entries"][0]["roles"]["still"] = "observation.images.still"
