@@ -95,3 +95,19 @@ def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthet
     ds = StreamingMixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)
     with pytest.raises(FrameTimestampError, match=r"episode 0, camera 'observation\.images\.\w+': .*no frame within"):
         list(ds.loader(batch_size=4, num_workers=0))
+
+
+def test_entries_without_cameras(synthetic, tmp_path):
+    """A tabular-only entry among entries with cameras (its frames zeros, padding), and a mixture without any."""
+    from episodic.mixture.synthetic import write_synthetic_datasets
+
+    tabular = write_synthetic_datasets(tmp_path / "tabular", 2, seed=4, cameras=(0, 0))
+    spec = mixture_spec([*synthetic[:3], tabular[0]], delta_timestamps={"action": [0.0, 0.1]})
+    spec["entries"][3]["name"] = "tabular-only"
+    batches = _assert_stream_equals_map(spec, tmp_path / "a")
+    rows = torch.cat([b["dataset_index"] for b in batches]) == 3
+    assert rows.any()
+    for key in [k for k in batches[0] if k.startswith("observation.images.") and k.endswith("_is_pad")]:
+        assert torch.cat([b[key] for b in batches])[rows].all()
+    batches = _assert_stream_equals_map(mixture_spec(tabular), tmp_path / "b")
+    assert not any(k.startswith("observation.images.") for k in batches[0])
