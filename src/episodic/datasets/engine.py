@@ -260,13 +260,15 @@ class FrameEngine:
         """`dest[key]` as (N * T, *frame) rows (a view: never a copy that writes would be lost in), checked
         against the spec's frame shape."""
         arr = dest[key]
+        self.check_frame_shape(key, arr.shape[-3:])
+        return flat_frames(arr)
+
+    def check_frame_shape(self, key: str, shape: Sequence[int]) -> None:
+        """Camera `key`'s frames at the spec's output size must have `shape`, the batch's (C, H, W)."""
         want = tuple(self.spec.frames.shape(self._hw(key)))
-        if arr.shape[-3:] != want:
-            raise DatasetFormatError(f"{self.meta.root}: camera {key!r} gives frames of shape {tuple(want)}, the batch "
-                                     f"holds {tuple(arr.shape[-3:])}")
-        flat = arr.view()
-        flat.shape = (-1, *arr.shape[-3:])  # raises rather than copy
-        return flat
+        if tuple(shape) != want:
+            raise DatasetFormatError(f"{self.meta.root}: camera {key!r} gives frames of shape {want}, the batch "
+                                     f"holds {tuple(shape)}")
 
     def _hw(self, key: str) -> tuple[int, int]:
         """info.json's (height, width) of camera `key`, read once per engine."""
@@ -304,6 +306,13 @@ class FrameEngine:
             if hw != tuple(want):
                 self._check_size(key, hw, f"row {r} (an image in the data file)",
                                  self.episodes[self.columns.episode_of_rows(np.array([r]))])
+
+
+def flat_frames(frames: np.ndarray) -> np.ndarray:
+    """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
+    flat = frames.view()
+    flat.shape = (-1, *frames.shape[-3:])  # raises rather than copy
+    return flat
 
 
 class FrameJob(NamedTuple):

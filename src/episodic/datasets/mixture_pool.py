@@ -27,7 +27,7 @@ from ..mixture.layout import ACTION, STATE, EntryLayout, MixtureLayout
 from ..storage.source import Source
 from ..tabular import Columns, window_rows
 from ..video import DecoderCache
-from .engine import FrameEngine, FrameJob, ItemSpec, run_jobs
+from .engine import FrameEngine, FrameJob, ItemSpec, flat_frames, run_jobs
 from .harmonise import camera_targets, empty_batch, task_texts, vector
 
 __all__ = ["PooledEpisode", "gather"]
@@ -83,7 +83,7 @@ class PooledEpisode:
         for src in self.targets:
             if layout.image_size is not None:  # frames of another size than the batch's: name the entry
                 try:
-                    self.engine._dest_rows({src: np.empty((0, 3, *layout.image_size), np.uint8)}, src)
+                    self.engine.check_frame_shape(src, (3, *layout.image_size))
                 except DatasetFormatError as e:
                     raise DatasetFormatError(f"entry {entry.name!r}: {e}") from None
             if src not in spec.video_keys:
@@ -143,7 +143,7 @@ def _cameras(layout: MixtureLayout, slots: list[PooledEpisode], g: np.ndarray, l
     bounds = np.flatnonzero(np.diff(g[order])) + 1
     groups = [(int(g[r[0]]), r) for r in np.split(order, bounds)] if len(g) else []
     role_of = dict(zip(layout.camera_keys, layout.cameras))
-    flat = {key: _flat(view[key]) for key in layout.camera_keys}
+    flat = {key: flat_frames(view[key]) for key in layout.camera_keys}
     jobs: dict[tuple, list] = {}
     for u, r in groups:
         s = slots[u]
@@ -173,13 +173,6 @@ def _cameras(layout: MixtureLayout, slots: list[PooledEpisode], g: np.ndarray, l
         for src_key, key in slots[u].copies:
             view[key][r] = view[src_key][r]
             view[f"{key}_is_pad"][r] = view[f"{src_key}_is_pad"][r]
-
-
-def _flat(frames: np.ndarray) -> np.ndarray:
-    """(B, [T,] *frame) frames as (B * T, *frame) rows: a view (never a copy that writes would be lost in)."""
-    flat = frames.view()
-    flat.shape = (-1, *frames.shape[-3:])  # raises rather than copy
-    return flat
 
 
 def _job(parts: list, dest: np.ndarray) -> FrameJob:
