@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..storage.resolve import reopen
-from .mixture_pool import PooledEpisode, gather
+from .mixture_pool import PooledEpisode, gather, positions_by_value
 from .stream_pipeline import ConsumerPipeline
 
 __all__ = ["MixtureConsumer"]
@@ -40,9 +40,7 @@ class MixtureConsumer:
         self.eps = np.asarray(episodes, dtype=np.int64)
         self.frames = list(frames)
         n = len(self.entry)
-        order = np.argsort(self.entry, kind="stable")
-        bounds = np.flatnonzero(np.diff(self.entry[order])) + 1
-        self.positions = {int(self.entry[g[0]]): g for g in np.split(order, bounds) if len(g)}  # ascending
+        self.positions = dict(positions_by_value(self.entry))  # entry -> its list positions, ascending
         self.local = np.empty(n, dtype=np.int64)  # a slot's place among its entry's slots
         for g in self.positions.values():
             self.local[g] = np.arange(len(g))

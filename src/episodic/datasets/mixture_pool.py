@@ -30,7 +30,7 @@ from ..video import DecoderCache
 from .engine import FrameEngine, FrameJob, ItemSpec, flat_frames, run_jobs
 from .harmonise import camera_targets, empty_batch, task_texts, vector
 
-__all__ = ["PooledEpisode", "gather"]
+__all__ = ["PooledEpisode", "gather", "positions_by_value"]
 
 _BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index")
 
@@ -88,9 +88,8 @@ class PooledEpisode:
                     raise DatasetFormatError(f"entry {entry.name!r}: {e}") from None
             if src not in spec.video_keys:
                 continue
-            cam = meta.episodes.cameras[src]
-            rel = cam.files[int(cam.file_id[ep])]
-            times = cam.from_ts[ep] + ts
+            rel = meta.video_file_of(ep, src)
+            times = meta.episodes.cameras[src].from_ts[ep] + ts
             reader = FrameJob(self.engine, src, rel, eps, times, None, None, None).reader()  # size checked, errors named
             try:
                 frames = reader.locate(times, spec.tolerance_s)
@@ -121,13 +120,12 @@ def gather(layout: MixtureLayout, slots: list[PooledEpisode], g: np.ndarray, loc
     for role, key in (("state", STATE), ("action", ACTION)):
         if key not in view:
             continue
-        has = np.fromiter(((s.entry.state_key if role == "state" else s.entry.action_key) is not None for s in slots),
-                          bool, len(slots))[g]
         win = windows.get(role)
         view[key][:] = np.concatenate([s.tab[key] for s in slots])[rows if win is None else win[0]]
-        view[f"{key}_mask"][:] = np.stack([s.masks[key] for s in slots])[g]
-        if win is not None:
-            view[f"{key}_is_pad"][:] = win[1] | ~has[:, None]
+        masks = np.stack([s.masks[key] for s in slots])[g]
+        view[f"{key}_mask"][:] = masks
+        if win is not None:  # all padding for a row whose entry has no such role (no real dimension)
+            view[f"{key}_is_pad"][:] = win[1] | ~masks.any(axis=1, keepdims=True)
     out["task"] = np.concatenate([s.task for s in slots])[rows].tolist()
     out["dataset_name"] = [slots[i].entry.name for i in g.tolist()]
     _cameras(layout, slots, g, local, windows, starts, view)
@@ -139,9 +137,7 @@ def _cameras(layout: MixtureLayout, slots: list[PooledEpisode], g: np.ndarray, l
     """Each camera role's frames and ``_is_pad``: decoded straight into the batch, one job per (file, item key)
     whatever the slots it holds; zeros and padding for the rows of entries without the role; copies for a
     camera that fills several roles."""
-    order = np.argsort(g, kind="stable")
-    bounds = np.flatnonzero(np.diff(g[order])) + 1
-    groups = [(int(g[r[0]]), r) for r in np.split(order, bounds)] if len(g) else []
+    groups = positions_by_value(g)
     role_of = dict(zip(layout.camera_keys, layout.cameras))
     flat = {key: flat_frames(view[key]) for key in layout.camera_keys}
     jobs: dict[tuple, list] = {}
@@ -173,6 +169,13 @@ def _cameras(layout: MixtureLayout, slots: list[PooledEpisode], g: np.ndarray, l
         for src_key, key in slots[u].copies:
             view[key][r] = view[src_key][r]
             view[f"{key}_is_pad"][r] = view[f"{src_key}_is_pad"][r]
+
+
+def positions_by_value(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(value, ascending positions of it in `values`) for each distinct value, in ascending value order."""
+    order = np.argsort(values, kind="stable")
+    bounds = np.flatnonzero(np.diff(values[order])) + 1
+    return [(int(values[r[0]]), r) for r in np.split(order, bounds)] if len(values) else []
 
 
 def _job(parts: list, dest: np.ndarray) -> FrameJob:
