@@ -89,6 +89,44 @@ def test_letterbox_keeps_aspect_and_zeroes_bars(noise_video):
     assert tall == (38, 50, 31, 0)
 
 
+_FORMATS = ("yuv420p", "yuvj420p", "yuv422p", "yuv444p", "yuv420p10le", "nv12", "gray", "rgb24", "rgba")
+_WIDTHS = (*range(2, 82, 1), 424, 600, 640, 642)
+
+
+def _random_frame(fmt: str, h: int, w: int, seed: int) -> av.VideoFrame:
+    frame = av.VideoFrame(w, h, fmt)
+    rng = np.random.default_rng(seed)
+    for p in frame.planes:
+        if fmt.endswith("10le"):  # 10-bit samples in 16-bit words
+            np.frombuffer(p, np.uint16)[:] = rng.integers(0, 1024, p.buffer_size // 2, dtype=np.uint16)
+        else:
+            np.frombuffer(p, np.uint8)[:] = rng.integers(0, 256, p.buffer_size, dtype=np.uint8)
+    return frame
+
+
+@pytest.mark.parametrize("fmt", _FORMATS)
+def test_every_width_and_pixel_format_equals_pyav_rgb24(fmt):
+    """Bit for bit against PyAV's own `to_ndarray("rgb24")` at every width from 2 to 81 (and wide odd ones):
+    FFmpeg's SIMD yuv->gbrp leaves the last columns of widths 17-24, 33-40, ... unwritten, and 10-bit and NV12
+    sources round differently in gbrp; `planar_exact` must send such frames through rgb24."""
+    from av.video.reformatter import VideoReformatter
+
+    reformatter = VideoReformatter()
+    for h in (2, 16, 30):
+        for w in _WIDTHS:
+            if fmt.startswith(("yuv420", "yuvj420", "nv12")) and (h % 2 or w % 2):
+                continue
+            frame = _random_frame(fmt, h, w, seed=h * 1000 + w)
+            want = frame.to_ndarray(format="rgb24")
+            for out, expected in ((FrameOutput(), want.transpose(2, 0, 1)),
+                                  (FrameOutput(dtype="float32"),
+                                   (torch.from_numpy(want).permute(2, 0, 1).float() / 255).numpy()),
+                                  (FrameOutput(channels_first=False), want)):
+                dest = np.full(out.shape((h, w)), 7, np.uint8 if out.dtype == "uint8" else np.float32)  # stale pixels
+                write_frame(frame, dest, out, reformatter)
+                assert np.array_equal(dest, expected), (fmt, h, w, out)
+
+
 def test_options_are_checked_up_front():
     assert check_image_size([224, 256]) == (224, 256)
     for bad in [(0, 10), (10,), "224", (1.5, 2), (True, 3), (10, 20000)]:

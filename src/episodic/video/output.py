@@ -1,10 +1,16 @@
 """How decoded frames come out: size (the file's, or resized in the colour-conversion pass), resize mode,
 dtype and layout, and the one function that writes a decoded frame into its slot of a batch.
 
-Frames are converted by FFmpeg's swscale straight to planar RGB ("gbrp", bit-identical to "rgb24", tested),
-so a channels-first slot gets each colour plane with one contiguous copy (uint8) or one conversion pass to
-float32 in [0, 1] that is bit-identical to LeRobot's ``x.float() / 255``: no HWC->CHW transpose and no
-intermediate RGB image. With `size`, swscale scales in that same pass:
+A frame's pixels are, by definition, PyAV's ``frame.to_ndarray(format="rgb24")`` (channels moved first, and
+for float32 divided by 255 bit-identically to LeRobot's ``x.float() / 255``). Where swscale's planar RGB
+("gbrp") output equals its "rgb24" output, frames are converted straight to gbrp, so a channels-first slot gets
+each colour plane with one contiguous copy (uint8) or one conversion pass to float32: no HWC->CHW transpose and
+no intermediate RGB image (~5x less conversion work at 480x640). It does not always: FFmpeg 7-8's SIMD
+yuv->gbrp leaves the last ``width % 16`` columns unwritten for widths whose remainder is 1..8 (40, 56, 424,
+600, ...), and 10-bit and NV12 sources round differently. So `planar_exact` checks, once per process and
+source geometry (pixel format, colorspace, range, size, output size), that gbrp equals rgb24 on a frame of
+random pixels; where it does not, the frame goes through rgb24 and a strided copy. With `size`, swscale scales
+in that same pass:
 
 * ``"stretch"``: the frame is scaled to exactly (H, W), aspect ratio not kept.
 * ``"letterbox"``: scaled to the largest size that fits in (H, W) with the aspect ratio kept (each side
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import av
 import numpy as np
 from av.video.reformatter import Interpolation, VideoReformatter
 
@@ -89,19 +96,52 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
     src_hw = (frame.height, frame.width)
     h, w, top, left = out.placement(src_hw)
     scaled = (h, w) != src_hw
-    rgb = _reformat(reformatter, frame, "gbrp" if out.channels_first else "rgb24", h, w, scaled)
-    if out.channels_first:
-        planes = rgb.planes  # g, b, r
-        for c, p in zip((1, 2, 0), planes):
-            _put(np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w], dest[c, top:top + h, left:left + w])
-        if (h, w) != dest.shape[1:]:
-            _zero_border(dest, top, left, h, w, axis=1)
+    if out.channels_first and planar_exact(frame, h, w, scaled):
+        for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
+            _put(_rows(p, h, w), dest[c, top:top + h, left:left + w])
     else:
-        p = rgb.planes[0]
-        _put(np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w * 3].reshape(h, w, 3),
-             dest[top:top + h, left:left + w])
-        if (h, w) != dest.shape[:2]:
-            _zero_border(dest, top, left, h, w, axis=0)
+        rgb = _rows(_reformat(reformatter, frame, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
+        if out.channels_first:
+            _put(rgb.transpose(2, 0, 1), dest[:, top:top + h, left:left + w])
+        else:
+            _put(rgb, dest[top:top + h, left:left + w])
+    axis = 1 if out.channels_first else 0
+    if (h, w) != dest.shape[axis:axis + 2]:
+        _zero_border(dest, top, left, h, w, axis=axis)
+
+
+def planar_exact(frame, h: int, w: int, scaled: bool) -> bool:
+    """Whether swscale's gbrp output of frames like `frame` (pixel format, colorspace, range, size) at (h, w)
+    equals its rgb24 output, checked once per process on a frame of random pixels (see the module docstring)."""
+    key = (frame.format.name, getattr(frame, "colorspace", None), getattr(frame, "color_range", None),
+           frame.height, frame.width, h, w, scaled)
+    exact = _PLANAR_EXACT.get(key)
+    if exact is None:
+        exact = _PLANAR_EXACT[key] = _probe_planar(key)
+    return exact
+
+
+def _probe_planar(key: tuple) -> bool:
+    fmt, colorspace, color_range, sh, sw, h, w, scaled = key
+    probe = av.VideoFrame(sw, sh, fmt)
+    for attr, value in (("colorspace", colorspace), ("color_range", color_range)):
+        if value is not None:
+            setattr(probe, attr, value)
+    rng = np.random.default_rng(0)
+    for p in probe.planes:
+        np.frombuffer(p, np.uint8)[:] = rng.integers(0, 256, p.buffer_size, dtype=np.uint8)
+    reformatter = VideoReformatter()
+    planes = [_rows(p, h, w) for p in _reformat(reformatter, probe, "gbrp", h, w, scaled).planes]
+    rgb = _rows(_reformat(reformatter, probe, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
+    return all(np.array_equal(planes[p], rgb[..., c]) for c, p in ((0, 2), (1, 0), (2, 1)))
+
+
+_PLANAR_EXACT: dict[tuple, bool] = {}  # `planar_exact`'s verdicts in this process
+
+
+def _rows(plane, h: int, nbytes: int) -> np.ndarray:
+    """The first `nbytes` bytes of each of a plane's `h` rows (rows are `line_size` apart)."""
+    return np.frombuffer(plane, np.uint8).reshape(h, plane.line_size)[:, :nbytes]
 
 
 def unit_float_into(src: np.ndarray, dst: np.ndarray) -> None:
