@@ -66,15 +66,23 @@ def test_video_file_writer_counts_and_discards(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("width", [16, 24])
-def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width, tmp_path):
-    # SVT-AV1 as PyAV 15 bundles it dies with SIGFPE on such frames: the probe must refuse them by name first
+@pytest.mark.parametrize("width, height", [(16, 32), (24, 32), (80, 24), (640, 16), (1280, 8)])
+def test_av1_frames_svt_cannot_take_are_refused_before_encoding(width, height, tmp_path):
+    # SVT-AV1 as PyAV bundles it dies with SIGFPE on frames narrower than 32 (PyAV 15), and never returns from
+    # flushing frames of <= 24 rows wider than 64 pixels (PyAV 15-18): the probe must refuse them by name first
     from episodic.format.errors import WriterInputError
     from episodic.writer.video import probe_encoder
 
-    with pytest.raises(WriterInputError, match=rf"camera 'cam': {width}x32 frames are too narrow for AV1.*>= 32"):
-        probe_encoder("cam", width, 32, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
-    probe_encoder("cam", 32, 16, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)  # wide enough
-    with pytest.raises(WriterInputError, match=rf"{width}x32 frames are too narrow for AV1"):  # any stream, not only probes
-        VideoFileWriter(str(tmp_path / "narrow.mp4"), width, 32, 30, vcodec="av1")
+    refused = rf"AV1 \(SVT-AV1\) cannot encode {width}x{height} frames"
+    with pytest.raises(WriterInputError, match=rf"camera 'cam': {refused}"):
+        probe_encoder("cam", width, height, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
+    with pytest.raises(WriterInputError, match=refused):  # any stream, not only probes
+        VideoFileWriter(str(tmp_path / "refused.mp4"), width, height, 30, vcodec="av1")
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.mark.parametrize("width, height", [(32, 16), (64, 24), (640, 25), (424, 30)])
+def test_av1_sizes_svt_takes_are_encoded(width, height):
+    from episodic.writer.video import probe_encoder
+
+    probe_encoder("cam", width, height, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)

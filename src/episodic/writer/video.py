@@ -26,6 +26,19 @@ INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 
 
 SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 as PyAV 15 bundles it (16 and 24 seen)
+# SVT-AV1 (as PyAV 15-18 bundle it) never returns from flushing frames of 24 rows or fewer that are wider than 64
+# pixels (8-24 rows at widths 80-1920 seen; 25 rows and more, or 64 pixels wide and less, encode)
+SVT_AV1_LOW_MAX_HEIGHT, SVT_AV1_LOW_MAX_WIDTH = 24, 64
+
+
+def _av1_size_problem(width: int, height: int) -> str | None:
+    """Why SVT-AV1 cannot take `width`x`height` frames (it crashes or hangs the process), or None."""
+    if width < SVT_AV1_MIN_WIDTH:
+        return f"width must be >= {SVT_AV1_MIN_WIDTH}"
+    if height <= SVT_AV1_LOW_MAX_HEIGHT and width > SVT_AV1_LOW_MAX_WIDTH:
+        return (f"frames of {SVT_AV1_LOW_MAX_HEIGHT} rows or fewer must be at most {SVT_AV1_LOW_MAX_WIDTH} pixels "
+                f"wide (its encoder hangs)")
+    return None
 
 
 def encoder_name(vcodec: str) -> str:
@@ -38,11 +51,12 @@ def encoder_name(vcodec: str) -> str:
 def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
                 preset: int | str | None):
     name = encoder_name(vcodec)
-    if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
-        # refused before the encoder opens: narrower frames crash the SVT-AV1 bundled with PyAV 15 (SIGFPE, the
-        # whole process), so a probe could not report them
-        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
-                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
+    problem = _av1_size_problem(width, height) if name == "libsvtav1" else None
+    if problem:
+        # refused before the encoder opens: these sizes crash (SIGFPE) or hang the SVT-AV1 bundled with PyAV, the
+        # whole process, so a probe could not report them
+        raise WriterInputError(f"AV1 (SVT-AV1) cannot encode {width}x{height} frames: {problem}; use another "
+                               f"camera size or vcodec='h264'")
     options = {"g": str(gop)}
     if crf is not None:
         options["crf"] = str(crf)
