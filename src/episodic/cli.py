@@ -277,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, help="PNG to write (default bench_summary.png)" + _NEEDS_PLOT)
     p.add_argument("--title", default="episodic bench")
     p.set_defaults(func=_bench_summarize)
-    p = sub.add_parser("show", help="draw one episode: camera frames over time, state and action curves")
+    p = sub.add_parser("show", help="one episode: a text summary, and a PNG of camera frames over time and the "
+                                     "state and action curves")
     p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (default: the demo dataset)")
     p.add_argument("--episode", type=int, default=0)
     p.add_argument("-o", "--output", default=None, help="PNG to write (default episode.png)" + _NEEDS_PLOT)
