@@ -115,3 +115,76 @@ def test_worker_facts_inside_dataloader_workers():
 def test_set_tensor_sharing_rejects_unknown_strategies():
     with pytest.raises(ValueError, match="sharing must be one of"):
         runtime.set_tensor_sharing("shm")
+
+
+# ---------------------------------------------------------------------------------------------- private torch API
+_SRC = os.path.join(os.path.dirname(__file__), os.pardir, "src", "episodic")
+_PRIVATE = [
+    r"\btorch(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*",  # torch._C, torch.utils.data._utils, torch._dynamo ...
+    r"\bfrom\s+torch[\w.]*\s+import\s+[^\n]*\b_[A-Za-z]\w*",  # from torch.utils.data.dataloader import _Multi...
+    r"\._cdata\b", r"_storage_Use_Count", r"_MultiProcessingDataLoaderIter",  # torch internals by their names
+    r"\._shutdown_workers\b", r"[\"']_shutdown_workers[\"']",  # a DataLoader iterator's private method
+]
+
+
+def test_private_torch_api_is_used_in_runtime_only():
+    import re
+
+    pattern = re.compile("|".join(_PRIVATE))
+    found = []
+    for folder, _, files in os.walk(_SRC):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or os.path.samefile(path, runtime.__file__):
+                continue
+            with open(path, encoding="utf-8") as f:
+                found += [f"{os.path.relpath(path, _SRC)}:{n}: {line.strip()}"
+                          for n, line in enumerate(f, 1) if pattern.search(line)]
+    assert not found, "private torch API outside runtime.py:\n" + "\n".join(found)
+
+
+def test_private_api_pattern_catches_what_it_must():
+    import re
+
+    pattern = re.compile("|".join(_PRIVATE))
+    for line in ('getattr(torch._C, "_storage_Use_Count", None)', "from torch.utils.data._utils.collate import x",
+                 "from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter", "fn(s._cdata)",
+                 "it._shutdown_workers()", 'getattr(it, "_shutdown_workers", None)', "import torch._dynamo"):
+        assert pattern.search(line), line
+    for line in ("torch.utils.data.DataLoader(ds)", "def _shutdown_workers(self):", "torch.__version__",
+                 "x.untyped_storage().data_ptr()"):
+        assert not pattern.search(line), line
+
+
+def test_storage_use_count_counts_tensors_on_a_storage():
+    t = torch.empty(8)
+    alone = runtime.storage_use_count(t.untyped_storage())
+    if alone is None:
+        pytest.skip("this torch has no storage use count")
+    view = t[2:]
+    assert runtime.storage_use_count(t.untyped_storage()) == alone + 1
+    del view
+    assert runtime.storage_use_count(t.untyped_storage()) == alone
+
+
+def test_without_torchs_storage_use_count_the_frame_pool_falls_back_to_fresh_buffers():
+    # a torch without the private function: runtime says so (None), the pool recycles nothing and still works
+    code = """if True:
+        import numpy as np, torch
+        if hasattr(torch._C, "_storage_Use_Count"):
+            del torch._C._storage_Use_Count
+        from episodic import runtime
+        from episodic.datasets.memory import POOL, Empty, FramePool
+        assert runtime.storage_use_count(torch.empty(4).untyped_storage()) is None
+        assert not FramePool().enabled and not POOL.enabled
+        shape = (4, 3, 256, 256)
+        (a,) = POOL.take([Empty(shape, np.dtype(np.float32))])
+        ptr = a.untyped_storage().data_ptr()
+        a.fill_(1.0)
+        del a
+        (b,) = POOL.take([Empty(shape, np.dtype(np.float32))])
+        assert tuple(b.shape) == shape and b.dtype == torch.float32 and POOL.kept_bytes() == 0
+        print("ok")
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

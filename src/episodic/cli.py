@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
+from typing import Callable
 
 from .tools.text import printable
 
@@ -104,26 +106,44 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chart(command: str, output: str | None, default: str, draw: Callable[[str], Path]) -> int:
+    """Draw a command's PNG with `draw(path)` (`output`, the -o given, else `default`) and say where it went.
+    Without matplotlib: one line on stderr saying what to install, no file, and exit status 0 -- or 1 when
+    the PNG was asked for by name (-o): everything else the command writes is written before."""
+    from .tools.plots import PlottingUnavailable
+
+    try:
+        out = draw(output if output is not None else default)
+    except PlottingUnavailable as e:
+        print(f"episodic {command}: {e}", file=sys.stderr)
+        return 0 if output is None else 1
+    print(f"chart: {printable(out)}")
+    return 0
+
+
 def _bench_summarize(args: argparse.Namespace) -> int:
     from .tools.bench.report import load_results, summary_table  # no torch: summarizing reads JSON files only
     from .tools.plots import bench_summary_chart
 
     rows = load_results(args.results)
     print(summary_table(rows))
-    out = bench_summary_chart(rows, args.output, title=args.title)
-    print(f"chart: {out}")
-    return 0
+    return _chart("bench-summarize", args.output, "bench_summary.png",
+                  lambda path: bench_summary_chart(rows, path, title=args.title))
 
 
 def _show(args: argparse.Namespace) -> int:
     from .tools.bench import demo_root, parse_cameras
-    from .tools.show import show_episode
+    from .tools.show import episode_text, read_episode, show_episode
 
+    if args.frames < 1:
+        raise SystemExit("episodic show: --frames must be >= 1")
     root = args.dataset if args.dataset is not None else str(demo_root(not args.quiet))
-    out = show_episode(root, args.episode, args.output, num_frames=args.frames, cameras=parse_cameras(args.cameras),
-                       progress=not args.quiet)
-    print(f"episode {args.episode} of {printable(root)}: {printable(out)}")
-    return 0
+    table = read_episode(root, args.episode)
+    print(episode_text(table))
+    return _chart("show", args.output, "episode.png",
+                  lambda path: show_episode(root, args.episode, path, num_frames=args.frames,
+                                            cameras=parse_cameras(args.cameras), progress=not args.quiet,
+                                            table=table))
 
 
 def _lerobot_train(args: argparse.Namespace) -> int:
@@ -182,15 +202,19 @@ def _mixture_shares(args: argparse.Namespace) -> int:
     print(printable(f"{len(entries)} entries, the first {args.samples:,} samples of epoch {args.epoch}'s order (seed "
                     f"{args.seed}): largest |realised - target| {table['max_abs_error']:.3%} ({worst['name']}), over "
                     f"groups {table['max_abs_error_groups']:.3%}"))
-    out = share_chart(table, args.output, title=f"{printable(report.spec.origin)}: target vs realised shares")
-    print(f"chart: {printable(out)}")
     if args.json:
         import json
 
         from .storage.atomic import atomic_write_bytes
 
         atomic_write_bytes(args.json, json.dumps(table, indent=1, default=str).encode())
-    return 0
+    return _chart("mixture shares", args.output, "mixture_shares.png",
+                  lambda path: share_chart(table, path,
+                                           title=f"{printable(report.spec.origin)}: target vs realised shares"))
+
+
+_NEEDS_PLOT = "; needs matplotlib (pip install \"episodic[plot]\"): without it the PNG is skipped with a " \
+              "one-line note, exit status 1 when -o names it"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,13 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One table (stdout) and a chart of frames/s and p50/p95 batch latency for "
                                    "`episodic bench --json` results.")
     p.add_argument("results", nargs="+", metavar="RESULTS.json")
-    p.add_argument("-o", "--output", default="bench_summary.png", help="PNG to write (default bench_summary.png)")
+    p.add_argument("-o", "--output", default=None, help="PNG to write (default bench_summary.png)" + _NEEDS_PLOT)
     p.add_argument("--title", default="episodic bench")
     p.set_defaults(func=_bench_summarize)
-    p = sub.add_parser("show", help="draw one episode: camera frames over time, state and action curves")
+    p = sub.add_parser("show", help="one episode: a text summary, and a PNG of camera frames over time and the "
+                                     "state and action curves")
     p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (default: the demo dataset)")
     p.add_argument("--episode", type=int, default=0)
-    p.add_argument("-o", "--output", default="episode.png", help="PNG to write (default episode.png)")
+    p.add_argument("-o", "--output", default=None, help="PNG to write (default episode.png)" + _NEEDS_PLOT)
     p.add_argument("--frames", type=int, default=6, help="frames per camera, evenly spaced in time (default 6)")
     p.add_argument("--cameras", default=None, help="comma list of cameras, 'none' for curves only (default: all)")
     p.add_argument("-q", "--quiet", action="store_true")
@@ -291,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0, help="epoch the count starts at (default 0)")
     p.add_argument("--on-error", choices=["raise", "skip"], default=None)
-    p.add_argument("-o", "--output", default="mixture_shares.png", help="PNG to write (default mixture_shares.png)")
+    p.add_argument("-o", "--output", default=None, help="PNG to write (default mixture_shares.png)" + _NEEDS_PLOT)
     p.add_argument("--json", metavar="OUT", help="write the share table as JSON")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_mixture_shares)

@@ -12,7 +12,10 @@
   `_shutdown_workers`: the only way to stop workers now rather than at garbage collection), and
   `stop_workers_at_exit` (the same for every DataLoader iterator still alive when the interpreter exits:
   left to torch's own teardown, a worker that shares tensors through the file system dies with
-  "terminate called after throwing an instance of 'std::system_error' what(): Broken pipe").
+  "terminate called after throwing an instance of 'std::system_error' what(): Broken pipe"), and
+  `storage_use_count` (`torch._C._storage_Use_Count`: how many tensors hold a storage, the only way to know
+  that a recycled frame buffer is free; None where this torch lacks it, and the frame pool then recycles
+  nothing). tests/test_runtime.py checks that no other module of `src/` names a private torch API.
 - The tensor-sharing strategy of DataLoader workers (`set_tensor_sharing`), chosen by the loader that
   starts them.
 
@@ -30,7 +33,7 @@ from typing import Any, Callable
 from . import config
 
 __all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
-           "shutdown_workers", "stop_workers_at_exit", "set_tensor_sharing", "MAX_SLOTS"]
+           "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "MAX_SLOTS"]
 
 MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
 
@@ -165,6 +168,21 @@ def _stop_live_workers() -> None:
                 obj._shutdown_workers()
             except Exception:  # noqa: BLE001 -- exiting anyway; nothing left to report to
                 pass
+
+
+_USE_COUNT: list = []  # [torch's storage use count function, or None], looked up once
+
+
+def storage_use_count(storage: Any) -> int | None:
+    """How many tensors (views included) hold `storage` (a torch UntypedStorage): torch's private
+    `torch._C._storage_Use_Count` on the storage's C handle. None when this torch has neither (checked, not
+    assumed: a torch without them makes callers fall back, not fail)."""
+    if not _USE_COUNT:
+        import torch
+
+        _USE_COUNT.append(getattr(torch._C, "_storage_Use_Count", None))
+    fn, cdata = _USE_COUNT[0], getattr(storage, "_cdata", None)
+    return None if fn is None or cdata is None else int(fn(cdata))
 
 
 def set_tensor_sharing(strategy: str) -> None:

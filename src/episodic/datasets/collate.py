@@ -94,7 +94,8 @@ class Own:
 
 class Batch:
     """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
-    see as float32 in [0, 1]. Text values ('task', a mixture's 'dataset_name') are lists of strings."""
+    see as float32 in [0, 1]. Text values ('task', string features, a mixture's 'dataset_name') are lists of
+    strings."""
 
     __slots__ = ("tensors", "to_float", "size", "_floats")
 

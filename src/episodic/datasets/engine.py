@@ -31,7 +31,10 @@ from .memory import Empty, place
 class ItemSpec:
     """What every item of a dataset holds: its keys (info order), the cameras decoded, the window offsets
     (frames) per key, the timestamp tolerance and the task strings. Built once from the metadata and the
-    user's arguments (which are checked here); immutable."""
+    user's arguments (which are checked here); immutable.
+
+    String features (`text_keys`, shape [1]) come out as LeRobot's do: a `str` per item, a list of `str` per
+    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape."""
 
     data_keys: tuple[str, ...]
     video_keys: tuple[str, ...]
@@ -40,11 +43,15 @@ class ItemSpec:
     tolerance_s: float
     tasks: np.ndarray  # object array of task strings, plus "" for a missing task
     frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
+    text_keys: tuple[str, ...] = ()  # data keys of string features
 
     @classmethod
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
               tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
-              image_size: Sequence[int] | None = None, resize_mode: str = "stretch") -> "ItemSpec":
+              image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
+              columns: Sequence[str] | None = None) -> "ItemSpec":
+        """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
+        those it maps)."""
         info = meta.info
         check_number("tolerance_s", tolerance_s, 0, 1e9)
         if video_keys is None:
@@ -54,13 +61,25 @@ class ItemSpec:
             if unknown:
                 raise ValueError(f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})")
             videos = [k for k in info.video_keys if k in video_keys]
-        data_keys = list(info.tabular_keys)  # info order, like LeRobot's hf_dataset columns
+        # info order, like LeRobot's hf_dataset columns
+        data_keys = [k for k in info.tabular_keys if columns is None or k in columns]
         offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
         # windows of cameras left out by `video_keys` are dropped with the cameras
         offsets = {k: v for k, v in offsets.items() if k in data_keys or k in videos}
-        return cls(data_keys=tuple(data_keys), video_keys=tuple(videos), image_keys=tuple(info.image_keys),
-                   offsets=offsets, tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object),
-                   frames=FrameOutput(size=image_size, resize_mode=resize_mode))
+        text = [k for k in data_keys if info.features[k].dtype == "string"]
+        for key in text:
+            if info.features[key].shape != (1,):
+                raise DatasetFormatError(f"{meta.root}: meta/info.json: string feature {key!r} has shape "
+                                         f"{list(info.features[key].shape)}; only shape [1] (one string per frame) "
+                                         f"can be read")
+        windowed = [k for k in text if k in offsets]
+        if windowed:
+            raise ValueError(f"{meta.root}: delta_timestamps for string feature(s) {windowed}: windows are for "
+                             f"numeric features and cameras (LeRobot cannot stack strings either); leave them out")
+        return cls(data_keys=tuple(data_keys), video_keys=tuple(videos),
+                   image_keys=tuple(k for k in info.image_keys if k in data_keys), offsets=offsets,
+                   tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object),
+                   frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text))
 
     @property
     def camera_keys(self) -> list[str]:
@@ -128,7 +147,7 @@ class FrameEngine:
         """Items for row positions, batched: tensors with a leading batch axis in the memory this process
         hands batches out from (`memory.place`, or the `place` given: a mixture's entries build parts of a
         batch in scratch memory), cameras (B, [T,] C, H, W) of `dtype` ("uint8", or "float32" in [0, 1]) at
-        the spec's `frames` size, pad masks (B, T) bool, and 'task' a list of strings."""
+        the spec's `frames` size, pad masks (B, T) bool, and 'task' and string features lists of `str`."""
         rows = np.asarray(positions).reshape(-1)
         if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
             raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")
@@ -159,7 +178,11 @@ class FrameEngine:
                 arrays[key] = cols.arrays[key][q]
         for key, (_, pad) in windows.items():
             arrays[f"{key}_is_pad"] = pad
-        out = place(arrays)
+        if spec.text_keys:  # strings are no tensors: lists of str, in their place among the keys
+            placed = place({k: v for k, v in arrays.items() if k not in spec.text_keys})
+            out = {k: arrays[k].tolist() if k in spec.text_keys else placed[k] for k in arrays}
+        else:
+            out = place(arrays)
         if spec.video_keys or queries:
             with self.counters.timer("decode_seconds"):
                 if spec.video_keys:

@@ -43,18 +43,15 @@ class Empty:
         return math.prod(self.shape) * np.dtype(self.dtype).itemsize
 
 
-_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)
-
-
-def _holders(base: torch.Tensor) -> tuple[int, int]:
+def _holders(base: torch.Tensor) -> tuple[int | None, int]:
     """(use count of base's storage, references to its Python storage object): other tensors and views
     raise the first (a numpy array of one holds that tensor), a storage handle someone took with
     `.untyped_storage()` (the same Python object as ours) raises the second."""
     s = base.untyped_storage()
-    return _USE_COUNT(s._cdata), sys.getrefcount(s)
+    return runtime.storage_use_count(s), sys.getrefcount(s)
 
 
-_ALONE = _holders(torch.empty(1, dtype=torch.uint8)) if _USE_COUNT is not None else None  # a storage nobody else holds
+_ALONE = _holders(torch.empty(1, dtype=torch.uint8))  # a storage nobody else holds
 
 
 def _unused(base: torch.Tensor) -> bool:
@@ -65,14 +62,15 @@ class FramePool:
     """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool
     keeps idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that,
     idle buffers are left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles batches too).
-    Without torch's storage use count (a private API: checked, not assumed) every buffer is fresh."""
+    Without torch's storage use count (`runtime.storage_use_count`, a private API: checked, not assumed) every
+    buffer is fresh."""
 
     def __init__(self, keep_batches: int = 2):
         self.keep_batches = keep_batches
         self._kept: OrderedDict[int, list[torch.Tensor]] = OrderedDict()  # nbytes -> uint8 base tensors
         self._lock = threading.Lock()
         self._batch_bytes = 0
-        self.enabled = _USE_COUNT is not None
+        self.enabled = _ALONE[0] is not None
         runtime.after_fork(self)
 
     def _after_fork(self) -> None:  # a forked worker's frames go to shared memory: the parent's buffers are not its own

@@ -15,7 +15,6 @@ one `DecoderCache` and one `Counters`. Until an entry is used, a process holds o
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +47,9 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec
     cams = list(dict.fromkeys(entry.cameras.values()))
     videos = [k for k in cams if k in info.video_keys]
     images = [k for k in cams if k in info.image_keys]
-    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
-                          image_size=layout.image_size, resize_mode=layout.resize_mode)
-    keep = set(entry.data_keys) | set(images)
-    return replace(spec, data_keys=tuple(k for k in spec.data_keys if k in keep), image_keys=tuple(images))
+    return ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
+                          image_size=layout.image_size, resize_mode=layout.resize_mode,
+                          columns=[*entry.data_keys, *images])
 
 
 class EntryEngines:

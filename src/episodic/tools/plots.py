@@ -1,5 +1,7 @@
 """Matplotlib figures for `episodic bench-summarize`, `episodic show` and `episodic mixture shares` (Agg backend,
-PNG files)."""
+PNG files). matplotlib is optional (`pip install "episodic[plot]"`): without it every figure raises
+`PlottingUnavailable`, whose message is one line saying what to install, and `plotting_unavailable()` says so
+before any work is done."""
 
 from __future__ import annotations
 
@@ -10,13 +12,38 @@ from typing import Sequence
 import numpy as np
 
 
+PLOT_INSTALL = 'pip install "episodic[plot]"'
+
+
+class PlottingUnavailable(ImportError):
+    """matplotlib cannot be imported; the message is one line naming what to install."""
+
+
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise PlottingUnavailable(f"no chart: matplotlib cannot be imported ({reason}); to draw charts: "
+                                  f"{PLOT_INSTALL}") from None
     return plt
+
+
+def require_plotting() -> None:
+    """Raise `PlottingUnavailable` (one line: what to install) unless figures can be drawn."""
+    _pyplot()
+
+
+def plotting_unavailable() -> str | None:
+    """None when figures can be drawn, else the one line saying why not and what to install."""
+    try:
+        require_plotting()
+    except PlottingUnavailable as e:
+        return str(e)
+    return None
 
 
 def bench_summary_chart(rows: Sequence[dict], path: str | os.PathLike, title: str = "episodic bench") -> Path:
@@ -157,8 +184,7 @@ def share_chart(shares: dict, path: str | os.PathLike, title: str = "mixture sha
 
 def _save(fig, path) -> Path:
     """Lay out, write as PNG (creating the folder), close."""
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
