@@ -127,3 +127,13 @@ def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
     with pytest.raises(MixtureSpecError, match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
                                                r"number 1234567890123456789012345678901234567890: quote it"):
         MixtureSpec.from_file(tmp_path / "n.yaml")
+
+
+def test_on_unknown_task_is_checked_and_kept():
+    spec = MixtureSpec.from_dict({"entries": ["a/b"], "on_unknown_task": "raise"})
+    assert spec.on_unknown_task == "raise"
+    assert MixtureSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).on_unknown_task == "raise"
+    assert MixtureSpec.from_dict({"entries": ["a/b"]}).on_unknown_task == "warn"
+    with pytest.raises(MixtureSpecError, match=r"field 'on_unknown_task' must be one of warn, raise, got 'ignore'"):
+        MixtureSpec.from_dict({"entries": ["a/b"], "on_unknown_task": "ignore"})
+

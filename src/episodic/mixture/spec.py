@@ -7,6 +7,7 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
     delta_timestamps: {action: [0.0, 0.1, 0.2], state: [0.0]}   # by role, seconds
     delta_rounding: nearest                      # or exact (LeRobot's rule: on each entry's fps grid)
     roles: {state: observation.state, action: action, task: task}   # defaults for every entry
+    on_unknown_task: warn                        # or raise: rows whose task_index the tasks table lacks
     entries:
       - source: lerobot/svla_so101_pickplace     # Hub repo id, local path or fsspec URL
         revision: 3c8e1d0a...                    # tag, branch or commit SHA (Hub only)
@@ -35,6 +36,10 @@ Windows: ``delta_timestamps`` are seconds, turned into frame offsets with each e
 nearest frame (``nearest``; preflight reports the largest shift) or required to lie on the entry's frame grid
 within its ``tolerance_s`` (``exact``).
 
+Tasks: an entry's rows whose ``task_index`` its tasks table lacks (metadata drift) get the task ``""``, with
+one warning per entry naming the episodes and task indices (``on_unknown_task: warn``, the default); ``raise``
+refuses them (`DatasetFormatError` when the entry's rows are read). `preflight` warns from the metadata.
+
 Weights: each entry's size under the rule (frames or episodes of its selected episodes, 1 for uniform,
 frames ** alpha for temperature) times its ``weight`` (default 1), normalised; ``explicit`` uses the weights
 alone and needs one on every entry. Every spec problem is collected and raised together (`MixtureSpecError`),
@@ -53,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from ..format.errors import MixtureSpecError
+from ..tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
 
@@ -110,6 +116,7 @@ class MixtureSpec:
     delta_timestamps: Mapping[str, tuple[float, ...]] | None = None
     delta_rounding: str = "nearest"
     on_error: str = "raise"
+    on_unknown_task: str = "warn"
     samples_per_epoch: int | None = None
     max_state_dim: int | None = None
     max_action_dim: int | None = None
@@ -163,7 +170,7 @@ class MixtureSpec:
         out: dict[str, Any] = {"weighting": {"rule": self.weighting.rule, "alpha": self.weighting.alpha,
                                              "size": self.weighting.size},
                                "tolerance_s": self.tolerance_s, "delta_rounding": self.delta_rounding,
-                               "on_error": self.on_error}
+                               "on_error": self.on_error, "on_unknown_task": self.on_unknown_task}
         for key in ("samples_per_epoch", "max_state_dim", "max_action_dim"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -204,7 +211,7 @@ def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
 # ----------------------------------------------------------------------------- parsing
 _ENTRY_FIELDS = [f.name for f in fields(MixtureEntry)]
 _SPEC_FIELDS = ["entries", "weighting", "roles", "tolerance_s", "delta_timestamps", "delta_rounding", "on_error",
-                "samples_per_epoch",
+                "on_unknown_task", "samples_per_epoch",
                 "max_state_dim", "max_action_dim", "camera_role_style"]
 
 
@@ -346,6 +353,9 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
                         f"got {spec.delta_rounding!r}")
     if spec.on_error not in ON_ERROR:
         problems.append(f"{origin}: field 'on_error' must be one of {', '.join(ON_ERROR)}, got {spec.on_error!r}")
+    if spec.on_unknown_task not in ON_UNKNOWN_TASK:
+        problems.append(f"{origin}: field 'on_unknown_task' must be one of {', '.join(ON_UNKNOWN_TASK)}, "
+                        f"got {spec.on_unknown_task!r}")
     if spec.camera_role_style not in CAMERA_ROLE_STYLES:
         problems.append(f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
                         f"got {spec.camera_role_style!r}")
