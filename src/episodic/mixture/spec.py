@@ -67,6 +67,8 @@ WEIGHT_RULES = ("frames", "episodes", "uniform", "temperature", "explicit")
 ON_ERROR = ("raise", "skip")
 DELTA_ROUNDING = ("nearest", "exact")
 CAMERA_ROLE_STYLES = ("names", "slots")
+MAX_EPISODE_INDEX = 2 ** 62 - 1  # episode indices above this cannot name an episode (nor fit int64 arithmetic)
+MAX_WINDOW_S = 1e6  # window times beyond +-this many seconds (11.6 days) are refused: no episode is that long
 _ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 DEFAULT_TOLERANCE_S = 1e-4
 
@@ -270,6 +272,13 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _clip(v: Any, k: int = 10) -> str:
+    """`v` for a message: a long list as its first `k` values and how many more."""
+    if isinstance(v, (list, tuple)) and len(v) > k:
+        return f"{list(v[:k])!r} and {len(v) - k} more"
+    return repr(v)
+
+
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -293,7 +302,11 @@ def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: b
     if v is None:
         return
     if not isinstance(v, tuple) or not v or not all(_is_int(i) and i >= 0 for i in v):
-        problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {v!r}")
+        problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {_clip(v)}")
+    elif max(v) > MAX_EPISODE_INDEX:
+        big = [i for i in v if i > MAX_EPISODE_INDEX]
+        problems.append(f"{where}: field {name!r} holds {len(big)} value(s) above 2**62 - 1, the largest index "
+                        f"supported (first: {big[0]})")
     elif unique and len(set(v)) != len(v):
         problems.append(f"{where}: field {name!r} repeats indices {sorted({i for i in v if v.count(i) > 1})[:10]}")
 
@@ -308,7 +321,11 @@ def _check_delta(dt: Any, where: str, problems: list[str]) -> None:
         ok = isinstance(seconds, tuple) and seconds and all(_is_num(s) for s in seconds)
         if not ok:
             problems.append(f"{where}: delta_timestamps[{role!r}] must be a non-empty list of finite seconds, "
-                            f"got {list(seconds) if isinstance(seconds, tuple) else seconds!r}")
+                            f"got {_clip(list(seconds) if isinstance(seconds, tuple) else seconds)}")
+        elif max(abs(s) for s in seconds) > MAX_WINDOW_S:
+            far = next(s for s in seconds if abs(s) > MAX_WINDOW_S)
+            problems.append(f"{where}: delta_timestamps[{role!r}] holds {far!r} s: window times must lie within "
+                            f"+-{MAX_WINDOW_S:g} s")
 
 
 def _number(name: str, v: Any, lo: float, hi: float, where: str, problems: list[str], integer: bool = False,
