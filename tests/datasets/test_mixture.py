@@ -261,3 +261,51 @@ def test_small_entries_columns_in_ram_large_ones_memory_mapped(report, tmp_path)
     assert ram.engines.built == mapped.engines.built > 3
     assert not (tmp_path / "a").exists()  # nothing written for the tiny synthetic entries
     assert len(list((tmp_path / "b" / "tabular").rglob("*.npy"))) >= 5 * mapped.engines.built
+
+
+def test_null_removes_a_role_and_its_default(small_root, tmp_path):
+    """``roles: {state: null}`` leaves the entry without state although its dataset has ``observation.state`` (the
+    default); ``action: null``, ``task: null`` and every camera role null likewise (no camera defaults then)."""
+    spec = {"entries": [{"source": str(small_root), "name": "full"},
+                        {"source": str(small_root), "name": "no-state", "roles": {"state": None}},
+                        {"source": str(small_root), "name": "bare",
+                         "roles": {"action": None, "task": None, "top": None, "wrist": None}}]}
+    report = preflight(spec)
+    facts = {e.name: e for e in report.entries}
+    assert facts["full"].state_key == "observation.state" and facts["full"].state_dim > 0
+    assert facts["no-state"].state_key is None and facts["no-state"].state_dim == 0
+    assert facts["no-state"].action_key == "action" and set(facts["no-state"].cameras) == {"top", "wrist"}
+    assert facts["bare"].action_key is None and facts["bare"].cameras == {} and facts["bare"].task_key is None
+    assert facts["bare"].state_key == "observation.state"
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    batch = ds.get_batch(np.arange(len(ds)))
+    ref = EpisodicDataset(str(small_root)).get_batch(np.arange(len(EpisodicDataset(str(small_root), video_keys=[]))))
+    name = np.asarray(batch["dataset_name"])
+    for entry, has in (("full", {"state", "action", "task", "top"}), ("no-state", {"action", "task", "top"}),
+                       ("bare", {"state"})):
+        rows = np.flatnonzero(name == entry)
+        idx = batch["index"][rows].numpy()
+        assert sorted(idx.tolist()) == list(range(len(ref["index"])))
+        for role, key, src in (("state", "observation.state", "observation.state"), ("action", "action", "action")):
+            if role in has:
+                assert torch.equal(batch[key][rows], ref[src][idx]) and batch[f"{key}_mask"][rows].all(), (entry, role)
+            else:
+                assert not batch[key][rows].any() and not batch[f"{key}_mask"][rows].any(), (entry, role)
+        tasks = [batch["task"][r] for r in rows]
+        assert tasks == ([ref["task"][i] for i in idx] if "task" in has else [""] * len(rows)), entry
+        cam = "observation.images.top"
+        if "top" in has:
+            assert torch.equal(batch[cam][rows], ref[cam][idx]) and not batch[f"{cam}_is_pad"][rows].any()
+        else:
+            assert not batch[cam][rows].any() and batch[f"{cam}_is_pad"][rows].all()
+    from episodic.datasets.mixture_stream import StreamingMixtureDataset
+
+    streamed = [i for i in StreamingMixtureDataset(report, cache_dir=tmp_path) if i["dataset_name"] != "full"]
+    assert len(streamed) == 2 * len(ref["index"])
+    for i in streamed:
+        bare = i["dataset_name"] == "bare"
+        assert (i["task"] == "") == bare and bool(i["action_mask"].any()) != bare
+        assert bool(i["observation.state_mask"].any()) == bare and bool(i["observation.images.top_is_pad"]) == bare
+    bad = {"entries": [{"source": str(small_root), "roles": {"state": None}, "state_indices": [0]}]}
+    with pytest.raises(Exception, match=r"state_indices: no state role: the entry's roles remove it"):
+        preflight(bad)

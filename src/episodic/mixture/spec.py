@@ -27,10 +27,11 @@ or as objects (`MixtureSpec(entries=(MixtureEntry(...), ...))`). OpenTau's mixtu
 
 Roles: ``state``, ``action`` and ``task`` are reserved; every other role names a camera (``wrist``,
 ``front``, ...: the same role is the same camera slot in every entry, whatever the entry's key or key order).
-An entry's roles are the mixture's ``roles`` updated by its own (``null`` removes one). An entry without any
-camera role gets every camera of its dataset, each under its key's last dotted part (``observation.images.top``
--> ``top``); without ``state``/``action`` roles, ``observation.state``/``action`` are used when the dataset has
-them; ``task`` defaults to ``task`` (the episode's task text).
+An entry's roles are the mixture's ``roles`` updated by its own; ``null`` removes a role, its default included.
+An entry that names no camera role (none mapped, none removed) gets every camera of its dataset, each under its
+key's last dotted part (``observation.images.top`` -> ``top``); without ``state``/``action`` roles,
+``observation.state``/``action`` are used when the dataset has them (``state: null`` / ``action: null``: the
+entry has none); ``task`` defaults to ``task`` (the episode's task text; ``task: null``: the text is "").
 
 Windows: ``delta_timestamps`` are seconds, turned into frame offsets with each entry's own fps: rounded to the
 nearest frame (``nearest``; preflight reports the largest shift) or required to lie on the entry's frame grid
@@ -160,6 +161,13 @@ class MixtureSpec:
         """The entry's explicit roles: the mixture's defaults updated by its own (``None`` values removed)."""
         merged = {**dict(self.roles), **dict(entry.roles or {})}
         return {k: v for k, v in merged.items() if v is not None}
+
+    def entry_removed_roles(self, entry: MixtureEntry) -> set[str]:
+        """The roles the entry's merged roles map to ``null``: removed, defaults included (no camera defaults when
+        a camera role is removed, no ``observation.state``/``action`` for a removed ``state``/``action``, task
+        text "" for a removed ``task``)."""
+        merged = {**dict(self.roles), **dict(entry.roles or {})}
+        return {k for k, v in merged.items() if v is None}
 
     def entry_delta_timestamps(self, entry: MixtureEntry) -> dict[str, tuple[float, ...]]:
         return dict(entry.delta_timestamps if entry.delta_timestamps is not None else (self.delta_timestamps or {}))
