@@ -20,7 +20,7 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
         episodes: [0, 1, 2, 3]
         state_indices: [0, 1, 2, 3, 4, 5]
         tolerance_s: 0.001
-        delta_timestamps: {action: [0.0, 0.05]}  # replaces the mixture's windows for this entry
+        delta_timestamps: {action: [0.0, 0.05, 0.1], state: [0.0]}  # replaces the mixture's (same steps per role)
 
 or as objects (`MixtureSpec(entries=(MixtureEntry(...), ...))`). OpenTau's mixture configs
 (``{"datasets": [...], "weights": [...]}``) load as they are (`mixture.opentau`).
