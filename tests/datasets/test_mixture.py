@@ -309,3 +309,17 @@ def test_null_removes_a_role_and_its_default(small_root, tmp_path):
     bad = {"entries": [{"source": str(small_root), "roles": {"state": None}, "state_indices": [0]}]}
     with pytest.raises(Exception, match=r"state_indices: no state role: the entry's roles remove it"):
         preflight(bad)
+
+
+def test_resume_names_only_the_entry_whose_weight_changed(report, tmp_path):
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    bs = ds.batch_sampler(8)
+    next(iter(bs))
+    bs.advance(1)
+    state = bs.state_dict()
+    spec = report.spec.to_dict()
+    spec["entries"][2]["weight"] = 3.0
+    changed = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path).batch_sampler(8)
+    changed.load_state_dict(state)
+    assert changed.changes == [f"1 entry re-weighted: {report.entries[2].name!r}"]
+    assert changed.state_dict()["mixture"]["weights"][2] == 3 * state["mixture"]["weights"][2]

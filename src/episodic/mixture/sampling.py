@@ -22,7 +22,7 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
     if report.on_error == "raise":
         report.raise_for_errors()
     used = [rep.index for rep in report.entries if rep.status == "ok"]
-    frames, weights, names, rows = [], [], [], []
+    frames, weights, own, names, rows = [], [], [], [], []
     for i in used:
         meta = report.metadata[i]
         eps = meta.episodes
@@ -30,8 +30,9 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
         frames.append(EpisodeFrames(eps.dataset_from_index, eps.dataset_to_index, sel, drop_n_first_frames,
                                     drop_n_last_frames))
         weights.append(report.entries[i].share)
+        own.append(report.entries[i].weight)  # its own raw weight: what a resume compares to name re-weighted entries
         names.append(report.entries[i].name)
         rows.append(int(meta.total_frames))
     sampler = MixtureSampler(frames, weights, names, samples_per_epoch=report.spec.samples_per_epoch, shuffle=shuffle,
-                             seed=seed, entry_rows=rows, skipped=report.skipped)
+                             seed=seed, entry_rows=rows, skipped=report.skipped, own_weights=own)
     return sampler, used

@@ -21,6 +21,7 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,12 +51,16 @@ class MixtureSampler:
 
     `samples_per_epoch` defaults to the entries' total frames. `entry_rows[e]` is entry e's row count (the
     flat-index span of the entry; default: one past its last kept frame). `skipped` names entries that were
-    left out (recorded in the state). The state (`mixture_state`, `resume`) says where the sequence stands.
+    left out (recorded in the state). `own_weights`: each entry's own weight before normalising (default
+    `weights`), recorded in the state so that a resume names the entries whose own weight changed (not every
+    entry whose share moved because another one changed). The state (`mixture_state`, `resume`) says where the
+    sequence stands.
     """
 
     def __init__(self, entries: Sequence[EpisodeFrames], weights: Sequence[float], names: Sequence[str], *,
                  samples_per_epoch: int | None = None, shuffle: bool = True, seed: int = 0,
-                 entry_rows: Sequence[int] | None = None, skipped: Sequence[str] = ()):
+                 entry_rows: Sequence[int] | None = None, skipped: Sequence[str] = (),
+                 own_weights: Sequence[float] | None = None):
         self.entries = list(entries)
         self.names = tuple(str(n) for n in names)
         if len(self.names) != len(self.entries) or len(weights) != len(self.entries):
@@ -79,7 +84,11 @@ class MixtureSampler:
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.epoch = 0
-        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped)
+        own = list(weights if own_weights is None else own_weights)
+        if len(own) != len(self.entries):
+            raise ValueError(f"own_weights needs one value per entry, got {len(own)}")
+        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped,
+                                        own)
         self.state = self.fresh
         self._trees: dict[int | None, QuotaTree] = {}
         self._entry_keys: dict[int, np.ndarray] = {}
@@ -205,7 +214,7 @@ class MixtureSampler:
         old = MixtureState.from_dict(saved)
         changes = old.changes(self.fresh)
         if not changes and old.same_spec(self.fresh):
-            self.state = old
+            self.state = replace(old, weights=self.fresh.weights)  # the same order; weights recorded (old states lack them)
             return []
         if on_change == "refuse":
             raise SpecChangeError("the mixture differs from the one the order state was saved with ("
