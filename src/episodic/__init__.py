@@ -20,6 +20,7 @@ _LAZY = {
     "FetchError": "episodic.format",
     "FrameTimestampError": "episodic.format",
     "VideoDecodeError": "episodic.format",
+    "UnknownTaskWarning": "episodic.format",
 }
 
 

@@ -57,7 +57,7 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
                               video_keys=list(e.cameras.values()), image_size=SIZE, resize_mode=resize_mode)
         want = ref.get_batch(np.arange(len(ref)))
         refs.append((e, d, want))
-        flats.append(ds.sampler.row_offset[e.slot] + want["index"].numpy())
+        flats.append(ds.sampler.flat_index(e.slot, want["index"].numpy()))
     rng = np.random.default_rng(0)
     allflat = np.concatenate(flats)
     perm = rng.permutation(len(allflat))  # entries mixed in one batch, in any order
@@ -180,9 +180,11 @@ def test_bad_indices(report, tmp_path):
         ds.get_batch([len(ds)])
     with pytest.raises(TypeError, match="integers"):
         ds.get_batch(np.array([1.5]))
-    e = ds.layout.entries[2]  # its episode 0 is excluded
+    e = ds.layout.entries[2]  # its episode 0 is excluded: no flat index names its rows
+    with pytest.raises(IndexError, match=f"entry '{e.name}': row 0 is not one of its kept frames"):
+        ds.sampler.flat_index(e.slot, 0)
     with pytest.raises(EpisodeIndexError, match=f"entry '{e.name}': row 0 is not in a selected episode"):
-        ds.get_batch([int(ds.sampler.row_offset[e.slot])])
+        ds.engines.positions(e.slot, [0])
 
 
 def test_skipped_entries_never_appear_and_items_keep_spec_indices(report, tmp_path):
@@ -206,9 +208,9 @@ def test_an_entry_without_its_data_files_is_a_named_error_at_its_first_item(synt
     spec = mixture_spec(synthetic[:3])
     spec["entries"][1]["source"] = str(meta_only)
     ds = MixtureDataset(preflight(spec), image_size=SIZE, cache_dir=tmp_path)  # built: no data file read
-    ds.get_batch([int(ds.sampler.row_offset[0])])  # the other entries work
+    ds.get_batch([int(ds.sampler.kept_base[0])])  # the other entries work
     with pytest.raises(MissingFileError, match=r"data file not found \(holds episodes"):
-        ds.get_batch([int(ds.sampler.row_offset[1])])
+        ds.get_batch([int(ds.sampler.kept_base[1])])
 
 
 def test_a_camera_in_two_roles_fills_both(synthetic, tmp_path):
@@ -219,8 +221,8 @@ def test_a_camera_in_two_roles_fills_both(synthetic, tmp_path):
     e = ds.layout.entries[1]
     ref = EpisodicDataset(synthetic[1].path, delta_timestamps=e.delta_timestamps(), video_keys=[cam], image_size=SIZE)
     want = ref.get_batch(np.arange(len(ref)))
-    flat = ds.sampler.row_offset[1] + want["index"].numpy()
-    other = ds.sampler.row_offset[0] + np.arange(3)  # another entry's rows in the same batch
+    flat = ds.sampler.flat_index(1, want["index"].numpy())
+    other = ds.sampler.kept_base[0] + np.arange(3)  # another entry's rows in the same batch
     got = ds.get_batch(np.concatenate([other, flat[::-1]]))
     for role in ("front", "wrist"):
         assert torch.equal(got[camera_key(role)][3:], want[cam].flip(0)), role
@@ -261,3 +263,100 @@ def test_small_entries_columns_in_ram_large_ones_memory_mapped(report, tmp_path)
     assert ram.engines.built == mapped.engines.built > 3
     assert not (tmp_path / "a").exists()  # nothing written for the tiny synthetic entries
     assert len(list((tmp_path / "b" / "tabular").rglob("*.npy"))) >= 5 * mapped.engines.built
+
+
+def test_null_removes_a_role_and_its_default(small_root, tmp_path):
+    """``roles: {state: null}`` leaves the entry without state although its dataset has ``observation.state`` (the
+    default); ``action: null``, ``task: null`` and every camera role null likewise (no camera defaults then)."""
+    spec = {"entries": [{"source": str(small_root), "name": "full"},
+                        {"source": str(small_root), "name": "no-state", "roles": {"state": None}},
+                        {"source": str(small_root), "name": "bare",
+                         "roles": {"action": None, "task": None, "top": None, "wrist": None}}]}
+    report = preflight(spec)
+    facts = {e.name: e for e in report.entries}
+    assert facts["full"].state_key == "observation.state" and facts["full"].state_dim > 0
+    assert facts["no-state"].state_key is None and facts["no-state"].state_dim == 0
+    assert facts["no-state"].action_key == "action" and set(facts["no-state"].cameras) == {"top", "wrist"}
+    assert facts["bare"].action_key is None and facts["bare"].cameras == {} and facts["bare"].task_key is None
+    assert facts["bare"].state_key == "observation.state"
+    ds = MixtureDataset(report, cache_dir=tmp_path)
+    batch = ds.get_batch(np.arange(len(ds)))
+    ref = EpisodicDataset(str(small_root)).get_batch(np.arange(len(EpisodicDataset(str(small_root), video_keys=[]))))
+    name = np.asarray(batch["dataset_name"])
+    for entry, has in (("full", {"state", "action", "task", "top"}), ("no-state", {"action", "task", "top"}),
+                       ("bare", {"state"})):
+        rows = np.flatnonzero(name == entry)
+        idx = batch["index"][rows].numpy()
+        assert sorted(idx.tolist()) == list(range(len(ref["index"])))
+        for role, key, src in (("state", "observation.state", "observation.state"), ("action", "action", "action")):
+            if role in has:
+                assert torch.equal(batch[key][rows], ref[src][idx]) and batch[f"{key}_mask"][rows].all(), (entry, role)
+            else:
+                assert not batch[key][rows].any() and not batch[f"{key}_mask"][rows].any(), (entry, role)
+        tasks = [batch["task"][r] for r in rows]
+        assert tasks == ([ref["task"][i] for i in idx] if "task" in has else [""] * len(rows)), entry
+        cam = "observation.images.top"
+        if "top" in has:
+            assert torch.equal(batch[cam][rows], ref[cam][idx]) and not batch[f"{cam}_is_pad"][rows].any()
+        else:
+            assert not batch[cam][rows].any() and batch[f"{cam}_is_pad"][rows].all()
+    from episodic.datasets.mixture_stream import StreamingMixtureDataset
+
+    streamed = [i for i in StreamingMixtureDataset(report, cache_dir=tmp_path) if i["dataset_name"] != "full"]
+    assert len(streamed) == 2 * len(ref["index"])
+    for i in streamed:
+        bare = i["dataset_name"] == "bare"
+        assert (i["task"] == "") == bare and bool(i["action_mask"].any()) != bare
+        assert bool(i["observation.state_mask"].any()) == bare and bool(i["observation.images.top_is_pad"]) == bare
+    bad = {"entries": [{"source": str(small_root), "roles": {"state": None}, "state_indices": [0]}]}
+    with pytest.raises(Exception, match=r"state_indices: no state role: the entry's roles remove it"):
+        preflight(bad)
+
+
+def test_resume_names_only_the_entry_whose_weight_changed(report, tmp_path):
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    bs = ds.batch_sampler(8)
+    next(iter(bs))
+    bs.advance(1)
+    state = bs.state_dict()
+    spec = report.spec.to_dict()
+    spec["entries"][2]["weight"] = 3.0
+    changed = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path).batch_sampler(8)
+    changed.load_state_dict(state)
+    assert changed.changes == [f"1 entry re-weighted: {report.entries[2].name!r}"]
+    assert changed.state_dict()["mixture"]["weights"][2] == 3 * state["mixture"]["weights"][2]
+
+
+@pytest.mark.parametrize("shuffle, workers", [(False, 0), (True, 2)])
+def test_a_plain_dataloader_over_a_mixture_that_selects_episodes(synthetic, tmp_path, shuffle, workers):
+    """len(ds) counts the selected (kept) frames only, so torch's own samplers give valid indices; every frame comes
+    once per epoch with its own dataset's values (selection by `episodes`, by `exclude_episodes`, drops)."""
+    spec = mixture_spec(synthetic[:3])
+    spec["entries"][0]["episodes"] = [1]
+    spec["entries"][1]["exclude_episodes"] = [0]
+    report = preflight(spec)
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, drop_n_first_frames=1)
+    want = []
+    for e in ds.layout.entries:
+        entry = report.spec.entries[e.index]
+        d = next(x for x in synthetic if x.path == entry.source)
+        episodes = [k for k in (entry.episodes or range(d.episodes)) if k not in entry.exclude_episodes]
+        ref = EpisodicDataset(d.path, episodes=episodes, video_keys=list(e.cameras.values()), image_size=SIZE)
+        b = ref.get_batch(np.arange(len(ref)))
+        keep = (b["frame_index"] >= 1).numpy()  # drop_n_first_frames=1
+        assert not keep.all() and keep.any()
+        for i in np.flatnonzero(keep):
+            want.append(((e.index, int(b["index"][i])), b["action"][i], b["task"][i],
+                         {role: b[key][i] for role, key in e.cameras.items()}))
+    assert len(ds) == len(want) < sum(report.entries[e.index].frames for e in ds.layout.entries)
+    want_by = {k: (a, t, c) for k, a, t, c in want}
+    got = []
+    for batch in torch.utils.data.DataLoader(ds, batch_size=16, shuffle=shuffle, num_workers=workers):
+        for i in range(len(batch["index"])):
+            key = (int(batch["dataset_index"][i]), int(batch["index"][i]))
+            got.append(key)
+            action, task, cams = want_by[key]
+            assert torch.equal(batch["action"][i][:len(action)], action) and batch["task"][i] == task, key
+            for role, frame in cams.items():
+                assert torch.equal(batch[camera_key(role)][i], frame), (key, role)
+    assert (got == [k for k, *_ in want]) if not shuffle else (sorted(got) == sorted(want_by))

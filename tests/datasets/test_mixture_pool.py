@@ -29,7 +29,7 @@ def _assert_stream_equals_map(spec: dict, tmp_path, batch_size: int = 7, **kw) -
     mds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, **kw)
     slot_of = {e.index: e.slot for e in ds.layout.entries}
     for b in batches:
-        flat = [int(ds.sampler.row_offset[slot_of[int(d)]]) + int(i) for d, i in zip(b["dataset_index"], b["index"])]
+        flat = [int(ds.sampler.flat_index(slot_of[int(d)], int(i))) for d, i in zip(b["dataset_index"], b["index"])]
         ref = mds.get_batch(flat)
         assert ref.keys() == b.keys()
         for k, v in ref.items():

@@ -60,7 +60,7 @@ def test_an_epoch_is_the_epochs_episodes_with_the_map_style_items(report, tmp_pa
     mds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
     slot_of = {e.index: e.slot for e in ds.layout.entries}
     for b in batches[::3]:
-        flat = [int(ds.sampler.row_offset[slot_of[int(d)]]) + int(i) for d, i in zip(b["dataset_index"], b["index"])]
+        flat = [int(ds.sampler.flat_index(slot_of[int(d)], int(i))) for d, i in zip(b["dataset_index"], b["index"])]
         ref = mds.get_batch(flat)
         assert ref.keys() == b.keys()
         for k, v in ref.items():

@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +138,7 @@ class Case:
     message: str  # regex the loader's error must match (file and field)
     at_item: bool = False  # the loader fails at the first item (a video), not at construction
     validate: str | None = None  # regex one of validate's problems must match (default: `message`)
+    options: dict = field(default_factory=dict)  # loader arguments under which the loader refuses it
 
 
 def _info(change: Callable[[dict], None]) -> Callable[[Path], None]:
@@ -155,6 +156,8 @@ def _feature(name: str, spec: dict):
         info["features"][name] = spec
     return change
 
+
+STRICT = {"on_unknown_task": "raise"}
 
 HOSTILE = [
     Case("data_path parent", _info(_setitem("data_path", "../outside/file-{chunk_index:03d}.parquet")), UnsafePathError,
@@ -176,13 +179,16 @@ HOSTILE = [
          DatasetFormatError, r"info\.json: feature 'task'.*item key"),
     Case("feature named *_is_pad", _info(_feature("action_is_pad", {"dtype": "bool", "shape": [1], "names": None})),
          DatasetFormatError, r"info\.json: feature 'action_is_pad'.*_is_pad"),
+    # task indices the tasks table lacks (metadata drift): refused with on_unknown_task="raise"; by default loaded
+    # with one warning (tests/faults/test_metadata_drift.py)
     Case("negative task_index", column_edit(DATA, "task_index", lambda v: _put(v, 3, -1)),
-         DatasetFormatError, r"file-000\.parquet: episode 0: column 'task_index' at frame 3 is -1.*3 task"),
+         DatasetFormatError, r"file-000\.parquet: episode 0: column 'task_index' at frame 3 is -1.*3 task", options=STRICT),
     Case("task_index out of range", column_edit(DATA, "task_index", lambda v: _put(v, len(v) - 1, 3)),
-         DatasetFormatError, r"file-000\.parquet: episode 5: column 'task_index' .* is 3.*3 task"),
+         DatasetFormatError, r"file-000\.parquet: episode 5: column 'task_index' .* is 3.*3 task", options=STRICT),
     Case("huge task_index in tasks table", column_edit(TASKS, "task_index", lambda v: _put(v, 2, 2 ** 62)),
          DatasetFormatError, r"tasks\.parquet: task_index must number the 3 tasks 0\.\.2"),
-    Case("task missing from tasks table", drop_tasks_row, DatasetFormatError, r"column 'task_index' .* is 2: the tasks table has 2 task"),
+    Case("task missing from tasks table", drop_tasks_row, DatasetFormatError, r"column 'task_index' .* is 2: the tasks table has 2 task",
+         options=STRICT),
     Case("NaN from_timestamp", column_edit(EPISODES, f"videos/{TOP}/from_timestamp", lambda v: _put(v, 2, np.nan)),
          DatasetFormatError, rf"meta/episodes: episode\(s\) \[2\]: column 'videos/{TOP}/from_timestamp' is nan"),
     Case("missing from_timestamp column", drop_from_timestamp, DatasetFormatError, rf"meta/episodes: missing column 'videos/{TOP}/from_timestamp'"),

@@ -44,7 +44,7 @@ def test_map_style_names_the_problem_and_stays_inside(small_root, copy_of, case:
     case.edit(root)
     with OpenRecorder() as opened:
         with pytest.raises(case.error, match=case.message):
-            ds = LeRobotDataset("x", root=root)
+            ds = LeRobotDataset("x", root=root, **case.options)
             ds[0]
     assert not _outside_opens(opened, root)
 
@@ -58,7 +58,7 @@ def test_streaming_names_the_problem_and_stays_inside(small_root, copy_of, case:
     case.edit(root)
     with OpenRecorder() as opened:
         with pytest.raises(case.error, match=case.message):
-            ds = StreamingLeRobotDataset("x", root=root, cache_dir=tmp_path / "cache")
+            ds = StreamingLeRobotDataset("x", root=root, cache_dir=tmp_path / "cache", **case.options)
             next(iter(ds.loader(batch_size=4)))
     assert not _outside_opens(opened, root)
 

@@ -127,3 +127,33 @@ def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
     with pytest.raises(MixtureSpecError, match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
                                                r"number 1234567890123456789012345678901234567890: quote it"):
         MixtureSpec.from_file(tmp_path / "n.yaml")
+
+
+def test_on_unknown_task_is_checked_and_kept():
+    spec = MixtureSpec.from_dict({"entries": ["a/b"], "on_unknown_task": "raise"})
+    assert spec.on_unknown_task == "raise"
+    assert MixtureSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).on_unknown_task == "raise"
+    assert MixtureSpec.from_dict({"entries": ["a/b"]}).on_unknown_task == "warn"
+    with pytest.raises(MixtureSpecError, match=r"field 'on_unknown_task' must be one of warn, raise, got 'ignore'"):
+        MixtureSpec.from_dict({"entries": ["a/b"], "on_unknown_task": "ignore"})
+
+
+@pytest.mark.parametrize("raw, pattern", [
+    ({"entries": [{"source": "a/b", "episodes": [0, 2 ** 70]}]},
+     r"entries\[0\] \(a/b\): field 'episodes' holds 1 value\(s\) above 2\*\*62 - 1.*first: 1180591620717411303424"),
+    ({"entries": [{"source": "a/b", "exclude_episodes": [2 ** 64]}]},
+     r"entries\[0\] \(a/b\): field 'exclude_episodes' holds 1 value\(s\) above 2\*\*62 - 1"),
+    ({"entries": [{"source": "a/b", "state_indices": [0, 2 ** 63]}]}, r"entries\[0\] \(a/b\): field 'state_indices'"),
+    ({"entries": [{"source": "a/b", "delta_timestamps": {"action": [0.0, 1e300]}}]},
+     r"entries\[0\] \(a/b\): delta_timestamps\['action'\] holds 1e\+300 s: window times must lie within \+-1e\+06 s"),
+    ({"entries": ["a/b"], "delta_timestamps": {"state": [-1e300]}},
+     r"<dict>: delta_timestamps\['state'\] holds -1e\+300 s"),
+])
+def test_huge_indices_and_windows_are_refused_by_the_spec_checks(raw, pattern):
+    """Values that pass 'an int >= 0' / 'a finite number' but overflow int64 frame arithmetic later (an
+    OverflowError in preflight) are refused here, naming the entry and the field."""
+    with pytest.raises(MixtureSpecError, match=pattern):
+        MixtureSpec.from_dict(raw)
+    # the largest values allowed still load
+    MixtureSpec.from_dict({"entries": [{"source": "a/b", "episodes": [2 ** 62 - 1], "exclude_episodes": [2 ** 62 - 1],
+                                        "delta_timestamps": {"action": [-1e6, 1e6]}}]})

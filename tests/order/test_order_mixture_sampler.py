@@ -103,7 +103,7 @@ def test_small_entries_by_cached_tables_are_the_keyed_permutations(monkeypatch):
                 n = s.frames[entry]
                 want = np.array([permute(int(d % k), int(k), ms.entry_key(7, names[e]), int(d // k))
                                  for e, d, k in zip(entry, draw, n)])
-                kept = s._kept_base[entry] + want
+                kept = s.kept_base[entry] + want
                 slot = np.searchsorted(s._cum_end, kept, side="right")
                 assert np.array_equal(s.locate(positions, epoch)[1], s._offset[slot] + kept)
         assert s._tables and s._tabled_values == sum(len(t) for t in s._tables.values())
@@ -125,7 +125,16 @@ def test_flat_indices_split_back_to_entry_and_row():
     entry, row = s.split(flat)
     e2, r2 = s.locate(np.arange(len(s)), 0)
     assert np.array_equal(entry, e2) and np.array_equal(row, r2)
-    assert flat.max() < s.num_rows
+    assert flat.max() < s.num_indices
+    # every flat index is a kept frame, in entry order: range(num_indices) splits into each entry's kept frames
+    everything = np.arange(s.num_indices)
+    entry, row = s.split(everything)
+    for e, f in enumerate(s.entries):
+        assert np.array_equal(row[entry == e], f.frame_at(np.arange(len(f))))
+        assert np.array_equal(s.flat_index(e, f.frame_at(np.arange(len(f)))), everything[entry == e])
+    assert np.array_equal(s.flat_index(entry, row), everything)
+    with pytest.raises(IndexError, match="out of range"):
+        s.split([s.num_indices])
 
 
 def check_prefix(sim, sampler, epoch=0):
@@ -214,7 +223,7 @@ def test_real_dataloader_with_workers_resumes_on_another_batch_size():
 
     s = make(5, seed=6)
     bs = MixtureBatchSampler(s, 4, rank=0, world_size=1)
-    loader = TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_rows), batch_sampler=bs, num_workers=2), bs)
+    loader = TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_indices), batch_sampler=bs, num_workers=2), bs)
     got = []
     for k, batch in enumerate(loader):
         got += batch.tolist()
@@ -223,7 +232,7 @@ def test_real_dataloader_with_workers_resumes_on_another_batch_size():
     state = json.loads(json.dumps(loader.state_dict()))
     bs2 = MixtureBatchSampler(make(5, seed=6), 7, rank=0, world_size=1)
     bs2.load_state_dict(state)
-    for batch in TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_rows), batch_sampler=bs2, num_workers=2), bs2):
+    for batch in TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_indices), batch_sampler=bs2, num_workers=2), bs2):
         got += batch.tolist()
     n = len(s)
     assert np.array_equal(got[:n], s.indices_at(np.arange(n), 0))

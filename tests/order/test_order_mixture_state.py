@@ -123,3 +123,48 @@ def test_state_format_is_validated():
                        ({**good, "entries": [["a", 1, 2, 0], ["a", 1, 2, 0]]}, "unique")]:
         with pytest.raises(ValueError, match=field):
             MixtureState.from_dict(bad)
+
+
+def test_only_entries_whose_own_weight_or_size_changed_are_reported():
+    """Changing one entry's weight moves every entry's share (and units); only that entry is re-weighted.
+    Adding an entry moves every share too, and re-weights none."""
+    _, _, state = run(sampler({"a": 1, "b": 2, "c": 3}), 4, 3)
+    bs = MixtureBatchSampler(sampler({"a": 1, "b": 5, "c": 3}), 4)
+    bs.load_state_dict(json.loads(json.dumps(state)))
+    assert bs.changes == ["1 entry re-weighted: 'b'"]
+    bs = MixtureBatchSampler(sampler({"a": 1, "b": 2, "c": 3, "d": 4}), 4)
+    bs.load_state_dict(json.loads(json.dumps(state)))
+    assert bs.changes == ["1 entry added: 'd'", "samples per epoch 51 -> 66"]  # (the default: every frame)
+    resized = dict(ENTRIES)
+    ENTRIES["c"] = frames([11, 3, 6])  # 'c' with another number of frames, its own weight unchanged
+    try:
+        bs = MixtureBatchSampler(sampler({"a": 1, "b": 2, "c": 3}), 4)
+        bs.load_state_dict(json.loads(json.dumps(state)))
+    finally:
+        ENTRIES.clear()
+        ENTRIES.update(resized)
+    assert bs.changes == ["1 entry with another number of frames: 'c'", "samples per epoch 51 -> 49"]
+    # the same own weights in another scale: nothing changed in the order, but the weights did
+    bs = MixtureBatchSampler(sampler({"a": 2, "b": 4, "c": 6}), 4)
+    bs.load_state_dict(json.loads(json.dumps(state)))
+    assert bs.changes == ["3 entries re-weighted: 'a', 'b', 'c'"] and bs.sampler.state.units == state_units(state)
+
+
+def state_units(state) -> tuple:
+    return tuple(e[1] for e in state["mixture"]["entries"])
+
+
+def test_a_state_saved_without_weights_still_loads():
+    """States saved before own weights were recorded: re-weighted entries are those whose units changed."""
+    _, _, state = run(sampler({"a": 1, "b": 2}), 4, 3)
+    del state["mixture"]["weights"]
+    same = MixtureBatchSampler(sampler({"a": 1, "b": 2}), 4)
+    same.load_state_dict(json.loads(json.dumps(state)))
+    assert same.changes == [] and same.state_dict()["mixture"]["weights"] == [1.0, 2.0]
+    other = MixtureBatchSampler(sampler({"a": 1, "b": 3}), 4)
+    other.load_state_dict(json.loads(json.dumps(state)))
+    assert other.changes == ["2 entries re-weighted: 'a', 'b'"]
+    with pytest.raises(ValueError, match="field 'weights' must be a list of finite numbers"):
+        MixtureState.from_dict({**state["mixture"], "weights": [1.0, float("nan")]})
+    with pytest.raises(ValueError, match="weights must have one value per entry"):
+        MixtureState.from_dict({**state["mixture"], "weights": [1.0]})

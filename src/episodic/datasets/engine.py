@@ -20,7 +20,8 @@ from ..counters import Counters
 from ..format.errors import DatasetFormatError, EpisodeIndexError, FrameTimestampError, VideoDecodeError
 from ..format.metadata import DatasetMetadata
 from ..storage.source import Source
-from ..tabular import Columns, delta_offsets, window_rows
+from ..tabular import UNKNOWN_TASK, Columns, UnknownTasks, delta_offsets, window_rows
+from ..tabular.values import unknown_task_rows
 from ..video import DecoderCache
 from ..video.image import decode_image_into
 from ..video.output import FrameOutput
@@ -31,7 +32,9 @@ from .memory import Empty, place
 class ItemSpec:
     """What every item of a dataset holds: its keys (info order), the cameras decoded, the window offsets
     (frames) per key, the timestamp tolerance and the task strings. Built once from the metadata and the
-    user's arguments (which are checked here); immutable.
+    user's arguments (which are checked here); immutable, but for `unknown_tasks`: the dataset's record of rows
+    whose task_index the tasks table lacks (`tabular.UnknownTasks`: warns once, or refuses them with
+    ``on_unknown_task="raise"``), handed to `load_columns` wherever its rows are read.
 
     String features (`text_keys`, shape [1]) come out as LeRobot's do: a `str` per item, a list of `str` per
     batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape."""
@@ -41,18 +44,20 @@ class ItemSpec:
     image_keys: tuple[str, ...]
     offsets: Mapping[str, np.ndarray]
     tolerance_s: float
-    tasks: np.ndarray  # object array of task strings, plus "" for a missing task
+    tasks: np.ndarray  # object array of task strings, plus UNKNOWN_TASK ("") for a task the tasks table lacks
     frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
     text_keys: tuple[str, ...] = ()  # data keys of string features
+    unknown_tasks: UnknownTasks | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
               tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
               image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-              columns: Sequence[str] | None = None) -> "ItemSpec":
+              columns: Sequence[str] | None = None, on_unknown_task: str = "warn") -> "ItemSpec":
         """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
         those it maps)."""
         info = meta.info
+        unknown_tasks = UnknownTasks(meta.root, len(meta.tasks), on_unknown_task)  # checks the option
         check_number("tolerance_s", tolerance_s, 0, 1e9)
         if video_keys is None:
             videos = list(info.video_keys)
@@ -78,12 +83,19 @@ class ItemSpec:
                              f"numeric features and cameras (LeRobot cannot stack strings either); leave them out")
         return cls(data_keys=tuple(data_keys), video_keys=tuple(videos),
                    image_keys=tuple(k for k in info.image_keys if k in data_keys), offsets=offsets,
-                   tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [""], dtype=object),
-                   frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text))
+                   tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
+                   frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text),
+                   unknown_tasks=unknown_tasks)
 
     @property
     def camera_keys(self) -> list[str]:
         return [*self.video_keys, *self.image_keys]
+
+    def tasks_at(self, task_index: np.ndarray) -> list[str]:
+        """The task text of each `task_index` value: UNKNOWN_TASK ("") for one the tasks table lacks."""
+        t = np.asarray(task_index)
+        n = len(self.tasks) - 1
+        return self.tasks[np.where(unknown_task_rows(t, n), n, t)].tolist()
 
     @property
     def delta_indices(self) -> dict[str, list[int]]:
@@ -189,7 +201,7 @@ class FrameEngine:
                     self._decode(ep_pos, times, {k: out[k].numpy() for k in spec.video_keys}, output)
                 for key, q in queries.items():
                     self._images(key, q, out[key].numpy(), output)
-        out["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
+        out["task"] = spec.tasks_at(cols.arrays["task_index"][rows])
         return out
 
     def _decode(self, ep_pos: np.ndarray, times: Mapping[str, np.ndarray], dest: Mapping[str, np.ndarray],
@@ -239,7 +251,7 @@ class FrameEngine:
                 values[key] = cols.arrays[key][q]
         for key, (_, pad) in windows.items():
             values[f"{key}_is_pad"] = pad
-        values["task"] = spec.tasks[cols.arrays["task_index"][rows]].tolist()
+        values["task"] = spec.tasks_at(cols.arrays["task_index"][rows])
         jobs: list[FrameJob] = []
         if spec.video_keys and len(rows):
             eps = self.episodes[ep_pos]

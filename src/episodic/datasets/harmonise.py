@@ -193,7 +193,9 @@ def _place(out: dict, view: dict, done: list, layout: MixtureLayout) -> None:
 
 
 def task_texts(entry: EntryLayout, values: dict) -> list[str]:
-    """An entry's items' task text from their values (`FrameEngine.part`'s): the episode's task, or the entry's
-    text feature (`task_key`)."""
+    """An entry's items' task text from their values (`FrameEngine.part`'s): the episode's task, the entry's
+    text feature (`task_key`), or "" for every item when the entry removes its task role (`task_key` None)."""
+    if entry.task_key is None:
+        return [""] * len(values["task"])
     tasks = values["task"] if entry.task_key == "task" else np.asarray(values[entry.task_key]).tolist()
     return [str(t) for t in tasks]

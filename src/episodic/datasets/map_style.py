@@ -47,6 +47,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
             beyond it; default $EPISODIC_CACHE_MAX_BYTES or 32 GiB).
         fetch_policy: timeouts and retries of remote reads (`storage.fetch.FetchPolicy`; default from
             $EPISODIC_FETCH_TIMEOUT, $EPISODIC_CONNECT_TIMEOUT, $EPISODIC_RETRY_WINDOW).
+        on_unknown_task: rows whose task_index the tasks table lacks (metadata drift): "warn" (default: loaded,
+            their items' task is "", one `UnknownTaskWarning` naming the episodes and task indices) or "raise"
+            (DatasetFormatError naming the file, episode and frame). `episodic validate` reports them either way.
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -56,7 +59,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 _source: Source | None = None):
+                 on_unknown_task: str = "warn", _source: Source | None = None):
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
@@ -68,11 +71,13 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         if self.source.cache is not None:  # remote reads (retries, bytes, files) count as this dataset's
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode)
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
+                                   on_unknown_task=on_unknown_task)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
-                               open_file=None if self.source.is_local else self.source.open_for_read)
+                               open_file=None if self.source.is_local else self.source.open_for_read,
+                               unknown_tasks=self.spec.unknown_tasks)
         self.engine = FrameEngine(self.spec, self.meta, self.source, columns, counters=self.counters,
                                   decoders=DecoderCache(max_open=decoder_cache_size, counters=self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
@@ -138,7 +143,8 @@ class LeRobotDataset(EpisodicDataset):
                  return_uint8: bool = False, video_keys: Sequence[str] | None = None,
                  storage_options: dict | None = None, cache_dir: str | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch"):
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
+                 on_unknown_task: str = "warn"):
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
@@ -148,7 +154,7 @@ class LeRobotDataset(EpisodicDataset):
         super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
-                         _source=source)
+                         on_unknown_task=on_unknown_task, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),

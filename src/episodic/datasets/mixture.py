@@ -2,7 +2,9 @@
 
 `MixtureDataset(spec)` preflights the spec (or takes a `PreflightReport`), fixes the shared item layout
 (`mixture.layout`), and orders the mixture by its `MixtureSampler` (`mixture.build_sampler`). Indices are the
-sampler's flat indices (``row_offset[entry] + row``, entries side by side like ``ConcatDataset``);
+sampler's flat indices: the entries' selected frames side by side, like a ``ConcatDataset`` of the entries
+(``len(ds)`` of them, every one valid, so a plain ``DataLoader(ds, shuffle=True)`` draws uniformly over frames;
+`loader()` follows the mixture's weighted order);
 `get_batch(indices)` groups them by entry, builds each entry's part with that entry's own `FrameEngine` (its
 fps, tolerance, windows, cameras, selected episodes: `mixture_entry`), brings it into the shared layout
 (`harmonise`) and returns the batch in the order of `indices`. Engines are built on first use in each
@@ -86,8 +88,9 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
-        """The span of flat indices (every entry's rows side by side; an epoch is `len(self.sampler)` samples)."""
-        return self.sampler.num_rows
+        """How many flat indices (every entry's selected frames, minus drop_n_first/last_frames, side by side: each
+        index in ``range(len(ds))`` is an item); an epoch of the weighted order is `len(self.sampler)` samples."""
+        return self.sampler.num_indices
 
     # ------------------------------------------------------------------ items
     def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:

@@ -15,6 +15,7 @@ one `DecoderCache` and one `Counters`. Until an entry is used, a process holds o
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from ..format.errors import EpisodeIndexError
 from ..mixture.entry_checks import selected_episodes
 from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.report import PreflightReport
-from ..tabular import load_columns
+from ..tabular import UnknownTasks, load_columns
 from ..video import DecoderCache
 from .engine import FrameEngine, ItemSpec
 
@@ -41,15 +42,18 @@ _READER_FIXED_BYTES = 512 << 10
 _READER_PICTURES = 4
 
 
-def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout) -> ItemSpec:
-    """The item spec of one entry: its mapped cameras, windows and tolerance, only the columns it needs."""
+def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_task: str = "warn") -> ItemSpec:
+    """The item spec of one entry: its mapped cameras, windows and tolerance, only the columns it needs; rows whose
+    task_index its tasks table lacks are warned about once per entry (naming it), or refused (`on_unknown_task`)."""
     info = meta.info
     cams = list(dict.fromkeys(entry.cameras.values()))
     videos = [k for k in cams if k in info.video_keys]
     images = [k for k in cams if k in info.image_keys]
-    return ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
+    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
                           image_size=layout.image_size, resize_mode=layout.resize_mode,
-                          columns=[*entry.data_keys, *images])
+                          columns=[*entry.data_keys, *images], on_unknown_task=on_unknown_task)
+    unknown = UnknownTasks(f"mixture entry {entry.name!r} ({meta.root})", len(meta.tasks), on_unknown_task)
+    return replace(spec, unknown_tasks=unknown)
 
 
 class EntryEngines:
@@ -60,6 +64,7 @@ class EntryEngines:
         self.layout = layout
         self.metadata = [report.metadata[e.index] for e in layout.entries]
         self.sources = [report.sources[e.index] for e in layout.entries]
+        self.on_unknown_task = report.spec.on_unknown_task
         self.selected = [selected_episodes(report.spec.entries[e.index], len(m.episodes))
                          for e, m in zip(layout.entries, self.metadata)]
         self.counters, self.decoders = counters, decoders
@@ -76,7 +81,8 @@ class EntryEngines:
 
     def spec(self, slot: int) -> ItemSpec:
         if slot not in self._specs:
-            self._specs[slot] = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout)
+            self._specs[slot] = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout,
+                                                self.on_unknown_task)
         return self._specs[slot]
 
     def engine(self, slot: int) -> FrameEngine:
@@ -86,7 +92,7 @@ class EntryEngines:
             meta, source, spec = self.metadata[slot], self.sources[slot], self.spec(slot)
             columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
                                    open_file=None if source.is_local else source.open_for_read,
-                                   mmap_min_bytes=self.mmap_min_bytes)
+                                   mmap_min_bytes=self.mmap_min_bytes, unknown_tasks=spec.unknown_tasks)
             for name, values in columns.arrays.items():  # memory-mapped columns as plain arrays over the same
                 columns.arrays[name] = np.asarray(values)  # pages (np.memmap's subclass costs per gather)
             engine = self._engines[slot] = FrameEngine(spec, meta, source, columns, decoders=self.decoders,

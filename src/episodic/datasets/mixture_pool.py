@@ -69,8 +69,8 @@ class PooledEpisode:
                 mask[:v.shape[1]] = True
             self.tab[key] = values
             self.masks[key] = mask
-        self.task = np.asarray(task_texts(entry, {"task": spec.tasks[arrays["task_index"]].tolist()}
-                                          if entry.task_key == "task" else arrays), dtype=object)
+        self.task = np.asarray(task_texts(entry, {"task": spec.tasks_at(arrays["task_index"])}
+                                          if entry.task_key in ("task", None) else arrays), dtype=object)
         # each windowed role's offsets (frames on the entry's fps grid), for the roles the entry has
         sources = {"state": entry.state_key, "action": entry.action_key, **entry.cameras}
         self.offsets = {role: spec.offsets[sources[role]] for role in layout.windows

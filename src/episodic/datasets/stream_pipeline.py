@@ -106,12 +106,14 @@ class ConsumerPipeline:
         with self.counters.timer("tabular_seconds"):
             block_eps = np.unique(wanted)
             keys = list(self.spec.data_keys)
+            unknown = self.spec.unknown_tasks  # the dataset's (a mixture: the entry's): warns once
             cols = None
             if self.local:
-                cols = load_columns(self.meta, block_eps, keys)
+                cols = load_columns(self.meta, block_eps, keys, unknown_tasks=unknown)
             elif self.prefetcher.ranges:  # read in place through retried range requests
                 try:
-                    cols = load_columns(self.remote_meta, block_eps, keys, open_file=self.prefetcher.open_remote)
+                    cols = load_columns(self.remote_meta, block_eps, keys, open_file=self.prefetcher.open_remote,
+                                        unknown_tasks=unknown)
                 except RangesIgnored:
                     self.prefetcher.ranges = False
             if cols is None:  # a server without range requests: whole files into the mirror
@@ -120,7 +122,7 @@ class ConsumerPipeline:
                 try:
                     for f in futs:
                         f.result()
-                    cols = load_columns(self.meta, block_eps, keys)
+                    cols = load_columns(self.meta, block_eps, keys, unknown_tasks=unknown)
                 finally:
                     for r in rels:
                         self.prefetcher.release(r)

@@ -66,7 +66,9 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
     episodic cache, default ~/.cache/episodic); local sources are read in place. The tuning arguments are
     those of `StreamOptions` (validated; the error states the allowed range). Remote reads follow
     `fetch_policy` (`storage.fetch.FetchPolicy`: timeouts, retry window) when given, else a FetchPolicy of
-    `fetch_retries`, `fetch_backoff_s` and `fetch_max_backoff_s`.
+    `fetch_retries`, `fetch_backoff_s` and `fetch_max_backoff_s`. `on_unknown_task` as in `EpisodicDataset`
+    (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
+    a row, naming what it read; each DataLoader worker process warns at most once).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -79,7 +81,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
                  prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
                  fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
                  video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch"):
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
+                 on_unknown_task: str = "warn"):
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
@@ -101,7 +104,8 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         self.image_transforms = image_transforms
         self.rank, self.world_size = rank, world_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode)
+        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
+                                   on_unknown_task=on_unknown_task)
         self.selected = select_episodes(self.meta, episodes)
         self.camera_keys = self.spec.camera_keys
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None

@@ -45,6 +45,11 @@ class ProblemList:
         return len(self.items)
 
 
+class UnknownTaskWarning(UserWarning):
+    """A dataset's rows name task indices its tasks table lacks (metadata drift): their items' task is "" (warned
+    once per dataset object; ``on_unknown_task="raise"`` refuses such a dataset instead)."""
+
+
 class EpisodeIndexError(EpisodicError, IndexError):
     """An episode or frame index outside the dataset."""
 

@@ -87,8 +87,9 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
 
     # ---- roles
     explicit = spec.entry_roles(entry)
+    removed = spec.entry_removed_roles(entry)
     camera_roles = {r: k for r, k in explicit.items() if r not in RESERVED_ROLES}
-    if not camera_roles:
+    if not camera_roles and not removed.difference(RESERVED_ROLES):  # names no camera role: all, by default
         camera_roles = default_camera_roles(info.camera_keys, spec.camera_role_style)
     cameras, shapes = {}, {}
     for role, key in camera_roles.items():
@@ -119,6 +120,10 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         key = explicit.get(role)
         if key is None:
             keys[role], dims[role] = None, 0
+            if role in removed:  # `null`: no role, not even the default
+                if indices is not None:
+                    add(f"{role}_indices", f"no {role} role: the entry's roles remove it ({role}: null)")
+                continue
             if default in features:
                 key = default
             else:
@@ -146,8 +151,10 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             add(f"roles.{role}", f"no statistics for {key!r} in the dataset's stats (normalising it needs them)",
                 "warning")
 
-    task_key = explicit.get("task", "task")
-    if task_key == "task":
+    task_key = None if "task" in removed else explicit.get("task", "task")
+    if task_key is None:
+        pass  # `task: null`: every item's task text is ""
+    elif task_key == "task":
         tasks = meta.episodes.tasks
         known = set(meta.tasks)
         missing = [int(e) for e in selected.tolist() if not any(t in known for t in (tasks[e] or []))]

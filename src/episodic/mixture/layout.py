@@ -65,7 +65,7 @@ class EntryLayout:
     action_key: str | None
     action_indices: tuple[int, ...] | None
     action_dim: int
-    task_key: str  # "task": the episode's task text; else a text feature
+    task_key: str | None  # "task": the episode's task text; else a text feature; None (``task: null``): ""
     offsets: Mapping[str, tuple[int, ...]]  # dataset key -> frame offsets
 
     def delta_timestamps(self) -> dict[str, list[float]]:
@@ -76,7 +76,7 @@ class EntryLayout:
     def data_keys(self) -> list[str]:
         """The tabular columns its items need (nothing else is read)."""
         keys = list(BOOKKEEPING) + [k for k in (self.state_key, self.action_key) if k is not None]
-        if self.task_key != "task":
+        if self.task_key not in ("task", None):
             keys.append(self.task_key)
         return list(dict.fromkeys(keys))
 
@@ -118,7 +118,7 @@ class MixtureLayout:
                 tolerance_s=rep.tolerance_s, cameras=dict(rep.cameras), state_key=rep.state_key,
                 state_indices=e.state_indices if rep.state_key else None, state_dim=rep.state_dim,
                 action_key=rep.action_key, action_indices=e.action_indices if rep.action_key else None,
-                action_dim=rep.action_dim, task_key=rep.task_key or "task", offsets=offsets))
+                action_dim=rep.action_dim, task_key=rep.task_key, offsets=offsets))
         if not entries:
             raise MixtureLayoutError(f"{spec.origin}: no entry takes part in the mixture", [])
         cameras = tuple(dict.fromkeys(r for e in entries for r in e.cameras))

@@ -3,7 +3,8 @@
 Entries that take part (status ``ok``, share > 0 or not) become the sampler's entries, in spec order, each with
 the frames of its selected episodes (`entry_checks.selected_episodes`, minus ``drop_n_first/last_frames`` per
 episode); weights are the report's shares; skipped entries are recorded in the mixture state. Flat indices are
-``row_offset[entry] + row`` over the entries that take part (`MixtureSampler.split`). No data file is read.
+the entries' kept frames side by side, over the entries that take part (`MixtureSampler.split`). No data file
+is read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
     if report.on_error == "raise":
         report.raise_for_errors()
     used = [rep.index for rep in report.entries if rep.status == "ok"]
-    frames, weights, names, rows = [], [], [], []
+    frames, weights, own, names = [], [], [], []
     for i in used:
         meta = report.metadata[i]
         eps = meta.episodes
@@ -30,8 +31,8 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
         frames.append(EpisodeFrames(eps.dataset_from_index, eps.dataset_to_index, sel, drop_n_first_frames,
                                     drop_n_last_frames))
         weights.append(report.entries[i].share)
+        own.append(report.entries[i].weight)  # its own raw weight: what a resume compares to name re-weighted entries
         names.append(report.entries[i].name)
-        rows.append(int(meta.total_frames))
     sampler = MixtureSampler(frames, weights, names, samples_per_epoch=report.spec.samples_per_epoch, shuffle=shuffle,
-                             seed=seed, entry_rows=rows, skipped=report.skipped)
+                             seed=seed, skipped=report.skipped, own_weights=own)
     return sampler, used

@@ -7,6 +7,7 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
     delta_timestamps: {action: [0.0, 0.1, 0.2], state: [0.0]}   # by role, seconds
     delta_rounding: nearest                      # or exact (LeRobot's rule: on each entry's fps grid)
     roles: {state: observation.state, action: action, task: task}   # defaults for every entry
+    on_unknown_task: warn                        # or raise: rows whose task_index the tasks table lacks
     entries:
       - source: lerobot/svla_so101_pickplace     # Hub repo id, local path or fsspec URL
         revision: 3c8e1d0a...                    # tag, branch or commit SHA (Hub only)
@@ -19,21 +20,26 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
         episodes: [0, 1, 2, 3]
         state_indices: [0, 1, 2, 3, 4, 5]
         tolerance_s: 0.001
-        delta_timestamps: {action: [0.0, 0.05]}  # replaces the mixture's windows for this entry
+        delta_timestamps: {action: [0.0, 0.05, 0.1], state: [0.0]}  # replaces the mixture's (same steps per role)
 
 or as objects (`MixtureSpec(entries=(MixtureEntry(...), ...))`). OpenTau's mixture configs
 (``{"datasets": [...], "weights": [...]}``) load as they are (`mixture.opentau`).
 
 Roles: ``state``, ``action`` and ``task`` are reserved; every other role names a camera (``wrist``,
 ``front``, ...: the same role is the same camera slot in every entry, whatever the entry's key or key order).
-An entry's roles are the mixture's ``roles`` updated by its own (``null`` removes one). An entry without any
-camera role gets every camera of its dataset, each under its key's last dotted part (``observation.images.top``
--> ``top``); without ``state``/``action`` roles, ``observation.state``/``action`` are used when the dataset has
-them; ``task`` defaults to ``task`` (the episode's task text).
+An entry's roles are the mixture's ``roles`` updated by its own; ``null`` removes a role, its default included.
+An entry that names no camera role (none mapped, none removed) gets every camera of its dataset, each under its
+key's last dotted part (``observation.images.top`` -> ``top``); without ``state``/``action`` roles,
+``observation.state``/``action`` are used when the dataset has them (``state: null`` / ``action: null``: the
+entry has none); ``task`` defaults to ``task`` (the episode's task text; ``task: null``: the text is "").
 
 Windows: ``delta_timestamps`` are seconds, turned into frame offsets with each entry's own fps: rounded to the
 nearest frame (``nearest``; preflight reports the largest shift) or required to lie on the entry's frame grid
 within its ``tolerance_s`` (``exact``).
+
+Tasks: an entry's rows whose ``task_index`` its tasks table lacks (metadata drift) get the task ``""``, with
+one warning per entry naming the episodes and task indices (``on_unknown_task: warn``, the default); ``raise``
+refuses them (`DatasetFormatError` when the entry's rows are read). `preflight` warns from the metadata.
 
 Weights: each entry's size under the rule (frames or episodes of its selected episodes, 1 for uniform,
 frames ** alpha for temperature) times its ``weight`` (default 1), normalised; ``explicit`` uses the weights
@@ -53,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from ..format.errors import MixtureSpecError
+from ..tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
 
@@ -61,6 +68,8 @@ WEIGHT_RULES = ("frames", "episodes", "uniform", "temperature", "explicit")
 ON_ERROR = ("raise", "skip")
 DELTA_ROUNDING = ("nearest", "exact")
 CAMERA_ROLE_STYLES = ("names", "slots")
+MAX_EPISODE_INDEX = 2 ** 62 - 1  # episode indices above this cannot name an episode (nor fit int64 arithmetic)
+MAX_WINDOW_S = 1e6  # window times beyond +-this many seconds (11.6 days) are refused: no episode is that long
 _ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 DEFAULT_TOLERANCE_S = 1e-4
 
@@ -110,6 +119,7 @@ class MixtureSpec:
     delta_timestamps: Mapping[str, tuple[float, ...]] | None = None
     delta_rounding: str = "nearest"
     on_error: str = "raise"
+    on_unknown_task: str = "warn"
     samples_per_epoch: int | None = None
     max_state_dim: int | None = None
     max_action_dim: int | None = None
@@ -152,6 +162,13 @@ class MixtureSpec:
         merged = {**dict(self.roles), **dict(entry.roles or {})}
         return {k: v for k, v in merged.items() if v is not None}
 
+    def entry_removed_roles(self, entry: MixtureEntry) -> set[str]:
+        """The roles the entry's merged roles map to ``null``: removed, defaults included (no camera defaults when
+        a camera role is removed, no ``observation.state``/``action`` for a removed ``state``/``action``, task
+        text "" for a removed ``task``)."""
+        merged = {**dict(self.roles), **dict(entry.roles or {})}
+        return {k for k, v in merged.items() if v is None}
+
     def entry_delta_timestamps(self, entry: MixtureEntry) -> dict[str, tuple[float, ...]]:
         return dict(entry.delta_timestamps if entry.delta_timestamps is not None else (self.delta_timestamps or {}))
 
@@ -163,7 +180,7 @@ class MixtureSpec:
         out: dict[str, Any] = {"weighting": {"rule": self.weighting.rule, "alpha": self.weighting.alpha,
                                              "size": self.weighting.size},
                                "tolerance_s": self.tolerance_s, "delta_rounding": self.delta_rounding,
-                               "on_error": self.on_error}
+                               "on_error": self.on_error, "on_unknown_task": self.on_unknown_task}
         for key in ("samples_per_epoch", "max_state_dim", "max_action_dim"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -204,7 +221,7 @@ def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
 # ----------------------------------------------------------------------------- parsing
 _ENTRY_FIELDS = [f.name for f in fields(MixtureEntry)]
 _SPEC_FIELDS = ["entries", "weighting", "roles", "tolerance_s", "delta_timestamps", "delta_rounding", "on_error",
-                "samples_per_epoch",
+                "on_unknown_task", "samples_per_epoch",
                 "max_state_dim", "max_action_dim", "camera_role_style"]
 
 
@@ -263,6 +280,13 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _clip(v: Any, k: int = 10) -> str:
+    """`v` for a message: a long list as its first `k` values and how many more."""
+    if isinstance(v, (list, tuple)) and len(v) > k:
+        return f"{list(v[:k])!r} and {len(v) - k} more"
+    return repr(v)
+
+
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -286,7 +310,11 @@ def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: b
     if v is None:
         return
     if not isinstance(v, tuple) or not v or not all(_is_int(i) and i >= 0 for i in v):
-        problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {v!r}")
+        problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {_clip(v)}")
+    elif max(v) > MAX_EPISODE_INDEX:
+        big = [i for i in v if i > MAX_EPISODE_INDEX]
+        problems.append(f"{where}: field {name!r} holds {len(big)} value(s) above 2**62 - 1, the largest index "
+                        f"supported (first: {big[0]})")
     elif unique and len(set(v)) != len(v):
         problems.append(f"{where}: field {name!r} repeats indices {sorted({i for i in v if v.count(i) > 1})[:10]}")
 
@@ -301,7 +329,11 @@ def _check_delta(dt: Any, where: str, problems: list[str]) -> None:
         ok = isinstance(seconds, tuple) and seconds and all(_is_num(s) for s in seconds)
         if not ok:
             problems.append(f"{where}: delta_timestamps[{role!r}] must be a non-empty list of finite seconds, "
-                            f"got {list(seconds) if isinstance(seconds, tuple) else seconds!r}")
+                            f"got {_clip(list(seconds) if isinstance(seconds, tuple) else seconds)}")
+        elif max(abs(s) for s in seconds) > MAX_WINDOW_S:
+            far = next(s for s in seconds if abs(s) > MAX_WINDOW_S)
+            problems.append(f"{where}: delta_timestamps[{role!r}] holds {far!r} s: window times must lie within "
+                            f"+-{MAX_WINDOW_S:g} s")
 
 
 def _number(name: str, v: Any, lo: float, hi: float, where: str, problems: list[str], integer: bool = False,
@@ -346,6 +378,9 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
                         f"got {spec.delta_rounding!r}")
     if spec.on_error not in ON_ERROR:
         problems.append(f"{origin}: field 'on_error' must be one of {', '.join(ON_ERROR)}, got {spec.on_error!r}")
+    if spec.on_unknown_task not in ON_UNKNOWN_TASK:
+        problems.append(f"{origin}: field 'on_unknown_task' must be one of {', '.join(ON_UNKNOWN_TASK)}, "
+                        f"got {spec.on_unknown_task!r}")
     if spec.camera_role_style not in CAMERA_ROLE_STYLES:
         problems.append(f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
                         f"got {spec.camera_role_style!r}")

@@ -11,8 +11,10 @@ frames come in order. Memory: the entries' `EpisodeFrames` and one table of all 
 
 `MixtureSampler` has the interface `EpisodicBatchSampler` uses (``len``, ``seed``, ``indices_at``), so
 sharding, padding, exact and elastic resume are the single-dataset ones (`order.shard`); use
-`MixtureBatchSampler` (`order.mixture_batch`) to keep the mixture's state in checkpoints. A flat index is
-``row_offset[e] + row`` (entries side by side, like ``ConcatDataset``); `split` turns it back.
+`MixtureBatchSampler` (`order.mixture_batch`) to keep the mixture's state in checkpoints. A flat index numbers
+the entries' kept frames side by side (entry ``e``'s kept frame ``p`` is ``kept_base[e] + p``, like a
+``ConcatDataset`` of the entries' selected frames): ``range(num_indices)``, every one of them a frame the
+order can draw, whatever episodes the entries select; `split` turns it into (entry, row), `flat_index` back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -48,14 +51,16 @@ def entry_key(seed: int, name: str) -> int:
 class MixtureSampler:
     """The order of a mixture of `entries` (one `EpisodeFrames` each) with `weights` and unique `names`.
 
-    `samples_per_epoch` defaults to the entries' total frames. `entry_rows[e]` is entry e's row count (the
-    flat-index span of the entry; default: one past its last kept frame). `skipped` names entries that were
-    left out (recorded in the state). The state (`mixture_state`, `resume`) says where the sequence stands.
+    `samples_per_epoch` defaults to the entries' total frames. `skipped` names entries that were left out
+    (recorded in the state). `own_weights`: each entry's own weight before normalising (default
+    `weights`), recorded in the state so that a resume names the entries whose own weight changed (not every
+    entry whose share moved because another one changed). The state (`mixture_state`, `resume`) says where the
+    sequence stands.
     """
 
     def __init__(self, entries: Sequence[EpisodeFrames], weights: Sequence[float], names: Sequence[str], *,
                  samples_per_epoch: int | None = None, shuffle: bool = True, seed: int = 0,
-                 entry_rows: Sequence[int] | None = None, skipped: Sequence[str] = ()):
+                 skipped: Sequence[str] = (), own_weights: Sequence[float] | None = None):
         self.entries = list(entries)
         self.names = tuple(str(n) for n in names)
         if len(self.names) != len(self.entries) or len(weights) != len(self.entries):
@@ -71,31 +76,33 @@ class MixtureSampler:
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n < 1 << 40:
             raise ValueError(f"samples_per_epoch must be an int in [1, 2**40), got {samples_per_epoch!r}")
         self.num_samples = int(n)
-        rows = ([int(f.frame_at(len(f) - 1)) + 1 for f in self.entries] if entry_rows is None
-                else [int(r) for r in entry_rows])
-        if len(rows) != len(self.entries):
-            raise ValueError(f"entry_rows needs one value per entry, got {len(rows)}")
-        self.row_offset = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.epoch = 0
-        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped)
+        own = list(weights if own_weights is None else own_weights)
+        if len(own) != len(self.entries):
+            raise ValueError(f"own_weights needs one value per entry, got {len(own)}")
+        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped,
+                                        own)
         self.state = self.fresh
         self._trees: dict[int | None, QuotaTree] = {}
         self._entry_keys: dict[int, np.ndarray] = {}
         self._tables: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()  # `_tabled`'s
         self._tabled_values = 0
-        # every entry's kept frames side by side: kept position kept_base[e] + p of entry e -> its row
-        self._kept_base = np.concatenate([[0], np.cumsum(self.frames)]).astype(np.int64)
-        self._cum_end = np.concatenate([f.cum_end + b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
-        self._offset = np.concatenate([f.offset - b for f, b in zip(self.entries, self._kept_base)]).astype(np.int64)
+        # every entry's kept frames side by side (the flat indices): kept position kept_base[e] + p of entry e -> its
+        # row offset[slot] + kept, slot its kept episode among all entries' (cum_end: their exclusive ends)
+        self.kept_base = np.concatenate([[0], np.cumsum(self.frames)]).astype(np.int64)
+        self._slot_base = np.concatenate([[0], np.cumsum([len(f.cum_end) for f in self.entries])]).astype(np.int64)
+        self._cum_end = np.concatenate([f.cum_end + b for f, b in zip(self.entries, self.kept_base)]).astype(np.int64)
+        self._offset = np.concatenate([f.offset - b for f, b in zip(self.entries, self.kept_base)]).astype(np.int64)
 
     def __len__(self) -> int:
         return self.num_samples
 
     @property
-    def num_rows(self) -> int:
-        return int(self.row_offset[-1])
+    def num_indices(self) -> int:
+        """How many flat indices there are: every entry's kept frames (`len` of a map-style mixture)."""
+        return int(self.kept_base[-1])
 
     def tree(self, seed: int | None = None) -> QuotaTree:
         """The quota tree of the current weights for `seed` (plain rounding without shuffling)."""
@@ -118,6 +125,11 @@ class MixtureSampler:
     def locate(self, positions, epoch: int | None = None, seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(entry, row in that entry's dataset) at `positions` of epoch `epoch`'s order: vectorised over the
         positions whatever entries they land on (tree walk, lane-wise permutation, one binary search)."""
+        entry, flat = self._flat(positions, epoch, seed)
+        return entry, self._rows(flat).reshape(entry.shape)
+
+    def _flat(self, positions, epoch: int | None, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(entry, flat index) at `positions`: the tree walk and the entries' keyed permutations."""
         seed = self.seed if seed is None else int(seed)
         entry, draw = self.draws_at(positions, epoch, seed)
         flat_e, flat_d = entry.reshape(-1), draw.reshape(-1)
@@ -137,9 +149,11 @@ class MixtureSampler:
                 if big.size < j.size:
                     lanes = np.flatnonzero(small)
                     j[lanes] = self._tabled(seed, flat_e[lanes], cycle[lanes], j[lanes])
-        kept = self._kept_base[flat_e] + j
-        slot = np.searchsorted(self._cum_end, kept, side="right")
-        return entry, (self._offset[slot] + kept).reshape(entry.shape)
+        return entry, (self.kept_base[flat_e] + j).reshape(entry.shape)
+
+    def _rows(self, flat: np.ndarray) -> np.ndarray:
+        """The dataset row of each flat index (one binary search over all entries' kept episodes)."""
+        return self._offset[np.searchsorted(self._cum_end, flat, side="right")] + flat
 
     def _tabled(self, seed: int, entry: np.ndarray, cycle: np.ndarray, j: np.ndarray) -> np.ndarray:
         """``permute(j, n_e, key_e, cycle)`` lane by lane for entries of at most `_TABLE_MAX_FRAMES` frames, by
@@ -173,16 +187,40 @@ class MixtureSampler:
         return self._entry_keys[seed]
 
     def indices_at(self, positions, epoch: int | None = None, seed: int | None = None):
-        """Flat indices (``row_offset[entry] + row``) at `positions` (int or array) of epoch `epoch`'s order."""
-        entry, rows = self.locate(np.asarray(positions), epoch, seed)
-        out = self.row_offset[entry] + rows
+        """Flat indices at `positions` (int or array) of epoch `epoch`'s order."""
+        _, out = self._flat(np.asarray(positions), epoch, seed)
         return int(out) if out.ndim == 0 else out
 
     def split(self, flat) -> tuple[np.ndarray, np.ndarray]:
-        """(entry, row) of flat indices: one binary search over the entries' offsets."""
+        """(entry, row in its dataset) of flat indices in ``range(num_indices)`` (IndexError outside it)."""
         flat = np.asarray(flat, dtype=np.int64)
-        entry = np.searchsorted(self.row_offset, flat, side="right") - 1
-        return entry, flat - self.row_offset[entry]
+        bad = (flat < 0) | (flat >= self.num_indices)
+        if bad.any():
+            raise IndexError(f"flat index {int(flat[bad].reshape(-1)[0])} out of range: the mixture has "
+                             f"{self.num_indices} (its entries' kept frames)")
+        entry = np.searchsorted(self.kept_base, flat, side="right") - 1
+        return entry, self._rows(flat)
+
+    def flat_index(self, entry, rows) -> np.ndarray:
+        """The flat indices of dataset rows `rows` (``index`` values) of entry `entry` (an int, or one per row):
+        the inverse of `split`. IndexError naming the entry for a row that is not one of its kept frames."""
+        rows = np.asarray(rows, dtype=np.int64)
+        entry = np.broadcast_to(np.asarray(entry, dtype=np.int64), rows.shape)
+        out = np.empty(rows.shape, dtype=np.int64)
+        ends = self._offset + self._cum_end  # one past each kept episode's last row
+        starts = ends - np.diff(np.concatenate([[0], self._cum_end]))
+        for e in np.unique(entry).tolist():
+            if not 0 <= e < len(self.entries):
+                raise IndexError(f"entry {e} out of range: the mixture has {len(self.entries)} entries")
+            lanes = entry == e
+            r = rows[lanes]
+            lo, hi = int(self._slot_base[e]), int(self._slot_base[e + 1])
+            slot = np.minimum(lo + np.searchsorted(ends[lo:hi], r, side="right"), hi - 1)
+            bad = (r < starts[slot]) | (r >= ends[slot])
+            if bad.any():
+                raise IndexError(f"entry {self.names[e]!r}: row {int(r[bad][0])} is not one of its kept frames")
+            out[lanes] = r - self._offset[slot]
+        return out
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -205,7 +243,7 @@ class MixtureSampler:
         old = MixtureState.from_dict(saved)
         changes = old.changes(self.fresh)
         if not changes and old.same_spec(self.fresh):
-            self.state = old
+            self.state = replace(old, weights=self.fresh.weights)  # the same order; weights recorded (old states lack them)
             return []
         if on_change == "refuse":
             raise SpecChangeError("the mixture differs from the one the order state was saved with ("

@@ -5,9 +5,11 @@ that entry's *draw* (how many times the entry came up before); the draw picks th
 keyed permutation (a new permutation each time the entry's frames are used up). `MixtureState` is what ties
 epochs and positions to that sequence: the epoch it is counted from (``epoch``), the epoch length
 (``samples_per_epoch``: position ``p`` of epoch ``t`` is ``m = (t - epoch) * samples_per_epoch + p``) and, per
-entry (by name), its units, its number of frames and a draw offset ``base`` (entry ``e``'s draw at ``m`` is
-``base[e]`` plus the number of times it came up before ``m``). It travels in the order state under
-``"mixture"``; JSON, validated, O(entries).
+entry (by name), its units, its number of frames, a draw offset ``base`` (entry ``e``'s draw at ``m`` is
+``base[e]`` plus the number of times it came up before ``m``) and its own weight (the raw weight before
+normalising: its size under the weighting rule times its ``weight``; what tells which entries were
+re-weighted, since changing one entry's weight changes every entry's units). It travels in the order state
+under ``"mixture"``; JSON, validated, O(entries).
 
 Resuming after the spec changed (`continued`; the resume point is epoch ``t``, ``consumed`` positions into it):
 - the new weights (and epoch length) apply from the resume point on; the new sequence is counted from the
@@ -23,8 +25,9 @@ Nothing else is kept: no history, so a state stays O(entries) whatever happened 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,6 +56,7 @@ class MixtureState:
     frames: tuple[int, ...]
     base: tuple[int, ...]
     skipped: tuple[str, ...] = ()
+    weights: tuple[float, ...] = ()  # each entry's own weight; () in states saved before it was recorded
 
     def __post_init__(self):
         n = len(self.names)
@@ -61,16 +65,18 @@ class MixtureState:
                              f"{n}, {len(self.units)}, {len(self.frames)}, {len(self.base)}")
         if len(set(self.names)) != n:
             raise ValueError("mixture state: entry names must be unique")
+        if self.weights and len(self.weights) != n:
+            raise ValueError(f"mixture state: weights must have one value per entry, got {len(self.weights)} for {n}")
         if self.samples_per_epoch < 1:
             raise ValueError(f"mixture state: samples_per_epoch must be >= 1, got {self.samples_per_epoch}")
 
     @classmethod
     def fresh(cls, names: Sequence[str], units: Sequence[int], frames: Sequence[int], samples_per_epoch: int,
-              skipped: Sequence[str] = ()) -> "MixtureState":
+              skipped: Sequence[str] = (), weights: Sequence[float] = ()) -> "MixtureState":
         """The state of a mixture that starts at epoch 0, every entry at draw 0."""
         return cls(epoch=0, samples_per_epoch=int(samples_per_epoch), names=tuple(names),
                    units=tuple(int(u) for u in units), frames=tuple(int(f) for f in frames),
-                   base=(0,) * len(names), skipped=tuple(skipped))
+                   base=(0,) * len(names), skipped=tuple(skipped), weights=tuple(float(w) for w in weights))
 
     def position(self, epoch: int, positions) -> np.ndarray:
         """Global sequence positions of `positions` of epoch `epoch` (int64 array)."""
@@ -84,13 +90,19 @@ class MixtureState:
             other.names, other.units, other.frames, other.samples_per_epoch, other.skipped)
 
     def changes(self, new: "MixtureState") -> list[str]:
-        """What differs between this (saved) state's mixture and `new`'s, in words; empty when nothing."""
+        """What differs between this (saved) state's mixture and `new`'s, in words; empty when nothing. Re-weighted:
+        the kept entries whose own weight changed (with both states' weights recorded; else whose units changed,
+        which changing one entry's weight does to all)."""
         old = dict(zip(self.names, zip(self.units, self.frames)))
         cur = dict(zip(new.names, zip(new.units, new.frames)))
         out = []
         added = [n for n in new.names if n not in old]
         retired = [n for n in self.names if n not in cur]
-        reweighted = [n for n in new.names if n in old and old[n][0] != cur[n][0]]
+        if self.weights and new.weights:
+            was, now = dict(zip(self.names, self.weights)), dict(zip(new.names, new.weights))
+            reweighted = [n for n in new.names if n in old and not math.isclose(was[n], now[n], rel_tol=1e-9)]
+        else:
+            reweighted = [n for n in new.names if n in old and old[n][0] != cur[n][0]]
         resized = [n for n in new.names if n in old and old[n][1] != cur[n][1]]
         for what, names in (("added", added), ("retired", retired), ("re-weighted", reweighted),
                             ("with another number of frames", resized)):
@@ -108,7 +120,7 @@ class MixtureState:
         """The state that resumes this one's run at (`epoch`, `consumed`) with `new`'s mixture (see the module
         docstring); `seed` is the quota tree's seed (it shapes the sequence whose counts are carried over)."""
         if self.same_spec(new):
-            return self
+            return replace(self, weights=new.weights)
         m = int(self.position(epoch, [consumed])[0])
         drawn = np.asarray(self.base, dtype=np.int64) + QuotaTree.build(self.units, seed).counts(m)
         old = {n: (f, int(d)) for n, f, d in zip(self.names, self.frames, drawn)}
@@ -119,13 +131,17 @@ class MixtureState:
             start = prev[1] if prev is not None and prev[0] == frames else 0
             base.append(start - c)
         return MixtureState(epoch=int(epoch), samples_per_epoch=new.samples_per_epoch, names=new.names,
-                            units=new.units, frames=new.frames, base=tuple(base), skipped=new.skipped)
+                            units=new.units, frames=new.frames, base=tuple(base), skipped=new.skipped,
+                            weights=new.weights)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
-        return {"epoch": self.epoch, "samples_per_epoch": self.samples_per_epoch,
-                "entries": [[n, u, f, b] for n, u, f, b in zip(self.names, self.units, self.frames, self.base)],
-                "skipped": list(self.skipped)}
+        out = {"epoch": self.epoch, "samples_per_epoch": self.samples_per_epoch,
+               "entries": [[n, u, f, b] for n, u, f, b in zip(self.names, self.units, self.frames, self.base)],
+               "skipped": list(self.skipped)}
+        if self.weights:
+            out["weights"] = list(self.weights)
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping) -> "MixtureState":
@@ -149,8 +165,13 @@ class MixtureState:
         skipped = raw.get("skipped", [])
         if not isinstance(skipped, (list, tuple)) or not all(isinstance(s, str) for s in skipped):
             raise ValueError(f"mixture state: field 'skipped' must be a list of entry names, got {skipped!r}")
+        weights = raw.get("weights", [])
+        if not isinstance(weights, (list, tuple)) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0 for w in weights):
+            raise ValueError(f"mixture state: field 'weights' must be a list of finite numbers >= 0, got {weights!r}")
         return cls(epoch=epoch, samples_per_epoch=n, names=tuple(cols[0]), units=tuple(cols[1]),
-                   frames=tuple(cols[2]), base=tuple(cols[3]), skipped=tuple(skipped))
+                   frames=tuple(cols[2]), base=tuple(cols[3]), skipped=tuple(skipped),
+                   weights=tuple(float(w) for w in weights))
 
 
 def _short(names: Sequence[str], k: int = 5) -> str:

@@ -23,7 +23,7 @@ from ..progress import bar
 from ..storage.atomic import AtomicFile
 from ..storage.fetch import is_local
 from ..storage.ranges import leaf_columns, open_for_read, row_group_spans
-from .values import check_rows, column_values
+from .values import UnknownTasks, check_rows, column_values
 
 MMAP_THRESHOLD_BYTES = 1 << 30
 
@@ -118,12 +118,14 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
 
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
                  progress: bool = False, open_file: Callable[[str], Any] | None = None,
-                 mmap_min_bytes: int | None = None) -> Columns:
+                 mmap_min_bytes: int | None = None, unknown_tasks: UnknownTasks | None = None) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
     one row group per episode, only the row groups) that hold them. `open_file(path)` opens a data file for
     reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads).
     With `mmap_dir`, columns of `mmap_min_bytes` bytes and more (default `MMAP_THRESHOLD_BYTES`; 0: always)
-    are memory-mapped files there instead of RAM."""
+    are memory-mapped files there instead of RAM. Every value that decides an item is checked (`check_rows`);
+    rows whose `task_index` the tasks table lacks go to `unknown_tasks` (the dataset's: it warns once, its policy
+    may refuse them; None: refused, the first one raises)."""
     info, table = meta.info, meta.episodes
     if open_file is None and not is_local(meta.fs):
         open_file = functools.partial(open_for_read, meta.fs)
@@ -161,7 +163,7 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
                 except MemoryError:  # lengths the metadata claims: a named error, not the allocator's
                     raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes "
                                              f"claim {total} frames; column {n!r} does not fit in memory") from None
-        _read_files(meta, episodes, starts, names, arrays, images, progress, open_file)
+        _read_files(meta, episodes, starts, names, arrays, images, progress, open_file, unknown_tasks)
         for n, f in mmap_files.items():
             arrays[n].flush()
             del arrays[n]
@@ -171,12 +173,14 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
         for f in mmap_files.values():
             f.discard()
         raise
+    if unknown_tasks is not None:
+        unknown_tasks.report()
     return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)
 
 
 def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray, names: list[str],
                 arrays: dict[str, np.ndarray], images: dict[str, list], progress: bool,
-                open_file: Callable[[str], Any] | None) -> None:
+                open_file: Callable[[str], Any] | None, unknown_tasks: UnknownTasks | None) -> None:
     """Fill `arrays` and `images` (rows `starts[p]:starts[p + 1]` for `episodes[p]`) from the data files."""
     table, feats = meta.episodes, meta.info.features
     lengths = np.diff(starts)
@@ -217,7 +221,10 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
         # the values that decide what an item holds, against the metadata (vectorised over the file's rows)
         first = np.repeat(table.dataset_from_index[episodes[sel]], lengths[sel])
         frame = np.arange(len(ep_col), dtype=np.int64) - np.repeat(np.cumsum(lengths[sel]) - lengths[sel], lengths[sel])
-        check_rows(path, ep_col, frame, first, file_values, len(meta.tasks), ProblemList())
+        tolerant = unknown_tasks is not None and unknown_tasks.tolerant
+        check_rows(path, ep_col, frame, first, file_values, None if tolerant else len(meta.tasks), ProblemList())
+        if tolerant and "task_index" in file_values:
+            unknown_tasks.add(ep_col, file_values["task_index"])
         for n in image_names:
             col = t.column(n).combine_chunks()
             data = col.field("bytes").to_pylist() if pa.types.is_struct(col.type) else col.to_pylist()

@@ -2,19 +2,27 @@
 (every problem collected): each column against its feature in info.json, and the bookkeeping columns
 (`index`, `timestamp`, `task_index`, ...) against the episodes metadata. All vectorised (numpy/arrow
 compute over whole columns), so loading stays as fast as reading.
+
+A row whose `task_index` names a task the tasks table lacks (metadata drift: a tasks table edited after the data
+was written) is refused by `validate` and, with ``on_unknown_task="raise"``, by the loader; by default the loader
+goes on (`UnknownTasks`: one warning per dataset) and the item's task is `UNKNOWN_TASK` ("").
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.errors import DatasetFormatError, ProblemList
+from ..format.errors import DatasetFormatError, ProblemList, UnknownTaskWarning
 from ..format.features import Feature
 from ..format.timebase import frames_to_seconds, off_grid
+
+UNKNOWN_TASK = ""  # the task text of an item whose task_index the tasks table lacks
+ON_UNKNOWN_TASK = ("warn", "raise")
 
 
 def _is_list(typ: pa.DataType) -> bool:
@@ -108,13 +116,14 @@ def _converted(col: pa.Array, target: np.dtype, where: str) -> np.ndarray:
 
 
 def check_rows(where: str, episodes: np.ndarray, frame: np.ndarray, first_index: np.ndarray,
-               values: Mapping[str, np.ndarray], num_tasks: int, problems: ProblemList,
+               values: Mapping[str, np.ndarray], num_tasks: int | None, problems: ProblemList,
                fps: int | None = None, tolerance_s: float = 1e-4) -> None:
     """The bookkeeping columns of some rows of one data file against the metadata: `episodes[r]`, `frame[r]`
     (position in its episode) and `first_index[r]` (the episode's dataset_from_index) describe row r.
-    Always: `index` is the episode's global index range, `timestamp` is finite, `task_index` names a task
-    of the tasks table. With `fps` (`validate`): also `frame_index` counts the frames and `timestamp` is
-    frame_index / fps within `tolerance_s`."""
+    Always: `index` is the episode's global index range, `timestamp` is finite, and (unless `num_tasks` is None:
+    the loader's `UnknownTasks` deals with them) `task_index` names a task of the tasks table of `num_tasks`.
+    With `fps` (`validate`): also `frame_index` counts the frames and `timestamp` is frame_index / fps within
+    `tolerance_s`."""
     def report(bad: np.ndarray, column: str, what: str) -> None:
         r = int(np.flatnonzero(bad)[0])
         more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
@@ -131,9 +140,8 @@ def check_rows(where: str, episodes: np.ndarray, frame: np.ndarray, first_index:
         bad = ~np.isfinite(values["timestamp"])
         if bad.any():
             report(bad, "timestamp", ", not a finite time")
-    if "task_index" in values:
-        t = values["task_index"]
-        bad = (t < 0) | (t >= num_tasks)
+    if "task_index" in values and num_tasks is not None:
+        bad = unknown_task_rows(values["task_index"], num_tasks)
         if bad.any():
             report(bad, "task_index", f": the tasks table has {num_tasks} task(s), 0..{num_tasks - 1}")
     if fps is None:
@@ -148,3 +156,55 @@ def check_rows(where: str, episodes: np.ndarray, frame: np.ndarray, first_index:
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             report(bad, "timestamp", f", expected {frames_to_seconds(int(frame[r]), fps):.6f} (frame / fps)")
+
+
+def unknown_task_rows(task_index: np.ndarray, num_tasks: int) -> np.ndarray:
+    """True where a `task_index` value names no task of a tasks table of `num_tasks` tasks (0..num_tasks-1)."""
+    t = np.asarray(task_index)
+    return (t < 0) | (t >= num_tasks)
+
+
+class UnknownTasks:
+    """The rows of one dataset whose `task_index` its tasks table (`num_tasks` tasks) lacks, as its rows are read;
+    one per dataset object (a mixture: per entry). `policy` (``on_unknown_task``): ``"warn"`` (default): the loader
+    goes on, those items' task is `UNKNOWN_TASK` (""), and `report()` warns once (`UnknownTaskWarning`), naming
+    the episodes and task indices found by then, `where` (the dataset) first; ``"raise"``: the loader raises the
+    `check_rows` error (file, episode, frame, value) instead. Small, picklable: it travels to DataLoader workers
+    with its dataset (each process warns at most once)."""
+
+    def __init__(self, where: str, num_tasks: int, policy: str = "warn"):
+        if policy not in ON_UNKNOWN_TASK:
+            raise ValueError(f"on_unknown_task must be one of {', '.join(ON_UNKNOWN_TASK)}, got {policy!r}")
+        self.where, self.num_tasks, self.policy = where, int(num_tasks), policy
+        self.found: dict[int, set[int]] = {}  # episode -> task indices the tasks table lacks (until warned)
+        self.warned = False
+
+    @property
+    def tolerant(self) -> bool:
+        return self.policy == "warn"
+
+    def add(self, episodes: np.ndarray, task_index: np.ndarray) -> None:
+        """Note the rows (`episodes[r]`, `task_index[r]`) whose task index the tasks table lacks."""
+        if self.warned:
+            return
+        bad = unknown_task_rows(task_index, self.num_tasks)
+        if bad.any():
+            pairs = np.unique(np.stack([np.asarray(episodes)[bad], np.asarray(task_index)[bad]]).astype(np.int64), axis=1)
+            for e, t in pairs.T.tolist():
+                self.found.setdefault(e, set()).add(t)
+
+    def report(self) -> None:
+        """Warn about what `add` found, the first time something was found (never again for this object)."""
+        if self.warned or not self.found:
+            return
+        self.warned = True
+        eps = sorted(self.found)
+        tasks = sorted(set().union(*self.found.values()))
+        listed = ", ".join(f"{e} ({', '.join(map(str, sorted(self.found[e])[:5]))})" for e in eps[:10])
+        more = f" and {len(eps) - 10} more" if len(eps) > 10 else ""
+        self.found = {}
+        warnings.warn(f"{self.where}: {len(eps)} episode(s) name task indices the tasks table lacks (it has "
+                      f"{self.num_tasks} task(s), 0..{self.num_tasks - 1}): episode (task_index): {listed}{more}; "
+                      f"task indices {tasks[:10]}; their items' task is {UNKNOWN_TASK!r} (warned once per dataset; "
+                      f"`episodic validate` lists every row; on_unknown_task='raise' refuses such a dataset)",
+                      UnknownTaskWarning, stacklevel=2)

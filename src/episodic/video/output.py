@@ -8,9 +8,9 @@ each colour plane with one contiguous copy (uint8) or one conversion pass to flo
 no intermediate RGB image (~5x less conversion work at 480x640). It does not always: FFmpeg 7-8's SIMD
 yuv->gbrp leaves the last ``width % 16`` columns unwritten for widths whose remainder is 1..8 (40, 56, 424,
 600, ...), and 10-bit and NV12 sources round differently. So `planar_exact` checks, once per process and
-source geometry (pixel format, colorspace, range, size, output size), that gbrp equals rgb24 on a frame of
-random pixels; where it does not, the frame goes through rgb24 and a strided copy. With `size`, swscale scales
-in that same pass:
+source geometry (pixel format, colorspace, range, size), that gbrp equals rgb24 on a frame of random pixels;
+where it does not, the frame goes through rgb24 and a strided copy. With `size`, swscale scales in the
+conversion to gbrp (its scaling path writes every column at any width; tested at odd widths):
 
 * ``"stretch"``: the frame is scaled to exactly (H, W), aspect ratio not kept.
 * ``"letterbox"``: scaled to the largest size that fits in (H, W) with the aspect ratio kept (each side
@@ -96,7 +96,7 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
     src_hw = (frame.height, frame.width)
     h, w, top, left = out.placement(src_hw)
     scaled = (h, w) != src_hw
-    if out.channels_first and planar_exact(frame, h, w, scaled):
+    if out.channels_first and (scaled or planar_exact(frame)):
         for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
             _put(_rows(p, h, w), dest[c, top:top + h, left:left + w])
     else:
@@ -110,11 +110,12 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
         _zero_border(dest, top, left, h, w, axis=axis)
 
 
-def planar_exact(frame, h: int, w: int, scaled: bool) -> bool:
-    """Whether swscale's gbrp output of frames like `frame` (pixel format, colorspace, range, size) at (h, w)
-    equals its rgb24 output, checked once per process on a frame of random pixels (see the module docstring)."""
+def planar_exact(frame) -> bool:
+    """Whether swscale's gbrp output of frames like `frame` (pixel format, colorspace, range, size) at their own
+    size equals its rgb24 output, checked once per process on a frame of random pixels (see the module docstring).
+    """
     key = (frame.format.name, getattr(frame, "colorspace", None), getattr(frame, "color_range", None),
-           frame.height, frame.width, h, w, scaled)
+           frame.height, frame.width)
     exact = _PLANAR_EXACT.get(key)
     if exact is None:
         exact = _PLANAR_EXACT[key] = _probe_planar(key)
@@ -122,8 +123,8 @@ def planar_exact(frame, h: int, w: int, scaled: bool) -> bool:
 
 
 def _probe_planar(key: tuple) -> bool:
-    fmt, colorspace, color_range, sh, sw, h, w, scaled = key
-    probe = av.VideoFrame(sw, sh, fmt)
+    fmt, colorspace, color_range, h, w = key
+    probe = av.VideoFrame(w, h, fmt)
     for attr, value in (("colorspace", colorspace), ("color_range", color_range)):
         if value is not None:
             setattr(probe, attr, value)
@@ -131,8 +132,8 @@ def _probe_planar(key: tuple) -> bool:
     for p in probe.planes:
         np.frombuffer(p, np.uint8)[:] = rng.integers(0, 256, p.buffer_size, dtype=np.uint8)
     reformatter = VideoReformatter()
-    planes = [_rows(p, h, w) for p in _reformat(reformatter, probe, "gbrp", h, w, scaled).planes]
-    rgb = _rows(_reformat(reformatter, probe, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
+    planes = [_rows(p, h, w) for p in _reformat(reformatter, probe, "gbrp", h, w, False).planes]
+    rgb = _rows(_reformat(reformatter, probe, "rgb24", h, w, False).planes[0], h, w * 3).reshape(h, w, 3)
     return all(np.array_equal(planes[p], rgb[..., c]) for c, p in ((0, 2), (1, 0), (2, 1)))
 
 
