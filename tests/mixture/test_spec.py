@@ -127,3 +127,12 @@ def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
     with pytest.raises(MixtureSpecError, match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
                                                r"number 1234567890123456789012345678901234567890: quote it"):
         MixtureSpec.from_file(tmp_path / "n.yaml")
+
+
+def test_a_url_root_is_refused_naming_the_field():
+    """`root` is a Hub dataset's local copy; a URL there (once taken for a missing local folder, with a Hub download
+    into a directory named after it) is a problem of the entry (OpenTau configs read such a root as the source)."""
+    with pytest.raises(MixtureSpecError) as err:
+        MixtureSpec.from_dict({"entries": [{"source": "org/ds", "root": "http://127.0.0.1:1/ds"}]})
+    assert err.value.problems == ["<dict>: entries[0] (org/ds): field 'root' is a local copy of a Hub dataset, got the "
+                                  "URL 'http://127.0.0.1:1/ds': a dataset read from a URL is the entry's 'source'"]
