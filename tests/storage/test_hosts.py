@@ -136,3 +136,38 @@ def test_a_forked_child_knows_its_parent_found_the_host_down(server):
     assert child.exitcode == 0
     got = out.get(timeout=5)
     assert f"{server.url} is down" in got, got
+
+
+def test_nothing_new_is_asked_of_a_host_silent_for_a_whole_window():
+    """A fetch that starts one window after the host fell silent is refused at once, though the fetch that
+    found the silence is still waiting on its last attempt (a hung request): every fetch over a dead host ends
+    within a window and one request of the first unanswered one."""
+    window = 0.5
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.01, retry_window_s=window, timeout_s=0.4,
+                         connect_timeout_s=0.4)
+    release = threading.Event()
+    first_calls = []
+
+    def first():  # refused at once, then a last attempt that hangs until released
+        first_calls.append(time.monotonic())
+        if len(first_calls) == 1:
+            raise ConnectionRefusedError(111, "Connection refused")
+        release.wait(10)
+        raise TimeoutError()
+
+    def waiting() -> None:
+        with pytest.raises(FetchError):
+            with_retries(first, "http://h.test/a", policy)
+
+    t = threading.Thread(target=waiting, daemon=True)
+    t.start()
+    while len(first_calls) < 2:
+        time.sleep(0.01)
+    time.sleep(window + 0.1)  # silent for a whole window; the first fetch still waits
+    later = []
+    with pytest.raises(FetchError) as info:
+        with_retries(lambda: later.append(1), "http://h.test/b", policy)
+    release.set()
+    t.join(10)
+    assert later == [] and info.value.attempts == 0
+    assert "http://h.test is down: no answer for a whole retry window (0.5 s; last: connection refused" in str(info.value)

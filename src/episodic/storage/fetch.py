@@ -137,9 +137,17 @@ def host_delay(url: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- retrying
-def _refuse_if_down(key: str | None, url: str, where: str, attempt: int, cause: BaseException | None) -> None:
-    """FetchError at once when the host is down (`hosts`): it stayed silent for a whole retry window."""
-    down = HOSTS.down(key)
+def _fresh_s(policy: FetchPolicy) -> float:
+    """How long a host's silence lasts without a new failure seen: a fetch may still be waiting on it (the
+    longest request, or a window when requests have no limit, and a backoff)."""
+    return max(policy.retry_window_s, policy.request_timeout_s or 0.0) + policy.max_backoff_s
+
+
+def _refuse_if_down(key: str | None, url: str, where: str, attempt: int, cause: BaseException | None,
+                    policy: FetchPolicy | None = None) -> None:
+    """FetchError at once when the host is down (`hosts`): it stayed silent for a whole retry window (with
+    `policy`, before a first attempt: or it has been silent for that long)."""
+    down = HOSTS.down(key, policy.retry_window_s, _fresh_s(policy)) if policy is not None else HOSTS.down(key)
     if down is not None:
         verb = "not asked" if attempt == 0 else f"not asked again after attempt {attempt}"
         raise FetchError(f"{where}: {verb}: {down.message()}", url, attempt) from cause
@@ -155,7 +163,7 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
     policy = policy or FetchPolicy()
     key = host_key(host) if host is not None else host_key(url)
     where = url if key is None or url.startswith(key) else f"{url} (host {key})"
-    _refuse_if_down(key, url, where, 0, None)
+    _refuse_if_down(key, url, where, 0, None, policy)
     held = min(HOSTS.delay(key), policy.max_retry_after_s)
     if held > 0:
         logger.debug("%s: the host asked to wait; first attempt in %.3f s", url, held)
@@ -184,7 +192,8 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
             if silent:  # the window closes one window after the host fell silent, for every fetch from it
                 _refuse_if_down(key, url, where, attempt, e)  # another fetch found it down meanwhile
                 waited_from = max(began, now - policy.timeout_s) if policy.timeout_s else began
-                end = min(end, HOSTS.silent_since(key, waited_from, policy.retry_window_s) + policy.retry_window_s)
+                since = HOSTS.silent_since(key, waited_from, _fresh_s(policy), describe(e))
+                end = min(end, since + policy.retry_window_s)
             left = end - now
             if left <= 0 or (policy.retries is not None and attempt > policy.retries):
                 if silent and left <= 0:

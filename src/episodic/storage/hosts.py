@@ -13,7 +13,8 @@ for huggingface_hub's calls the Hub endpoint. Three facts per host, shared by ev
   up together with the first instead of each waiting a window of its own.
 - Down (`mark_down`, `down`): a host that stayed silent for a whole retry window is down: every fetch from it
   fails at once, naming the host and what happened, for one more window; after that the next fetch asks
-  it again (a whole window). An answer from the host ends both.
+  it again (a whole window). A fetch about to start on a host silent since a window ago finds it down too,
+  though no fetch gave up on it yet. An answer from the host ends both.
 
 Per process: a forked child (a DataLoader worker) starts with what its parent knew (the monotonic clock is
 the same) and a fresh lock; a spawned one starts knowing nothing. `forget()` clears everything.
@@ -57,6 +58,13 @@ class Down:
                 f"not asked again for {max(0.0, self.until - now):.1f} s")
 
 
+@dataclass(frozen=True)
+class _Silence:
+    first: float  # the host gave no answer from then on (monotonic)
+    seen: float  # the last failure without an answer ended then
+    last: str  # that failure, described
+
+
 class Hosts:
     """The per-host facts of this process (see the module docstring). Every method takes a key of `host_key`
     (or the Hub endpoint); a None key has no facts."""
@@ -64,7 +72,7 @@ class Hosts:
     def __init__(self):
         self._lock = threading.Lock()
         self._held: dict[str, float] = {}
-        self._silent: dict[str, tuple[float, float]] = {}  # key -> (silent since, last seen silent)
+        self._silent: dict[str, _Silence] = {}
         self._down: dict[str, Down] = {}
         runtime.after_fork(self)
 
@@ -106,19 +114,18 @@ class Hosts:
             self._silent.pop(key, None)
             self._down.pop(key, None)
 
-    def silent_since(self, key: str | None, since: float, window_s: float) -> float:
-        """Record that the host gave no answer from `since` (monotonic) until now; returns the start of its
-        silence: the earliest such moment since it last answered, unless nothing was seen of it for more than
-        `window_s` before now (no sign of silence in between: a new silence begins at `since`)."""
+    def silent_since(self, key: str | None, since: float, fresh_s: float, last: str) -> float:
+        """Record that the host gave no answer from `since` (monotonic) until now (`last` describes the
+        failure); returns the start of its silence: the earliest such moment since it last answered, unless
+        no failure of it was seen for more than `fresh_s` before now (no sign of silence in between: a new
+        silence begins at `since`)."""
         if key is None:
             return since
         now = time.monotonic()
         with self._lock:
-            first, last = self._silent.get(key, (since, now))
-            if now - last > window_s:
-                first = since
-            first = min(first, since)
-            self._silent[key] = (first, now)
+            old = self._silent.get(key)
+            first = since if old is None or now - old.seen > fresh_s else min(old.first, since)
+            self._silent[key] = _Silence(first, now, last)
         return first
 
     def mark_down(self, key: str | None, window_s: float, last: str) -> None:
@@ -128,18 +135,27 @@ class Hosts:
             return
         now = time.monotonic()
         with self._lock:
-            since = self._silent.pop(key, (now, now))[0]
-            self._down[key] = Down(key, since, now + window_s, window_s, last)
+            silence = self._silent.pop(key, None)
+            if key not in self._down:  # another fetch may have found it down first
+                self._down[key] = Down(key, silence.first if silence else now, now + window_s, window_s, last)
 
-    def down(self, key: str | None) -> Down | None:
-        """The host's `Down` while it lasts, else None."""
-        if key is None or key not in self._down:
+    def down(self, key: str | None, window_s: float = 0.0, fresh_s: float = 0.0) -> Down | None:
+        """The host's `Down` while it lasts, else None. With `window_s`: a host silent for that long, its last
+        failure seen within `fresh_s` (the longest a request may wait, and a backoff: a fetch may be waiting on
+        it still), is down from now on, though no fetch gave up on it yet."""
+        if key is None or (key not in self._down and key not in self._silent):  # the common case, no lock
             return None
+        now = time.monotonic()
         with self._lock:
             found = self._down.get(key)
-            if found is not None and found.until <= time.monotonic():
+            if found is not None and found.until <= now:
                 del self._down[key]
                 found = None
+            silence = self._silent.get(key)
+            if found is None and silence is not None and window_s > 0 and now - silence.seen <= fresh_s \
+                    and now - silence.first >= window_s:
+                found = self._down[key] = Down(key, silence.first, now + window_s, window_s, silence.last)
+                del self._silent[key]
         return found
 
 
