@@ -170,4 +170,5 @@ def test_nothing_new_is_asked_of_a_host_silent_for_a_whole_window():
     release.set()
     t.join(10)
     assert later == [] and info.value.attempts == 0
-    assert "http://h.test is down: no answer for a whole retry window (0.5 s; last: connection refused" in str(info.value)
+    said = "http://h.test is down: no answer for a whole retry window (0.5 s; last: connection refused"
+    assert said in str(info.value)

@@ -183,8 +183,8 @@ def dataset_path(fs, root: str, rel: str, where: str | None = None) -> str:
         except OSError:
             return path  # missing (or unreadable): opening it says so
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise UnsafePathError(f"{where + ': ' if where else ''}{path} is {_special_kind(mode)}, not a regular file; "
-                                  f"dataset files must be regular files")
+            raise UnsafePathError(f"{where + ': ' if where else ''}{path} is {_special_kind(mode)}, not a regular "
+                                  f"file; dataset files must be regular files")
         return path
     check_relative(rel, where or root)
     return f"{root.rstrip('/')}/{rel}"
