@@ -17,7 +17,7 @@ from support import FaultServer
 
 pytest.importorskip("aiohttp")
 
-POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=0.5, timeout_s=0.3, connect_timeout_s=0.3)
+POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=0.5, timeout_s=1, connect_timeout_s=1)
 
 
 def _size(server: FaultServer) -> int | None:

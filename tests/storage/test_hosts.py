@@ -20,7 +20,7 @@ from support import FaultServer
 
 pytest.importorskip("aiohttp")
 
-POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=1.0, timeout_s=0.3, connect_timeout_s=0.3)
+POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=1.0, timeout_s=1, connect_timeout_s=1)
 PAYLOAD = bytes(range(256)) * 4
 FILES = {f"/f{i}.bin": PAYLOAD for i in range(20)}
 
@@ -143,8 +143,8 @@ def test_nothing_new_is_asked_of_a_host_silent_for_a_whole_window():
     found the silence is still waiting on its last attempt (a hung request): every fetch over a dead host ends
     within a window and one request of the first unanswered one."""
     window = 0.5
-    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.01, retry_window_s=window, timeout_s=0.4,
-                         connect_timeout_s=0.4)
+    # a silence lasts a request's limits (4 s) without news: ample for a loaded machine to start the second
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.01, retry_window_s=window, timeout_s=2, connect_timeout_s=2)
     release = threading.Event()
     first_calls = []
 
