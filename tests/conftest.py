@@ -18,6 +18,16 @@ from episodic.demo import write_demo_dataset
 from support import FIXTURES, LEROBOT_FIXTURE, FaultServer  # noqa: F401 (re-exported for tests)
 
 
+@pytest.fixture(autouse=True)
+def _forget_hosts():
+    """What the process learnt about remote hosts (down, held by a Retry-After) ends with each test: a later
+    test's server on 127.0.0.1 may get the same port."""
+    from episodic.storage.hosts import HOSTS
+
+    yield
+    HOSTS.forget()
+
+
 @pytest.fixture(scope="session")
 def small_root(tmp_path_factory) -> Path:
     """6 episodes of 12-30 frames, two 48x64 AV1 cameras, one file each."""

@@ -11,7 +11,7 @@
 | `EPISODIC_PROGRESS` | `0` silences every progress bar (bars show only on a terminal anyway) | on |
 | `EPISODIC_FETCH_TIMEOUT` | read timeout of remote requests: seconds a request may wait for the next bytes (or for a size or metadata answer) before it counts as a transient failure and is retried; `0`: no limit | `20` |
 | `EPISODIC_CONNECT_TIMEOUT` | seconds a remote request may take to connect; `0`: no limit | `10` |
-| `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt during which transient failures are retried; `0`: no retries | `30` |
+| `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt (or after its host fell silent) during which transient failures are retried; a host silent that long fails every request at once for as long again; `0`: no retries | `30` |
 | `EPISODIC_CACHE_MAX_BYTES` | size of the whole-file cache of remote files (`files/`), least recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix | `32G` |
 | `LOCAL_RANK` | the process's rank on its node, as launchers set it (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0 | unset: ranks are grouped by host name |
 | `GROUP_RANK` | torchrun's node rank: with the host name, what tells nodes apart (two nodes on one host) | unset |

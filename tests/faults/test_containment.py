@@ -260,3 +260,44 @@ def test_hub_home_links_of_the_user_are_kept(monkeypatch, tmp_path):
     assert hub_root("lerobot/pusht") == tmp_path / "home" / "lerobot" / "pusht"
     with pytest.raises(UnsafePathError):
         hub_root("lerobot/../../x")
+
+
+# ---------------------------------------------------------------------------------------------- special files
+_SPECIAL_CHILD = """
+import json, sys
+from episodic import LeRobotDataset, StreamingLeRobotDataset
+from episodic.tools.validate import validate
+root, cache = sys.argv[1], sys.argv[2]
+out = {}
+for name, run in [("map-style", lambda: LeRobotDataset("x", root=root)[0]),
+                  ("streaming", lambda: next(iter(StreamingLeRobotDataset(None, root=root, shuffle=False,
+                                                                          cache_dir=cache))))]:
+    try:
+        run()
+        out[name] = "no error"
+    except Exception as e:
+        out[name] = type(e).__name__ + ": " + str(e)
+out["validate"] = validate(root, progress=False).problems
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("rel", ["meta/info.json", DATA, TOP_MP4])
+def test_a_fifo_in_place_of_a_dataset_file_is_refused_not_opened(small_root, copy_of, tmp_path, rel):
+    """open() of a FIFO blocks until a writer comes (forever): only regular files are opened; the loaders and
+    `validate` name the file instead (a fresh interpreter, so that a blocked open() ends in a timeout)."""
+    import subprocess
+    import sys
+
+    root = copy_of(small_root)
+    (root / rel).unlink()
+    os.mkfifo(root / rel)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", _SPECIAL_CHILD, str(root), str(tmp_path / "cache")], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    said = f"{root}/{rel} is a FIFO (named pipe), not a regular file"
+    assert got["map-style"].startswith("UnsafePathError: ") and said in got["map-style"], got
+    assert got["streaming"].startswith("UnsafePathError: ") and said in got["streaming"], got
+    assert any(said in p for p in got["validate"]), got["validate"]

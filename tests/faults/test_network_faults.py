@@ -5,8 +5,10 @@ by a small policy (short timeouts and retry window)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, FetchError, MissingFileError
+from episodic.format.errors import MixturePreflightError
 from episodic.storage import FetchPolicy
 from support import FaultServer, assert_items_equal
 
@@ -151,6 +154,76 @@ def test_hung_server_while_streaming_gives_a_named_error(served, tmp_path):
         for _ in ds:
             pass
     assert time.monotonic() - t0 < POLICY.worst_case_s + SLACK_S
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_streaming_over_a_dead_host_fails_within_one_window(multifile_root, tmp_path, fault):
+    """A pool of 1 fetches rows, sizes and mp4s one after another: each used to wait a whole window of its own
+    (two windows before the error reached the loop); now the host is down after the first."""
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=3.0, timeout_s=0.25,
+                         connect_timeout_s=0.25)
+    shutil.copytree(multifile_root, tmp_path / "www" / "ds")
+    with FaultServer(tmp_path / "www") as server:
+        ds = StreamingLeRobotDataset(None, root=server.url + "/ds", cache_dir=tmp_path / "c", episode_pool_size=1,
+                                     fetch_policy=policy, shuffle=False)
+        server.kill() if fault == "killed" else server.hang.set()
+        t0 = time.monotonic()
+        with pytest.raises(FetchError) as info:
+            for _ in ds:
+                pass
+        took = time.monotonic() - t0
+    assert server.url in str(info.value)
+    assert ("connection refused" if fault == "killed" else "timed out") in str(info.value)
+    assert policy.retry_window_s <= took < policy.worst_case_s + 1.5  # two windows: 6 s
+
+
+def test_mixture_check_over_a_dead_host_reports_within_one_window(tmp_path, monkeypatch):
+    """24 URL entries on a killed server, 4 at a time: one window in all, not one per entry (6 windows)."""
+    from episodic.mixture import preflight
+
+    monkeypatch.setenv("EPISODIC_RETRY_WINDOW", "1")
+    monkeypatch.setenv("EPISODIC_CONNECT_TIMEOUT", "0.3")
+    monkeypatch.setenv("EPISODIC_FETCH_TIMEOUT", "0.3")
+    with FaultServer(tmp_path) as server:
+        server.kill()
+        spec = {"entries": [{"source": f"{server.url}/ds{i:03d}", "name": f"e{i}"} for i in range(24)]}
+        t0 = time.monotonic()
+        with pytest.raises(MixturePreflightError) as info:
+            preflight(spec, concurrency=4)
+        took = time.monotonic() - t0
+    report = info.value.report
+    assert [p.entry for p in report.errors] == list(range(24))
+    for p in report.errors:
+        assert f"{server.url}/ds{p.entry:03d}/meta/info.json" in p.message and "connection refused" in p.message
+    assert sum("is down" in p.message for p in report.errors) >= 20
+    assert took < 1.0 + 0.6 + 2.5  # a window, a request, slack; one window per 4 entries: 6 s
+
+
+def test_mixture_check_of_hub_entries_with_the_hub_down_reports_within_one_window(tmp_path):
+    """`episodic mixture check` of 24 Hub repo ids with the Hub unreachable (HF_ENDPOINT at a closed port of
+    127.0.0.1, HF_HUB_OFFLINE unset): every entry named, in about one window (1 s), not one window per entry."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there: connection refused
+    spec = tmp_path / "hub.json"
+    spec.write_text(json.dumps({"entries": [{"source": f"someone/ds{i:03d}"} for i in range(24)]}))
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1", HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HOME=str(tmp_path / "hf"), HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
+               EPISODIC_CACHE=str(tmp_path / "cache"), EPISODIC_RETRY_WINDOW="1", PYTHONPATH=os.pathsep.join(sys.path))
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(spec), "-q", "--concurrency",
+                          "4", "--json", str(tmp_path / "report.json")], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    problems = report["problems"]
+    assert sorted(p["entry"] for p in problems) == list(range(24))
+    for p in problems:
+        assert f"someone/ds{p['entry']:03d}" in p["message"] and endpoint in p["message"], p["message"]
+        assert "connection refused" in p["message"], p["message"]
+    assert report["seconds"] < 1.0 + 2.5  # a window and slack; one window per 4 entries: 6 s
 
 
 # ------------------------------------------------------------------------------------------ answers

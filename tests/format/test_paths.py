@@ -77,6 +77,27 @@ def test_inside_resolves_links(tmp_path):
         inside(tmp_path / "root", "../out/f", "w")
 
 
+def test_dataset_path_refuses_special_files(tmp_path):
+    """A FIFO or a socket is never a dataset file (open() of a FIFO blocks); directories and missing files pass
+    (opening a missing one says so)."""
+    import socket
+
+    fs = LocalFileSystem()
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta/info.json").write_text("{}")
+    os.mkfifo(tmp_path / "meta/pipe.json")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "meta/sock.json"))
+    assert dataset_path(fs, str(tmp_path), "meta/info.json") == str(tmp_path / "meta/info.json")
+    assert dataset_path(fs, str(tmp_path), "meta") == str(tmp_path / "meta")
+    assert dataset_path(fs, str(tmp_path), "meta/missing.json") == str(tmp_path / "meta/missing.json")
+    with pytest.raises(UnsafePathError, match=r"meta/pipe\.json is a FIFO \(named pipe\), not a regular file"):
+        dataset_path(fs, str(tmp_path), "meta/pipe.json", "<root>/meta/info.json: field 'x'")
+    with pytest.raises(UnsafePathError, match=r"meta/sock\.json is a socket, not a regular file"):
+        dataset_path(fs, str(tmp_path), "meta/sock.json")
+    sock.close()
+
+
 def test_dataset_path_on_a_remote_filesystem_stays_under_the_prefix():
     class Remote:  # any non-local fsspec filesystem: only the lexical check applies
         pass

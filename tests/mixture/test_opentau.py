@@ -99,3 +99,108 @@ def test_commit_sha_revisions_are_kept():
     spec = MixtureSpec.from_dict({"datasets": [{"repo_id": "org/ds", "revision": sha},
                                                {"repo_id": "org/ds", "revision": "v3.0"}]})
     assert [e.revision for e in spec.entries] == [sha, "v3.0"]
+
+
+# ------------------------------------------------------------------------------------------ roots that are URLs
+BROKEN = {3: "no info.json", 11: "info.json not JSON", 19: "no episodes table", 27: "a camera key that is not there"}
+
+
+def _served_config(synthetic, www, server, n: int):
+    """An OpenTau config of `n` datasets whose roots are URLs on `server` (which serves `www`): dataset i is
+    synthetic dataset i % 12 (a link), except the BROKEN ones (copies of its meta/ only, broken as said). Returns
+    (config, the synthetic dataset of each entry)."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    www.mkdir(parents=True, exist_ok=True)
+    config = mixture_spec([synthetic[i % len(synthetic)] for i in range(n)], style="opentau")
+    used = []
+    for i, d in enumerate(config["datasets"]):
+        src = synthetic[i % len(synthetic)]
+        used.append(src)
+        where = www / f"ds{i:03d}"
+        d.update(repo_id=f"org/ds{i:03d}", root=f"{server.url}/ds{i:03d}")
+        if i not in BROKEN:
+            os.symlink(src.path, where)
+            continue
+        shutil.copytree(Path(src.path) / "meta", where / "meta")  # the check reads nothing else
+        if i == 3:
+            (where / "meta/info.json").unlink()
+        elif i == 11:
+            (where / "meta/info.json").write_text('{"codebase_version": "v3.0", ')
+        elif i == 19:
+            for f in [*where.glob("meta/episodes/**/*.parquet"), *where.glob("meta/episodes.jsonl")]:
+                f.unlink()
+        else:
+            d["data_features_name_mapping"]["camera0"] = "observation.images.nowhere"
+    return config, used
+
+
+def _check_report(report: dict, used, server, n: int) -> None:
+    errors = {}
+    for p in report["problems"]:
+        if p["severity"] == "error":
+            errors.setdefault(p["entry"], []).append(p)
+    assert sorted(errors) == sorted(BROKEN), errors
+    for i, problems in errors.items():
+        assert all(p["name"] == f"org/ds{i:03d}" for p in problems)
+        text = " ".join(p["message"] for p in problems)
+        if i == 27:
+            assert problems[0]["field"] == "roles.camera0" and "observation.images.nowhere" in text
+        else:
+            assert f"{server.url}/ds{i:03d}/meta/" in text, text
+    for i, entry in enumerate(report["entries"]):
+        if i not in BROKEN:
+            assert entry["name"] == f"org/ds{i:03d}" and entry["frames"] == used[i].frames
+    paths = [path for _, path, _ in server.requests]
+    assert all(p.startswith("/ds") and p.split("/")[2] == "meta" for p in paths), \
+        sorted({p for p in paths if p.split("/")[2:3] != ["meta"]})[:10]  # no data/, no videos/, no Hub API
+    assert {p.split("/")[1] for p in paths} == {f"ds{i:03d}" for i in range(n)}
+
+
+def test_url_roots_are_read_from_there_never_from_the_hub(synthetic, tmp_path, monkeypatch):
+    """An OpenTau config whose roots are URLs (HTTP on 127.0.0.1): each entry read from its URL, named after its
+    repo id; broken entries named; no data or video file fetched, no Hub request (the Hub endpoint is the same
+    server, so a Hub request would show)."""
+    import huggingface_hub.constants
+
+    from episodic.cli import main
+    from support import FaultServer
+
+    monkeypatch.setenv("EPISODIC_RETRY_WINDOW", "1")  # the old code asked the Hub: fail fast there
+    with FaultServer(tmp_path / "www") as server:
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", server.url)
+        config, used = _served_config(synthetic, tmp_path / "www", server, 40)
+        (tmp_path / "opentau.json").write_text(json.dumps(config))
+        spec = MixtureSpec.from_file(tmp_path / "opentau.json")
+        assert spec.entries[5].source == f"{server.url}/ds005" and spec.entries[5].name == "org/ds005"
+        assert spec.entries[5].root is None
+        assert main(["mixture", "check", str(tmp_path / "opentau.json"), "-q", "--json", str(tmp_path / "r.json")]) == 1
+    _check_report(json.loads((tmp_path / "r.json").read_text()), used, server, 40)
+
+
+@pytest.mark.slow
+def test_400_url_roots_are_checked_within_10_s(synthetic, tmp_path):
+    """`episodic mixture check` of a 400-entry OpenTau config served over HTTP from 127.0.0.1: within 10 s,
+    every broken entry named, no data or video file fetched (the issue's bar, in a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from support import FaultServer
+
+    with FaultServer(tmp_path / "www") as server:
+        config, used = _served_config(synthetic, tmp_path / "www", server, 400)
+        (tmp_path / "opentau.json").write_text(json.dumps(config))
+        env = dict(os.environ, HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"), EPISODIC_CACHE=str(tmp_path / "c"),
+                   PYTHONPATH=os.pathsep.join(sys.path))
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(tmp_path / "opentau.json"),
+                              "-q", "--json", str(tmp_path / "r.json")], env=env, capture_output=True, text=True,
+                             timeout=300)
+        took = time.monotonic() - t0
+    assert out.returncode == 1, out.stderr[-3000:]
+    _check_report(json.loads((tmp_path / "r.json").read_text()), used, server, 400)
+    assert took < 10, took

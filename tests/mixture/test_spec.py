@@ -157,3 +157,12 @@ def test_huge_indices_and_windows_are_refused_by_the_spec_checks(raw, pattern):
     # the largest values allowed still load
     MixtureSpec.from_dict({"entries": [{"source": "a/b", "episodes": [2 ** 62 - 1], "exclude_episodes": [2 ** 62 - 1],
                                         "delta_timestamps": {"action": [-1e6, 1e6]}}]})
+
+
+def test_a_url_root_is_refused_naming_the_field():
+    """`root` is a Hub dataset's local copy; a URL there (once taken for a missing local folder, with a Hub download
+    into a directory named after it) is a problem of the entry (OpenTau configs read such a root as the source)."""
+    with pytest.raises(MixtureSpecError) as err:
+        MixtureSpec.from_dict({"entries": [{"source": "org/ds", "root": "http://127.0.0.1:1/ds"}]})
+    assert err.value.problems == ["<dict>: entries[0] (org/ds): field 'root' is a local copy of a Hub dataset, got the "
+                                  "URL 'http://127.0.0.1:1/ds': a dataset read from a URL is the entry's 'source'"]

@@ -10,8 +10,9 @@ The rules (`relative_problem`): a relative path is non-empty, not absolute (so n
 no empty, `.` or `..` component, no backslash, control character, `%`, `?` or `#` (which a server or URL
 parser could turn into another path), and no scheme or drive (`http:`, `C:`). On the local filesystem the
 joined path must also resolve, symlinks included, inside the root's resolved path (for a Hugging Face cache
-snapshot also inside the repository's `blobs/`, where the snapshot's own links point). A violation raises
-`UnsafePathError` naming the file and field the path came from, before anything is opened.
+snapshot also inside the repository's `blobs/`, where the snapshot's own links point), and a dataset file that
+exists must be a regular file (or a directory), never a FIFO, socket or device, whose open() would block. A
+violation raises `UnsafePathError` naming the file and field the path came from, before anything is opened.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import functools
 import hashlib
 import os
 import re
+import stat
 import string
 from pathlib import Path
 
@@ -143,6 +145,12 @@ def _bases(root: str, hub_blobs: bool) -> list[str]:
     return bases
 
 
+def _special_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _within(path: str, base: str) -> bool:
     base = base.rstrip(os.sep)
     return path == base or path.startswith(base + os.sep)
@@ -166,9 +174,18 @@ def inside(directory: str | os.PathLike, rel: str, where: str | None = None, hub
 
 def dataset_path(fs, root: str, rel: str, where: str | None = None) -> str:
     """`root/rel` on `fs`, checked: a safe relative path, inside the root's resolved path on the local
-    filesystem (symlinks included), under the root URL's prefix on a remote one."""
+    filesystem (symlinks included), under the root URL's prefix on a remote one. A local path that exists must
+    be a regular file or a directory: opening a FIFO, a socket or a device would block or never end."""
     if is_local_fs(fs):
-        return inside(root, rel, where, hub_blobs=True)
+        path = inside(root, rel, where, hub_blobs=True)
+        try:
+            mode = os.stat(path).st_mode  # never blocks, unlike open()
+        except OSError:
+            return path  # missing (or unreadable): opening it says so
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise UnsafePathError(f"{where + ': ' if where else ''}{path} is {_special_kind(mode)}, not a regular "
+                                  f"file; dataset files must be regular files")
+        return path
     check_relative(rel, where or root)
     return f"{root.rstrip('/')}/{rel}"
 

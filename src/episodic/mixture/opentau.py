@@ -3,7 +3,10 @@
 OpenTau (``opentau.configs.default.DatasetMixtureConfig``) writes ``{"datasets": [DatasetConfig, ...],
 "weights": [...] | null, "action_freq": ..., ...}``, alone or as the ``dataset_mixture`` of a training config,
 often split over files with ``{"$ref": ...}`` (resolved by `mixture.refs`). Each dataset: ``repo_id``,
-``root`` (the local copy: read when it has ``meta/info.json``, else the Hub's files go there), ``revision``, ``episodes`` and ``data_features_name_mapping``, which maps OpenTau's
+``root`` (the local copy: read when it has ``meta/info.json``, else the Hub's files go there; a URL --
+``http(s)://``, ``s3://``, ``hf://`` ... -- is where the dataset is read from, as `LeRobotDataset`'s ``root``: the
+entry's source is that URL, named after its ``repo_id``, and nothing is downloaded from the Hub), ``revision``,
+``episodes`` and ``data_features_name_mapping``, which maps OpenTau's
 standard names to the dataset's keys: ``camera0..N`` (camera roles, kept under those names), ``state``,
 ``actions`` (our ``action``), ``prompt`` (our ``task``); ``response`` has no counterpart here and is dropped.
 ``weights`` become explicit weights; without them the mixture is proportional to frames (OpenTau infers them
@@ -19,6 +22,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from ..storage.source import is_url
 from .spec import MixtureEntry, MixtureSpec, Weighting, _checked, _raise
 
 __all__ = ["from_opentau"]
@@ -81,6 +85,7 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
         weights = None
     dropped: set[str] = set()
     entries = []
+    repos = [d.get("repo_id") for d in datasets if isinstance(d, Mapping)]
     for i, d in enumerate(datasets):
         where = f"{origin}: datasets[{i}]"
         if not isinstance(d, Mapping):
@@ -102,9 +107,11 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
             continue
         root = d.get("root")
         episodes = d.get("episodes")
+        remote = isinstance(root, str) and is_url(root)  # the dataset is there: read it from there
         entries.append(MixtureEntry(
-            source=repo,
-            root=root,
+            source=root if remote else repo,
+            name=repo if remote and repos.count(repo) == 1 else None,
+            root=None if remote else root,
             revision=d.get("revision"),
             episodes=tuple(episodes) if isinstance(episodes, list) else episodes,
             weight=weights[i] if weights is not None else None,

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from ..format.errors import MixtureSpecError
+from ..storage.source import is_url
 from ..tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
@@ -431,6 +432,9 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
             problems.append(f"{where}: field 'group' must be a string, got {e.group!r}")
         if e.root is not None and (not isinstance(e.root, str) or not e.root):
             problems.append(f"{where}: field 'root' must be a directory path, got {e.root!r}")
+        elif e.root is not None and is_url(e.root):
+            problems.append(f"{where}: field 'root' is a local copy of a Hub dataset, got the URL {e.root!r}: a "
+                            f"dataset read from a URL is the entry's 'source'")
         if e.storage_options is not None and not isinstance(e.storage_options, Mapping):
             problems.append(f"{where}: field 'storage_options' must be an object, got {e.storage_options!r}")
         name = e.name

@@ -16,12 +16,25 @@ files are read directly.
 - Throttling: a 429 or 503 answer with a `Retry-After` header (seconds, or an HTTP date) is retried after
   as long as it asks (capped at `max_retry_after_s`), not earlier; when that is past the end of the retry
   window the fetch fails at once (`FetchError` saying so) instead of asking again too early. The wait holds
-  the whole host (scheme and authority of the URL) in this process: every other fetch from it, on any
-  thread, waits until then too (`host_delay`), so a pool of downloads answers one 429 with one pause, not
-  with a 429 per thread. No retry starts later than `retry_window_s` after the first attempt (nor after
-  `retries` retries, when set), so a fetch fails at most retry_window_s + connect_timeout_s + timeout_s
-  after it began (60 s by default) when the server hangs, and a server back within the window costs no
-  error at all. When the retries run out, `FetchError` names the URL, the attempts and the last failure.
+  the whole host (scheme and authority of the URL; `storage.hosts`) in this process: every other fetch from
+  it, on any thread, waits until then too (`host_delay`), so a pool of downloads answers one 429 with one
+  pause, not with a 429 per thread.
+- The retry window: no retry starts later than `retry_window_s` after the first attempt (nor after `retries`
+  retries, when set), so a fetch fails at most retry_window_s + connect_timeout_s + timeout_s after it began
+  (60 s by default) when the server hangs, and a server back within the window costs no error at all.
+- A dead, unreachable or hung host (`storage.hosts`): failures without any answer (connection refused or
+  reset, name not resolved, a connect or read timeout) start the host's silence, shared by every fetch from
+  it in this process: no retry of any of them starts later than one window after the host fell silent, so
+  fetches that began later, on other threads, give up with the first. A host silent for a whole window is
+  down: for one more window every fetch from it fails at once (`FetchError` naming the host, how long it
+  was silent and its last failure), so a job over a dead host fails within about one window (at most
+  retry_window_s + connect_timeout_s + timeout_s after its first unanswered request), whatever its pools,
+  prefetching, concurrency or number of files; any answer from the host ends its silence. Hub calls count
+  for the Hub endpoint (`host=`).
+- When the retries run out, `FetchError` names the URL (and the host, when the URL does not show it), the
+  attempts and the last failure, in plain words when nothing answered: "connection refused", "connection
+  reset", "name resolution failed", "timed out", then the exception (the one a wrapper was raised from:
+  fsspec's HTTP `info` and huggingface_hub raise FileNotFoundError from whatever failed).
 - "Not found" (FileNotFoundError, HTTP 404/410) fails at once: `MissingFileError` (a DatasetFormatError)
   "<url>: file not found".
 - Refusals (PermissionError, HTTP 401/403 and other 4xx, a directory) fail at once with `FetchError`.
@@ -39,14 +52,10 @@ Counters: `with_retries` calls `counters.add(retries=1)` before each retry, for 
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import random
-import sys
-import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -56,7 +65,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
 from ..checks import check_number
-from ..format.errors import EpisodicError, FetchError, MissingFileError
+from ..format.errors import FetchError, MissingFileError
+from .failures import (NOT_FOUND, RAISE, REFUSED, RETRY, RangesIgnored, TruncatedRead, classify, describe,
+                       retry_after, unanswered)
+from .hosts import HOSTS, host_key
 
 __all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_info", "file_size",
            "host_delay", "is_local", "timeout_options", "version_token", "with_retries"]
@@ -73,8 +85,9 @@ class FetchPolicy:
     `episodic.config.connect_timeout_s()`, 10 s). timeout_s: the read timeout, the longest a request may
     wait for the next bytes (a size or version request: for its whole answer, connect included), (0, 3600]
     or None (default `episodic.config.fetch_timeout_s()`, 20 s). retry_window_s: no retry starts later
-    than this many seconds after the first attempt ([0, 86400], default `episodic.config.retry_window_s()`,
-    30 s; the last wait is shortened to end at the window's end). retries: at most this many retries
+    than this many seconds after the first attempt, nor after the host fell silent ([0, 86400], default
+    `episodic.config.retry_window_s()`, 30 s; the last wait is shortened to end at the window's end); a host
+    silent for a whole window is down for as long again (`storage.hosts`). retries: at most this many retries
     ([0, 100]), or None: as many as the window allows. backoff_s: the first retry waits up to this long
     ([0, 60]); each further retry up to twice as long as the one before, at most max_backoff_s
     ([backoff_s, 600]); the wait is drawn uniformly from [0, that bound] (full jitter). max_retry_after_s:
@@ -118,180 +131,40 @@ class FetchPolicy:
         return None if request is None else self.retry_window_s + request
 
 
-class RangesIgnored(Exception):
-    """The server answered a range request with more bytes than asked for (it ignores Range headers, like
-    Python's http.server): not retried; readers fall back to whole files."""
-
-
-class TruncatedRead(OSError):
-    """A body shorter than the file's size or the range asked for (a dropped connection): retried."""
-
-
-# ---------------------------------------------------------------------------------------------- classifying
-_RETRY, _NOT_FOUND, _REFUSED, _RAISE = "retry", "not found", "refused", "raise"
-
-
-def _status(e: BaseException) -> int | None:
-    """The HTTP status an exception carries: aiohttp's ClientResponseError.status, requests' (an OSError)
-    or httpx's response.status_code, or a botocore ClientError's
-    response["ResponseMetadata"]["HTTPStatusCode"]."""
-    status = getattr(e, "status", None)
-    response = getattr(e, "response", None)
-    if status is None:
-        status = getattr(response, "status_code", None)
-    if status is None and isinstance(response, dict):
-        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    return status if isinstance(status, int) and not isinstance(status, bool) else None
-
-
-def _botocore_kind(e: BaseException) -> str | None:
-    """How to treat a botocore error that s3fs let through (None: not one). Connection and read failures
-    are transient; the other BotoCoreErrors (no credentials, bad configuration) are refusals. ClientErrors
-    are judged by their HTTP status in `_classify`."""
-    exceptions = sys.modules.get("botocore.exceptions")  # not imported: no botocore error can exist
-    if exceptions is None or not isinstance(e, exceptions.BotoCoreError):
-        return None
-    transient = (exceptions.ConnectionError, exceptions.HTTPClientError, exceptions.IncompleteReadError)
-    return _RETRY if isinstance(e, transient) else _REFUSED
-
-
-def _client_error(e: BaseException | None) -> bool:
-    """`e` is a botocore ClientError (an S3 answer with an error status)."""
-    exceptions = sys.modules.get("botocore.exceptions")
-    return exceptions is not None and isinstance(e, exceptions.ClientError)
-
-
-def _http_client_errors() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(transport errors, status errors) of the HTTP client libraries loaded in this process (aiohttp for
-    fsspec's HTTP, httpx/httpx2 for huggingface_hub); a library that is not imported has no error here."""
-    transport: list[type] = []
-    status: list[type] = []
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is not None:
-        transport += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError]
-        status.append(aiohttp.ClientResponseError)
-    for name in ("httpx", "httpx2"):
-        mod = sys.modules.get(name)
-        if mod is not None and hasattr(mod, "TransportError"):
-            transport.append(mod.TransportError)
-            status.append(mod.HTTPStatusError)
-    return tuple(transport), tuple(status)
-
-
-def _classify(e: BaseException) -> str:
-    if isinstance(e, (EpisodicError, RangesIgnored)):
-        return _RAISE
-    if isinstance(e, TruncatedRead):
-        return _RETRY
-    botocore_kind = _botocore_kind(e)
-    if botocore_kind is not None:
-        return botocore_kind
-    transport, status_errors = _http_client_errors()
-    status = _status(e) if isinstance(e, status_errors) or isinstance(e, OSError) or _client_error(e) else None
-    if status is None and isinstance(e, OSError) and _client_error(e.__cause__):
-        status = _status(e.__cause__)  # s3fs's translation of a ClientError (a 416 is OSError(EINVAL))
-    if status is not None:
-        if status in (404, 410):
-            return _NOT_FOUND
-        if status in (408, 429) or status >= 500:
-            return _RETRY
-        return _REFUSED
-    if isinstance(e, FileNotFoundError):
-        # fsspec's HTTP `info` raises FileNotFoundError from whatever failed (a 503, a reset), and so does
-        # huggingface_hub when it cannot reach the Hub (LocalEntryNotFoundError): judge that
-        cause = e.__cause__ or e.__context__
-        return _RETRY if cause is not None and _classify(cause) == _RETRY else _NOT_FOUND
-    if isinstance(e, (PermissionError, IsADirectoryError, NotADirectoryError)):
-        return _REFUSED
-    if isinstance(e, OSError):  # timeouts (asyncio's too), refused and reset connections, other I/O errors
-        return _RETRY
-    if isinstance(e, transport):  # connection, timeout and protocol errors of aiohttp and httpx
-        return _RETRY
-    return _RAISE
-
-
-def _retry_after(e: BaseException) -> float | None:
-    """Seconds a 429/503 answer's Retry-After header asks to wait (a number of seconds or an HTTP date), when
-    the exception carries headers (or its cause does: fsspec's HTTP `info` raises FileNotFoundError from the
-    answer's error)."""
-    if _status(e) not in (429, 503):
-        cause = e.__cause__ or e.__context__
-        return _retry_after(cause) if isinstance(e, FileNotFoundError) and cause is not None else None
-    headers = getattr(e, "headers", None) or getattr(getattr(e, "response", None), "headers", None)
-    value = headers.get("Retry-After") if headers else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
-def _describe(e: BaseException) -> str:
-    if not str(e) and isinstance(e, TimeoutError):  # asyncio's and fsspec's timeouts say nothing themselves
-        return f"{type(e).__name__}: no answer within the time limit"
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
-# ---------------------------------------------------------------------------------------------- throttling
-class _HostGate:
-    """Per host, the time (monotonic) before which this process asks it nothing more: set from the
-    Retry-After of a 429/503 answer, honoured by every fetch from that host on any thread."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._until: dict[str, float] = {}
-
-    @staticmethod
-    def key(url: str) -> str | None:
-        """scheme://authority of `url` (None for text that is not a URL, e.g. a Hub file's description)."""
-        try:
-            parts = urllib.parse.urlsplit(url)
-        except ValueError:
-            return None
-        return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
-
-    def hold(self, url: str, seconds: float) -> None:
-        key = self.key(url)
-        if key is None or seconds <= 0:
-            return
-        until = time.monotonic() + seconds
-        with self._lock:
-            if until > self._until.get(key, 0.0):
-                self._until[key] = until
-
-    def delay(self, url: str) -> float:
-        """Seconds until the host of `url` may be asked again (0: now)."""
-        if not self._until:  # the common case: no host is throttled
-            return 0.0
-        key = self.key(url)
-        with self._lock:
-            until = self._until.get(key, 0.0) if key is not None else 0.0
-            if until and until <= time.monotonic():
-                del self._until[key]
-        return max(0.0, until - time.monotonic())
-
-
-_GATE = _HostGate()
-
-
 def host_delay(url: str) -> float:
     """Seconds this process still waits before asking the host of `url` anything (a Retry-After it was given)."""
-    return _GATE.delay(url)
+    return HOSTS.delay(host_key(url))
 
 
 # ---------------------------------------------------------------------------------------------- retrying
+def _fresh_s(policy: FetchPolicy) -> float:
+    """How long a host's silence lasts without a new failure seen: a fetch may still be waiting on it (the
+    longest request, or a window when requests have no limit, and a backoff)."""
+    return max(policy.retry_window_s, policy.request_timeout_s or 0.0) + policy.max_backoff_s
+
+
+def _refuse_if_down(key: str | None, url: str, where: str, attempt: int, cause: BaseException | None,
+                    policy: FetchPolicy | None = None) -> None:
+    """FetchError at once when the host is down (`hosts`): it stayed silent for a whole retry window (with
+    `policy`, before a first attempt: or it has been silent for that long)."""
+    down = HOSTS.down(key, policy.retry_window_s, _fresh_s(policy)) if policy is not None else HOSTS.down(key)
+    if down is not None:
+        verb = "not asked" if attempt == 0 else f"not asked again after attempt {attempt}"
+        raise FetchError(f"{where}: {verb}: {down.message()}", url, attempt) from cause
+
+
 def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = None, counters: Any = None,
-                 *, rng: random.Random | None = None) -> T:
+                 *, rng: random.Random | None = None, host: str | None = None) -> T:
     """`call()`, retried on transient failures under `policy` (default `FetchPolicy()`); see the module
     docstring for what is retried. `counters.add(retries=1)` is called before each retry. A first attempt
-    waits while the host is held by a Retry-After (at most `max_retry_after_s`)."""
+    waits while the host is held by a Retry-After (at most `max_retry_after_s`); a host found down fails
+    at once. `host`: the host `call` asks (default: scheme://authority of `url`; the Hub endpoint for
+    huggingface_hub's calls, whose `url` is a description), named in errors when `url` does not show it."""
     policy = policy or FetchPolicy()
-    held = min(_GATE.delay(url), policy.max_retry_after_s)
+    key = host_key(host) if host is not None else host_key(url)
+    where = url if key is None or url.startswith(key) else f"{url} (host {key})"
+    _refuse_if_down(key, url, where, 0, None, policy)
+    held = min(HOSTS.delay(key), policy.max_retry_after_s)
     if held > 0:
         logger.debug("%s: the host asked to wait; first attempt in %.3f s", url, held)
         time.sleep(held)
@@ -299,38 +172,53 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
     attempt = 0
     while True:
         attempt += 1
+        began = time.monotonic()
         try:
-            return call()
+            result = call()
         except Exception as e:  # noqa: BLE001 -- classified below; anything unexpected is re-raised as is
-            kind = _classify(e)
-            if kind == _RAISE:
+            kind = classify(e)
+            if kind == RAISE:
                 raise
-            if kind == _NOT_FOUND:
+            silent = kind == RETRY and unanswered(e)
+            if not silent:
+                HOSTS.answered(key)
+            if kind == NOT_FOUND:
                 raise MissingFileError(f"{url}: file not found") from None
-            if kind == _REFUSED:
-                raise FetchError(f"{url}: refused, not retried (attempt {attempt}: {_describe(e)})", url,
+            if kind == REFUSED:
+                raise FetchError(f"{where}: refused, not retried (attempt {attempt}: {describe(e)})", url,
                                  attempt) from e
-            elapsed = time.monotonic() - start
-            left = policy.retry_window_s - elapsed
+            now = time.monotonic()
+            end = start + policy.retry_window_s
+            if silent:  # the window closes one window after the host fell silent, for every fetch from it
+                _refuse_if_down(key, url, where, attempt, e)  # another fetch found it down meanwhile
+                waited_from = max(began, now - policy.timeout_s) if policy.timeout_s else began
+                since = HOSTS.silent_since(key, waited_from, _fresh_s(policy), describe(e))
+                end = min(end, since + policy.retry_window_s)
+            left = end - now
             if left <= 0 or (policy.retries is not None and attempt > policy.retries):
-                raise FetchError(f"{url}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
-                                 f"{elapsed:.1f} s (last: {_describe(e)})", url, attempt) from e
-            asked = _retry_after(e)
+                if silent and left <= 0:
+                    HOSTS.mark_down(key, policy.retry_window_s, describe(e))
+                raise FetchError(f"{where}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
+                                 f"{now - start:.1f} s (last: {describe(e)})", url, attempt) from e
+            asked = retry_after(e)
             if asked is not None:
                 asked = min(asked, policy.max_retry_after_s)
-                _GATE.hold(url, asked)
+                HOSTS.hold(key, asked)
                 if asked > left:
-                    raise FetchError(f"{url}: the server asks to retry after {asked:.1f} s, past the end of the retry "
-                                     f"window ({left:.1f} s left of {policy.retry_window_s:g} s; attempt {attempt}: "
-                                     f"{_describe(e)})", url, attempt) from e
+                    raise FetchError(f"{where}: the server asks to retry after {asked:.1f} s, past the end of the "
+                                     f"retry window ({left:.1f} s left of {policy.retry_window_s:g} s; attempt "
+                                     f"{attempt}: {describe(e)})", url, attempt) from e
                 wait = asked
             else:
                 wait = policy.backoff(attempt - 1, rng)
-            wait = min(max(wait, _GATE.delay(url)), left)  # another thread may have been told to wait longer
+            wait = min(max(wait, HOSTS.delay(key)), left)  # another thread may have been told to wait longer
             if counters is not None:
                 counters.add(retries=1)
-            logger.debug("%s: attempt %d failed (%s); retrying in %.3f s", url, attempt, _describe(e), wait)
+            logger.debug("%s: attempt %d failed (%s); retrying in %.3f s", url, attempt, describe(e), wait)
             time.sleep(wait)
+        else:
+            HOSTS.answered(key)
+            return result
 
 
 def is_local(fs) -> bool:

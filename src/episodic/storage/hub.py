@@ -1,12 +1,15 @@
 """Fetch datasets from the Hugging Face Hub into a local directory with huggingface_hub.
 
 Whole datasets come in one snapshot download; episode subsets fetch exactly the files they need in a
-bounded thread pool. A copy already on disk is synced every time (`resolve.resolve_source`). Every call goes through the fetch policy (`storage.fetch.with_retries`: transient
-failures retried within the retry window, a missing repository, revision or file at once) with the
-policy's request timeout as huggingface_hub's `etag_timeout` (huggingface_hub's own download read timeout,
-`HF_HUB_DOWNLOAD_TIMEOUT`, applies to the bodies). Files already on disk are not skipped blindly:
-huggingface_hub compares each with the Hub (its commit, else its ETag) and downloads it again when the
-dataset was re-published, so the metadata and the files of a subset come from one version.
+bounded thread pool. A copy already on disk is synced every time (`resolve.resolve_source`). Every call goes
+through the fetch policy (`storage.fetch.with_retries`: transient failures retried within the retry window, a
+missing repository, revision or file at once; a Hub endpoint that answers nothing for a whole window is down
+for every Hub call of the process, and errors name it) with the policy's request timeout as huggingface_hub's
+`etag_timeout` (huggingface_hub's own download read timeout, `HF_HUB_DOWNLOAD_TIMEOUT`, applies to the bodies;
+`hf_hub_download` also retries a file's HEAD request by itself, up to 5 times 1-8 s apart, inside one of
+these attempts). Files already on disk are not skipped blindly: huggingface_hub compares each with the Hub
+(its commit, else its ETag) and downloads it again when the dataset was re-published, so the metadata and the
+files of a subset come from one version.
 """
 
 from __future__ import annotations
@@ -64,8 +67,11 @@ def _offline_mode() -> bool:
 
 
 def _hub_call(call, what: str, policy: FetchPolicy):
-    """`call()` under the fetch policy; huggingface_hub's "this does not exist" errors fail at once."""
+    """`call()` under the fetch policy, for the Hub endpoint's host (a Hub that does not answer is down for
+    every Hub call of the process, `storage.hosts`); huggingface_hub's "this does not exist" errors fail at
+    once."""
     import huggingface_hub.errors as hf_errors
+    from huggingface_hub import constants
 
     # gated repositories (a RepositoryNotFoundError) included; EntryNotFoundError: the remote one before
     # huggingface_hub 1.0, the base of both since (LocalEntryNotFoundError, "cannot reach the Hub", is not one)
@@ -85,7 +91,7 @@ def _hub_call(call, what: str, policy: FetchPolicy):
                 raise  # the Hub could not be reached: retried
             raise MissingFileError(f"{what}: not found on the Hub ({type(e).__name__}: {e})") from None
 
-    return with_retries(attempt, what, policy)
+    return with_retries(attempt, what, policy, host=constants.ENDPOINT)
 
 
 def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = None, episodes: Sequence[int] | None = None,
