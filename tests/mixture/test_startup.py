@@ -150,3 +150,21 @@ def test_torchrun_a_failing_preflight_fails_every_rank_at_once(synthetic, served
     assert r0["cause"] == "MixturePreflightError" and r1["cause"] is None
     assert not data_gets(served)  # nothing downloaded
     assert all(methods.count("GET") == 1 for methods in meta_requests(served).values())  # checked once
+
+
+def test_torchrun_several_start_ups_in_one_job_one_rank_late(synthetic, served, tmp_path):
+    """A training mixture then validation mixtures: prepare four times in one job (given the spec, so the report is
+    handed over each time), rank 1 arriving 1.5 s late to each start-up after the first. Each start-up meets under
+    its own prefix: every one works on both ranks, none waits for a time limit (15 s here), and the later ones
+    fetch nothing (the copies are there)."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--timeout-s", 15, "--again", 3, "--late-rank", 1, "--again-late-s", 1.5), timeout=110)
+    r0, r1 = records(tmp_path / "out", 2)
+    assert r0["ok"] and r1["ok"], output[-4000:]
+    for k, (a, b) in enumerate(zip(r0["again"], r1["again"])):
+        assert a["ok"] and b["ok"], (k, a, b, output[-4000:])
+        assert a["roots"] == b["roots"] == r0["roots"] and a["entries"] == b["entries"] == r0["entries"]
+        assert b["seconds"] < 10 and a["seconds"] < 1.5 + 10, (k, a["seconds"], b["seconds"])  # no time limit hit
+    assert len(r0["again"]) == 3
+    assert not list((tmp_path / "cache" / "startup").iterdir())
