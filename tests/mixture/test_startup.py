@@ -168,3 +168,21 @@ def test_torchrun_several_start_ups_in_one_job_one_rank_late(synthetic, served, 
         assert b["seconds"] < 10 and a["seconds"] < 1.5 + 10, (k, a["seconds"], b["seconds"])  # no time limit hit
     assert len(r0["again"]) == 3
     assert not list((tmp_path / "cache" / "startup").iterdir())
+
+
+def test_torchrun_a_tampered_hand_over_file_fails_every_rank_and_runs_no_code(synthetic, served, tmp_path):
+    """prepare given the spec: before rank 1 reads the report rank 0 handed over, the file is replaced by a pickle
+    that would create a file when loaded (whoever can write the hand-over directory). Rank 1 refuses it (the
+    hand-over is JSON, checked field by field): both ranks raise, naming rank 1 and the file, and no code ran."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--tamper-handover"))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert not list((tmp_path / "out").glob("code-ran-*")), "the payload ran"
+    assert not r0["ok"] and not r1["ok"], output[-4000:]
+    assert r0["message"] == r1["message"]
+    for r in (r0, r1):
+        assert r["message"].startswith("mixture start-up failed: rank 1 (") and "could not load" in r["message"]
+        assert "refused: not JSON" in r["message"] and str(tmp_path / "cache" / "startup") in r["message"]
+        assert r["type"] == "MixtureStartupError" and r["failed_rank"] == 1
+    assert not list((tmp_path / "cache" / "startup").iterdir())  # the writer removed the file
