@@ -186,3 +186,19 @@ def test_torchrun_a_tampered_hand_over_file_fails_every_rank_and_runs_no_code(sy
         assert "refused: not JSON" in r["message"] and str(tmp_path / "cache" / "startup") in r["message"]
         assert r["type"] == "MixtureStartupError" and r["failed_rank"] == 1
     assert not list((tmp_path / "cache" / "startup").iterdir())  # the writer removed the file
+
+
+def test_torchrun_a_rank_past_the_time_limit_for_a_later_start_up_fails_both_in_time(synthetic, served, tmp_path):
+    """A second start-up that rank 1 reaches 8 s late, with a 3 s time limit: rank 0 gives up waiting for it after
+    3 s (not a wait for the store's own 30-minute limit), and rank 1, coming later, finds rank 0 gone and gives up
+    after 3 s too; both name the group and the time limit."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--timeout-s", 3, "--poll-s", 0.2, "--again", 1, "--late-rank", 1, "--again-late-s", 8))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert r0["ok"] and r1["ok"], output[-4000:]
+    for r in (r0, r1):
+        (again,) = r["again"]
+        assert not again["ok"] and "could not form the start-up group of ranks 0..1 within 3 s" in again["message"]
+        assert "the other ranks did not all arrive" in again["message"]
+        assert again["seconds"] < 3 + 5, again
