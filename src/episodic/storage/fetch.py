@@ -392,14 +392,11 @@ def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, coun
     policy = policy or FetchPolicy()
     kw = _call_kwargs(fs, policy)
 
-    def whole() -> bytes:
-        if max_bytes is not None:
-            data = _head_of(fs, path, max_bytes + 1)  # first: a missing file costs one request
-            if len(data) > max_bytes:
-                raise too_large(url, _size_if_told(fs, path, kw), max_bytes)
-        else:
-            data = fs.cat_file(path)  # first: a missing file costs one request
+    def whole() -> bytes:  # first the bytes: a missing file costs one request
+        data = fs.cat_file(path) if max_bytes is None else _head_of(fs, path, max_bytes + 1)
         expected = size if size is not None else fs.info(path, **kw).get("size")
+        if max_bytes is not None and len(data) > max_bytes:
+            raise too_large(url, expected, max_bytes)
         return _check_length(data, expected, url, "whole file")
 
     def ranged() -> bytes:
@@ -419,15 +416,6 @@ def _head_of(fs, path: str, n: int) -> bytes:
         if _status(e) == 416 or (e.__cause__ is not None and _status(e.__cause__) == 416):
             return b""
         raise
-
-
-def _size_if_told(fs, path: str, kw: dict) -> int | None:
-    """The size `fs` reports for `path`, for a message (None when it cannot tell)."""
-    try:
-        size = fs.info(path, **kw).get("size")
-    except Exception:  # noqa: BLE001 -- only for the message
-        return None
-    return int(size) if size is not None else None
 
 
 def fetch_to_file(fs, path: str, url: str, local: str | os.PathLike, policy: FetchPolicy | None = None,
