@@ -97,3 +97,14 @@ def test_mixture_check_escapes_dataset_text(small_root, tmp_path, capsys):
     assert main(["mixture", "check", str(spec), "-q"]) == 1
     out = capsys.readouterr().out
     assert "\x1b" not in out and "evil\\x1b[2Jname" in out and "\\x1b[31mred" in out
+
+
+def test_mixture_check_of_a_spec_nested_too_deep_is_one_clean_error(tmp_path):
+    """100,000 levels of nesting: one line naming the file and the bound, exit status 1, no traceback."""
+    spec = tmp_path / "deep.json"
+    spec.write_text('{"entries": [{"source": "/x", "storage_options": {"a": ' + "[" * 100000 + "]" * 100000 + "}}]}")
+    out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(spec), "-q"],
+                         capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text[-2000:]
+    assert f"{spec}: nested deeper than 100 levels" in text and "Traceback" not in text and "RecursionError" not in text

@@ -188,3 +188,18 @@ def test_without_torchs_storage_use_count_the_frame_pool_falls_back_to_fresh_buf
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_default_store_is_the_default_groups_store(tmp_path):
+    # fails loudly if torch moves or renames _get_default_store (the mixture start-up meets its ranks there)
+    import torch.distributed as dist
+
+    with pytest.raises(Exception):  # noqa: B017 -- no default group yet: torch's own error
+        runtime.default_store()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        store = runtime.default_store()
+        store.set("episodic-test", "x")
+        assert store.get("episodic-test") == b"x"
+    finally:
+        dist.destroy_process_group()

@@ -12,10 +12,12 @@
   `_shutdown_workers`: the only way to stop workers now rather than at garbage collection), and
   `stop_workers_at_exit` (the same for every DataLoader iterator still alive when the interpreter exits:
   left to torch's own teardown, a worker that shares tensors through the file system dies with
-  "terminate called after throwing an instance of 'std::system_error' what(): Broken pipe"), and
+  "terminate called after throwing an instance of 'std::system_error' what(): Broken pipe"),
   `storage_use_count` (`torch._C._storage_Use_Count`: how many tensors hold a storage, the only way to know
   that a recycled frame buffer is free; None where this torch lacks it, and the frame pool then recycles
-  nothing). tests/test_runtime.py checks that no other module of `src/` names a private torch API.
+  nothing), and `default_store` (the key-value store of torch.distributed's default process group,
+  `distributed_c10d._get_default_store`: a mixture start-up meets its ranks there under a prefix of its own, which
+  `new_group` cannot give). tests/test_runtime.py checks that no other module of `src/` names a private torch API.
 - The tensor-sharing strategy of DataLoader workers (`set_tensor_sharing`), chosen by the loader that
   starts them.
 
@@ -33,7 +35,8 @@ from typing import Any, Callable
 from . import config
 
 __all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
-           "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "MAX_SLOTS"]
+           "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "default_store",
+           "MAX_SLOTS"]
 
 MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
 
@@ -193,3 +196,18 @@ def set_tensor_sharing(strategy: str) -> None:
 
     if torch.multiprocessing.get_sharing_strategy() != strategy:
         torch.multiprocessing.set_sharing_strategy(strategy)
+
+
+def default_store() -> Any:
+    """The key-value store of torch.distributed's default process group (it must be initialised). Raises
+    RuntimeError when torch no longer has `_get_default_store`, so a torch upgrade that moves it fails loudly
+    (tests/test_runtime.py). torch.distributed's `new_group` names a group made with
+    ``use_local_synchronization=True`` after its ranks alone, so a second group on the same ranks reads the first
+    one's addresses from the store; a start-up needs a prefix of its own, hence the store itself."""
+    from torch.distributed import distributed_c10d
+
+    get = getattr(distributed_c10d, "_get_default_store", None)
+    if get is None:  # pragma: no cover - depends on the torch version
+        raise RuntimeError("torch.distributed.distributed_c10d._get_default_store is gone: episodic's mixture "
+                           "start-up needs updating for this torch")
+    return get()

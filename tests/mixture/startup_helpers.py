@@ -109,9 +109,29 @@ def plain_ranks(out: Path, spec_path: Path, caches: list[Path], nodes: list[int]
 
 
 def finish(proc: subprocess.Popen, timeout: float = 90) -> str:
-    output, _ = proc.communicate(timeout=timeout)
+    """`proc`'s output once it ended with status 0; killed (with its children) when it runs past `timeout`."""
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise
     assert proc.returncode == 0, output[-4000:]
     return output
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Kill `proc` and the processes it started (torchrun's workers), by their ids."""
+    try:
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    except OSError:
+        children = []
+    for pid in children:
+        try:
+            os.kill(int(pid), 9)
+        except OSError:
+            pass
+    proc.kill()
+    proc.communicate()
 
 
 def records(out: Path, world: int) -> list[dict]:

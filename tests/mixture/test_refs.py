@@ -6,7 +6,7 @@ import os
 import pytest
 
 from episodic.format.errors import MixtureSpecError
-from episodic.mixture.refs import resolve_refs
+from episodic.mixture.refs import MAX_NESTING, MAX_NODES, resolve_refs
 
 
 def write(path, obj):
@@ -64,3 +64,81 @@ def test_cycles_missing_files_bad_refs_and_bad_merges(tmp_path):
     write(tmp_path / "p.json", {"x": {"$ref": "bad.json"}})
     with pytest.raises(MixtureSpecError, match="bad.json: not valid JSON"):
         resolve_refs(tmp_path / "p.json")
+
+
+# ------------------------------------------------------------------------------------------ bounds
+def alias_bomb(levels: int = 9, fan: int = 10) -> str:
+    """A small YAML spec whose one entry's storage_options hold `levels` levels of `fan` aliases each: fan**levels
+    values once expanded (10**9 for the defaults, from about 500 bytes)."""
+    lines = ["entries:", "  - source: /tmp/nowhere", "    storage_options:",
+             "      l0: &l0 [" + ",".join(["lol"] * fan) + "]"]
+    for k in range(1, levels):
+        lines.append(f"      l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * fan) + "]")
+    return "\n".join(lines) + "\n"
+
+
+LOAD_BOUNDED = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1 << 31, 1 << 31))  # 2 GiB: the bomb expanded needs far more
+from episodic.format.errors import MixtureSpecError
+from episodic.mixture import load_spec
+t0 = time.perf_counter()
+try:
+    load_spec(sys.argv[1])
+except MixtureSpecError as e:
+    print(f"refused in {time.perf_counter() - t0:.2f} s: {e}")
+"""
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_bounded_memory(tmp_path):
+    """About 500 bytes of nine levels of aliases (10**9 values expanded): refused by the size bound, naming it, at
+    once and within 2 GiB of address space (rebuilding every aliased node grew past 1.5 GB and ran for minutes)."""
+    pytest.importorskip("yaml")
+    import subprocess
+    import sys
+
+    spec = tmp_path / "bomb.yaml"
+    spec.write_text(alias_bomb())
+    assert len(spec.read_bytes()) < 600
+    out = subprocess.run([sys.executable, "-c", LOAD_BOUNDED, str(spec)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("refused in "), (out.stdout + out.stderr)[-2000:]
+    assert f"{spec}: the spec expands to" in out.stdout and f"more than the {MAX_NODES:,}" in out.stdout
+    print(out.stdout)
+    assert float(out.stdout.split()[2]) < 10
+
+
+def test_repeated_yaml_nodes_stay_shared(tmp_path):
+    """Aliases (and a file included twice) resolve once and stay one object; a spec just under the bound (4.4
+    million values expanded, from aliases) loads without being rebuilt value by value."""
+    pytest.importorskip("yaml")
+    write(tmp_path / "opts.json", {"anon": True})
+    spec = write(tmp_path / "mix.yaml", "roles: &r {front: observation.images.top}\n"
+                                        "entries:\n"
+                                        "  - {source: /tmp/a, roles: *r, storage_options: {$ref: opts.json}}\n"
+                                        "  - {source: /tmp/b, roles: *r, storage_options: {$ref: opts.json}}\n"
+                                        "  - {source: /tmp/c, roles: *r}\n")
+    got = resolve_refs(spec)
+    assert got["entries"][0]["roles"] == {"front": "observation.images.top"}
+    assert got["entries"][0]["roles"] is got["entries"][1]["roles"] is got["entries"][2]["roles"] is got["roles"]
+    assert got["entries"][0]["storage_options"] is got["entries"][1]["storage_options"]
+    big = write(tmp_path / "big.yaml", alias_bomb(levels=4, fan=44))
+    loaded = resolve_refs(big)
+    shared = loaded["entries"][0]["storage_options"]
+    assert len(shared["l3"]) == 44 and all(x is shared["l2"] for x in shared["l3"])
+
+
+def test_a_spec_nested_too_deep_is_a_spec_error_not_a_recursion_error(tmp_path):
+    """100,000 levels (past what the parsers follow) and 150 (past the bound), in JSON and YAML, in the spec or in
+    an include: MixtureSpecError naming the file and the bound."""
+    for levels in (100_000, 150):
+        deep = "[" * levels + "]" * levels
+        for name, text in ((f"deep{levels}.json", '{"entries": [{"source": "/x", "storage_options": {"a": %s}}]}'),
+                           (f"deep{levels}.yaml", "entries: [{source: /x, storage_options: {a: %s}}]\n")):
+            spec = write(tmp_path / name, text % deep)
+            with pytest.raises(MixtureSpecError, match=f"{spec}: nested deeper than {MAX_NESTING} levels"):
+                resolve_refs(spec)
+    write(tmp_path / "part.json", json.loads("[" * 60 + "]" * 60))
+    top = write(tmp_path / "top.json", {"entries": [{"source": "/x", "storage_options": {"a": json.loads(
+        "[" * 50 + '{"$ref": "part.json"}' + "]" * 50)}}]})
+    with pytest.raises(MixtureSpecError, match=f"nested deeper than {MAX_NESTING} levels"):
+        resolve_refs(top)

@@ -150,3 +150,55 @@ def test_torchrun_a_failing_preflight_fails_every_rank_at_once(synthetic, served
     assert r0["cause"] == "MixturePreflightError" and r1["cause"] is None
     assert not data_gets(served)  # nothing downloaded
     assert all(methods.count("GET") == 1 for methods in meta_requests(served).values())  # checked once
+
+
+def test_torchrun_several_start_ups_in_one_job_one_rank_late(synthetic, served, tmp_path):
+    """A training mixture then validation mixtures: prepare four times in one job (given the spec, so the report is
+    handed over each time), rank 1 arriving 1.5 s late to each start-up after the first. Each start-up meets under
+    its own prefix: every one works on both ranks, none waits for a time limit (15 s here), and the later ones
+    fetch nothing (the copies are there)."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--timeout-s", 15, "--again", 3, "--late-rank", 1, "--again-late-s", 1.5), timeout=110)
+    r0, r1 = records(tmp_path / "out", 2)
+    assert r0["ok"] and r1["ok"], output[-4000:]
+    for k, (a, b) in enumerate(zip(r0["again"], r1["again"])):
+        assert a["ok"] and b["ok"], (k, a, b, output[-4000:])
+        assert a["roots"] == b["roots"] == r0["roots"] and a["entries"] == b["entries"] == r0["entries"]
+        assert b["seconds"] < 10 and a["seconds"] < 1.5 + 10, (k, a["seconds"], b["seconds"])  # no time limit hit
+    assert len(r0["again"]) == 3
+    assert not list((tmp_path / "cache" / "startup").iterdir())
+
+
+def test_torchrun_a_tampered_hand_over_file_fails_every_rank_and_runs_no_code(synthetic, served, tmp_path):
+    """prepare given the spec: before rank 1 reads the report rank 0 handed over, the file is replaced by a pickle
+    that would create a file when loaded (whoever can write the hand-over directory). Rank 1 refuses it (the
+    hand-over is JSON, checked field by field): both ranks raise, naming rank 1 and the file, and no code ran."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--tamper-handover"))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert not list((tmp_path / "out").glob("code-ran-*")), "the payload ran"
+    assert not r0["ok"] and not r1["ok"], output[-4000:]
+    assert r0["message"] == r1["message"]
+    for r in (r0, r1):
+        assert r["message"].startswith("mixture start-up failed: rank 1 (") and "could not load" in r["message"]
+        assert "refused: not JSON" in r["message"] and str(tmp_path / "cache" / "startup") in r["message"]
+        assert r["type"] == "MixtureStartupError" and r["failed_rank"] == 1
+    assert not list((tmp_path / "cache" / "startup").iterdir())  # the writer removed the file
+
+
+def test_torchrun_a_rank_past_the_time_limit_for_a_later_start_up_fails_both_in_time(synthetic, served, tmp_path):
+    """A second start-up that rank 1 reaches 8 s late, with a 3 s time limit: rank 0 gives up waiting for it after
+    3 s (not a wait for the store's own 30-minute limit), and rank 1, coming later, finds rank 0 gone and gives up
+    after 3 s too; both name the group and the time limit."""
+    spec = http_spec(synthetic, served)
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
+                             "--timeout-s", 3, "--poll-s", 0.2, "--again", 1, "--late-rank", 1, "--again-late-s", 8))
+    r0, r1 = records(tmp_path / "out", 2)
+    assert r0["ok"] and r1["ok"], output[-4000:]
+    for r in (r0, r1):
+        (again,) = r["again"]
+        assert not again["ok"] and "could not form the start-up group of ranks 0..1 within 3 s" in again["message"]
+        assert "the other ranks did not all arrive" in again["message"]
+        assert again["seconds"] < 3 + 5, again

@@ -32,6 +32,7 @@ def test_a_team_of_one_without_torch_distributed():
     team = Team.open()
     assert (team.rank, team.size) == (0, 1)
     assert team.gather({"x": 1}, "step") == [{"x": 1}]
+    assert team.gather(("host", None, 2.5), "step") == [["host", None, 2.5]]  # JSON, as between ranks
     assert team.any(True, "step") and not team.any(False, "step")
     team.close()
     with pytest.raises(ValueError, match="not initialised"):

@@ -36,6 +36,7 @@ from .meta_files import (
     plain_reader,
     read_bytes,
     read_jsonl,
+    read_meta,
     read_parquet,
 )
 from .paths import dataset_path
@@ -145,7 +146,7 @@ def load_metadata(fs, root: str, read: Reader | None = None, problems: ProblemLi
     root = root.rstrip("/") or "/"
     read = read or plain_reader(fs, root)
     problems = problems if problems is not None else ProblemList()
-    info = DatasetInfo.from_json(read(INFO_PATH), source=posixpath.join(root, INFO_PATH))
+    info = DatasetInfo.from_json(read_meta(read, root, INFO_PATH), source=posixpath.join(root, INFO_PATH))
     if info.is_v21:
         episodes, tasks, stats = load_v21(read, root, info, problems)
     else:

@@ -20,6 +20,7 @@ failure stops the rest (`cancel`); it is kept with the entry, its name and the f
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -30,11 +31,12 @@ from typing import Callable
 from ..progress import bar
 from ..storage import hub
 from ..storage.copies import DatasetCopy, metadata_fingerprint
-from .fetch import source_kind
+from .fetch import hub_dir, source_kind
 from .files import entry_files
 from .report import PreflightReport
+from .spec import MixtureEntry
 
-__all__ = ["DownloadFailure", "EntryPlan", "NodeDownload", "plan_entry"]
+__all__ = ["DownloadFailure", "EntryPlan", "NodeDownload", "local_root", "plan_entry"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +92,20 @@ def plan_entry(report: PreflightReport, index: int, copies_dir: str | Path | Non
                      missing=copy.missing(rels) if current else list(dict.fromkeys(rels)),
                      meta=None if current else (lambda: copy.fetch_meta(fingerprint, read)), fetch=copy.fetch_file,
                      url=source.url)
+
+
+def local_root(entry: MixtureEntry, copies_dir: str | Path | None = None) -> str:
+    """The absolute local directory an entry is read from once its files are local (what `plan_entry` gives as
+    its root): a local entry's directory, a Hub entry's `fetch.hub_dir`, a URL entry's copy
+    (`storage.cache.copy_dir` under `copies_dir`). Works from the spec alone: no request, nothing read."""
+    kind = source_kind(entry.source)
+    if kind == "url":
+        from ..storage.cache import copy_dir
+
+        path = copy_dir(entry.source, copies_dir)
+    else:
+        path = hub_dir(entry) if kind == "hub" else Path(entry.source).expanduser()
+    return os.path.abspath(path)
 
 
 def _copy_dir(base: str | Path | None, source) -> Path | None:

@@ -30,7 +30,7 @@ from ..progress import bar
 from ..storage.source import Source, is_url, open_source
 from .spec import MixtureEntry
 
-__all__ = ["Fetched", "fetch_all", "fetch_entry", "source_kind"]
+__all__ = ["Fetched", "fetch_all", "fetch_entry", "hub_dir", "source_kind"]
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DEFAULT_CONCURRENCY = 16
@@ -43,6 +43,13 @@ def source_kind(source: str) -> str:
     if os.path.isdir(os.path.expanduser(source)) or source.startswith(("/", ".", "~")) or not _REPO_ID.match(source):
         return "local"
     return "hub"
+
+
+def hub_dir(entry: MixtureEntry) -> Path:
+    """Where a Hub entry's dataset is read from: the entry's ``root``, else `storage.hub.hub_root`."""
+    from ..storage.hub import hub_root
+
+    return Path(entry.root).expanduser() if entry.root else hub_root(entry.source, entry.revision)
 
 
 @dataclass
@@ -73,9 +80,9 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False, keep_files: bool
     kind = source_kind(entry.source)
     try:
         if kind == "hub":
-            from ..storage.hub import download, hub_root
+            from ..storage.hub import download
 
-            local = Path(entry.root).expanduser() if entry.root else hub_root(entry.source, entry.revision)
+            local = hub_dir(entry)
             if refresh_hub or not (local / "meta" / "info.json").exists():
                 download(entry.source, local, revision=entry.revision, episodes=[], progress=False)
             source = open_source(local)

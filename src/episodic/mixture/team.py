@@ -4,10 +4,19 @@ each with a time limit.
 - `Team.open(group, timeout_s)`: without torch.distributed initialised, or with a group of one process, a team of
   one whose collectives return at once (torch is never imported here). Otherwise a gloo group over the ranks of
   `group` (default: the world), made for the start-up whatever the backend of `group` (NCCL's collectives have no
-  time limit unless its async error handling is on; gloo's have `timeout_s`), closed by `close()`.
+  time limit unless its async error handling is on; gloo's have `timeout_s`), closed by `close()`. Only the ranks
+  of `group` take part (the others of the world need not call anything).
+- Any number of start-ups per job: each group meets in the default group's store (`runtime.default_store`) under
+  a prefix of its own, ``episodic/mixture-startup/<digest of the ranks>/<n>/``, `n` counting this process's
+  start-ups over those ranks (the same on every rank, as every rank of `group` calls `prepare` as often). Each
+  rank first marks its arrival there and waits at most `timeout_s` for the others' marks; only then is the gloo
+  group formed (its addresses under the same prefix: never a former start-up's). (torch's `new_group` with
+  ``use_local_synchronization=True`` names a group after its ranks alone, so a second group on the same ranks
+  read the first one's addresses: "Connection refused" on one rank, a wait far past `timeout_s` on another.)
 - A collective that fails raises `MixtureStartupError` naming the step, on that rank: a rank that died (gloo
   sees its connections close) or did not arrive within `timeout_s`. The other ranks fail the same way at their
   next collective, so no rank waits for ever.
+- What travels is JSON (`gather`: tuples arrive as lists), never a pickle: a rank decodes nothing that runs code.
 - `leaders`: which rank downloads for each rank: per node (host name + torchrun's node rank,
   `config.node_name`) the one rank that claims it (LOCAL_RANK 0), else the node's lowest rank; with a shared
   cache, rank 0 of the team for everyone. Pure.
@@ -15,18 +24,25 @@ each with a time limit.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sys
+import threading
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from .. import config
+from .. import config, runtime
 from ..format.errors import MixtureStartupError
 
 __all__ = ["Team", "claims_download", "leaders"]
 
 logger = logging.getLogger(__name__)
+
+_PREFIX = "episodic/mixture-startup"
+_started: dict[tuple[int, ...], int] = {}  # start-ups of this process per team of ranks: each one's own prefix
+_started_lock = threading.Lock()
 
 
 def _dist() -> Any:
@@ -87,14 +103,30 @@ class Team:
         ranks = list(dist.get_process_group_ranks(group)) if group is not None else list(range(dist.get_world_size()))
         if len(ranks) == 1:
             return cls()
+        me, rank = dist.get_rank(), ranks.index(dist.get_rank())
+        with _started_lock:
+            n = _started[tuple(ranks)] = _started.get(tuple(ranks), -1) + 1
+        digest = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        prefix = f"{_PREFIX}/{digest}/{n}/"
+        timeout = timedelta(seconds=timeout_s)
+        step = "arrival"
         try:
-            pg = dist.new_group(ranks=ranks, timeout=timedelta(seconds=timeout_s), backend="gloo",
-                                use_local_synchronization=True)
+            store = dist.PrefixStore(prefix, runtime.default_store())
+            store.set(f"arrived/{rank}", "1")
+            try:
+                store.wait([f"arrived/{r}" for r in range(len(ranks))], timeout)
+            except Exception:
+                store.delete_key(f"arrived/{rank}")  # a rank that comes later waits for this one, and times out too
+                raise
+            step = "gloo"
+            pg = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, len(ranks), timeout)
         except Exception as e:  # noqa: BLE001 -- a rank that never came, or a broken store
-            raise MixtureStartupError(f"mixture start-up: rank {dist.get_rank()} could not form the start-up group "
-                                      f"of ranks {_ranks_text(ranks)} within {timeout_s:g} s ({type(e).__name__}: "
-                                      f"{e})", rank=dist.get_rank()) from e
-        return cls(dist, pg, dist.get_rank(pg), len(ranks), timeout_s)
+            why = "the other ranks did not all arrive" if step == "arrival" else "the gloo group could not connect"
+            raise MixtureStartupError(f"mixture start-up: rank {me} could not form the start-up group of ranks "
+                                      f"{_ranks_text(ranks)} within {timeout_s:g} s: {why} ({type(e).__name__}: "
+                                      f"{e})", rank=me) from e
+        logger.debug("mixture start-up %d of ranks %s: group formed under %s", n, _ranks_text(ranks), prefix)
+        return cls(dist, pg, rank, len(ranks), timeout_s)
 
     def _failed(self, step: str, e: BaseException) -> MixtureStartupError:
         return MixtureStartupError(
@@ -102,15 +134,27 @@ class Team:
             f"not arrive within {self.timeout_s:g} s ({type(e).__name__}: {e})", rank=self.rank)
 
     def gather(self, obj: Any, step: str) -> list[Any]:
-        """`obj` of every rank, in rank order (picklable objects)."""
+        """`obj` of every rank, in rank order: JSON values (tuples arrive as lists, also in a team of one)."""
+        data = json.dumps(obj, separators=(",", ":")).encode()
         if self._dist is None:
-            return [obj]
-        out: list[Any] = [None] * self.size
+            return [json.loads(data)]
+        import torch
+
         try:
-            self._dist.all_gather_object(out, obj, group=self._group)
+            sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+            self._group.allgather([sizes], [torch.tensor([len(data)], dtype=torch.int64)]).wait()
+            longest = max(int(t.item()) for t in sizes)
+            mine = torch.zeros(longest, dtype=torch.uint8)
+            mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            out = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.size)]
+            self._group.allgather([out], [mine]).wait()
         except Exception as e:  # noqa: BLE001
             raise self._failed(step, e) from e
-        return out
+        try:
+            return [json.loads(t[:int(n.item())].numpy().tobytes()) for t, n in zip(out, sizes)]
+        except ValueError as e:  # not what a rank of this start-up sends
+            raise MixtureStartupError(f"mixture start-up: rank {self.rank} of {self.size}: the collective '{step}' "
+                                      f"brought something that is not JSON ({e})", rank=self.rank) from e
 
     def any(self, flag: bool, step: str) -> bool:
         """True when `flag` is true on some rank."""
@@ -119,8 +163,10 @@ class Team:
         import torch
 
         t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        options = self._dist.AllreduceOptions()
+        options.reduceOp = self._dist.ReduceOp.MAX
         try:
-            self._dist.all_reduce(t, op=self._dist.ReduceOp.MAX, group=self._group)
+            self._group.allreduce([t], options).wait()
         except Exception as e:  # noqa: BLE001
             raise self._failed(step, e) from e
         return bool(t.item())
@@ -129,9 +175,9 @@ class Team:
         if self._dist is not None and self._group is not None:
             group, self._group = self._group, None
             try:
-                self._dist.destroy_process_group(group)
+                group.shutdown()
             except Exception as e:  # noqa: BLE001 -- a group broken by a dead rank: nothing more to free
-                logger.debug("destroying the start-up group: %s", e)
+                logger.debug("shutting the start-up group down: %s", e)
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -30,7 +30,7 @@ class TruncatedRead(OSError):
 RETRY, NOT_FOUND, REFUSED, RAISE = "retry", "not found", "refused", "raise"
 
 
-def _status(e: BaseException) -> int | None:
+def status_of(e: BaseException) -> int | None:
     """The HTTP status an exception carries: aiohttp's ClientResponseError.status, requests' (an OSError)
     or httpx's response.status_code, or a botocore ClientError's
     response["ResponseMetadata"]["HTTPStatusCode"]."""
@@ -88,9 +88,9 @@ def classify(e: BaseException) -> str:
     if botocore_kind is not None:
         return botocore_kind
     transport, status_errors = _http_client_errors()
-    status = _status(e) if isinstance(e, status_errors) or isinstance(e, OSError) or _client_error(e) else None
+    status = status_of(e) if isinstance(e, status_errors) or isinstance(e, OSError) or _client_error(e) else None
     if status is None and isinstance(e, OSError) and _client_error(e.__cause__):
-        status = _status(e.__cause__)  # s3fs's translation of a ClientError (a 416 is OSError(EINVAL))
+        status = status_of(e.__cause__)  # s3fs's translation of a ClientError (a 416 is OSError(EINVAL))
     if status is not None:
         if status in (404, 410):
             return NOT_FOUND
@@ -115,7 +115,7 @@ def retry_after(e: BaseException) -> float | None:
     """Seconds a 429/503 answer's Retry-After header asks to wait (a number of seconds or an HTTP date), when
     the exception carries headers (or its cause does: fsspec's HTTP `info` raises FileNotFoundError from the
     answer's error)."""
-    if _status(e) not in (429, 503):
+    if status_of(e) not in (429, 503):
         cause = e.__cause__ or e.__context__
         return retry_after(cause) if isinstance(e, FileNotFoundError) and cause is not None else None
     headers = getattr(e, "headers", None) or getattr(getattr(e, "response", None), "headers", None)
@@ -148,7 +148,7 @@ def unanswered(e: BaseException) -> bool:
     """A transient failure in which the host answered nothing: no HTTP status anywhere in its chain, and no
     body cut short (connection refused or reset, name not resolved, a connect or read timeout)."""
     for x in _chain(e):
-        if _status(x) is not None or isinstance(x, TruncatedRead) or type(x).__name__ in _SHORT_BODY:
+        if status_of(x) is not None or isinstance(x, TruncatedRead) or type(x).__name__ in _SHORT_BODY:
             return False
     return True
 
@@ -175,7 +175,7 @@ def describe(e: BaseException) -> str:
     timed out), then the exception that says most: `e`, or what caused it when `e` only wraps it (fsspec's
     HTTP `info` and huggingface_hub raise a FileNotFoundError from whatever failed)."""
     shown = e
-    if isinstance(e, FileNotFoundError) and _status(e) is None:
+    if isinstance(e, FileNotFoundError) and status_of(e) is None:
         shown = next((x for x in _chain(e) if not isinstance(x, FileNotFoundError)), e)
     if not str(shown) and isinstance(shown, TimeoutError):  # asyncio's and fsspec's timeouts say nothing
         text = f"{type(shown).__name__}: no answer within the time limit"

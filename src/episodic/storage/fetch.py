@@ -65,9 +65,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
 from ..checks import check_number
-from ..format.errors import FetchError, MissingFileError
+from ..format.errors import EpisodicError, FetchError, MissingFileError
+from ..format.meta_files import too_large
 from .failures import (NOT_FOUND, RAISE, REFUSED, RETRY, RangesIgnored, TruncatedRead, classify, describe,
-                       retry_after, unanswered)
+                       retry_after, status_of, unanswered)
 from .hosts import HOSTS, host_key
 
 __all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_info", "file_size",
@@ -269,16 +270,21 @@ def _check_length(data: bytes, expected: int | None, url: str, what: str) -> byt
 
 def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
                 start: int | None = None, end: int | None = None, *, size: int | None = None,
-                rng: random.Random | None = None) -> bytes:
+                max_bytes: int | None = None, rng: random.Random | None = None) -> bytes:
     """The whole file `path` of `fs` (checked against `size` when given, else against the size the
     filesystem reports, when it reports one), or with `start`/`end` the byte range [start, end) (checked
-    to be exactly that long; longer: `RangesIgnored`). Retried under `policy`; errors name `url`."""
+    to be exactly that long; longer: `RangesIgnored`). Retried under `policy`; errors name `url`.
+    `max_bytes` (a metadata file's bound, `format.meta_files.max_bytes`): the file is asked for as the range of its
+    first `max_bytes` + 1 bytes (one request, as before; a server that honours ranges sends no more), and a longer
+    one is refused (`format.meta_files.too_large`, not retried)."""
     policy = policy or FetchPolicy()
     kw = _call_kwargs(fs, policy)
 
-    def whole() -> bytes:
-        data = fs.cat_file(path)  # first: a missing file costs one request
+    def whole() -> bytes:  # first the bytes: a missing file costs one request
+        data = fs.cat_file(path) if max_bytes is None else _head_of(fs, path, max_bytes + 1)
         expected = size if size is not None else fs.info(path, **kw).get("size")
+        if max_bytes is not None and len(data) > max_bytes:
+            raise too_large(url, expected, max_bytes)
         return _check_length(data, expected, url, "whole file")
 
     def ranged() -> bytes:
@@ -288,6 +294,16 @@ def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, coun
         return _check_length(data, end - start, url, f"bytes {start}-{end}")
 
     return with_retries(whole if start is None else ranged, url, policy, counters, rng=rng)
+
+
+def _head_of(fs, path: str, n: int) -> bytes:
+    """The first `n` bytes of `path` (all of it when shorter; an empty file's range is unsatisfiable: b"")."""
+    try:
+        return fs.cat_file(path, start=0, end=n)
+    except Exception as e:  # noqa: BLE001 -- anything but a 416 is judged by the caller's retries
+        if status_of(e) == 416 or (e.__cause__ is not None and status_of(e.__cause__) == 416):
+            return b""
+        raise
 
 
 def fetch_to_file(fs, path: str, url: str, local: str | os.PathLike, policy: FetchPolicy | None = None,

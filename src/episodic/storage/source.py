@@ -19,6 +19,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import runtime
 from ..format.errors import DatasetFormatError, ProblemList
+from ..format.meta_files import max_bytes
 from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
 from ..format.paths import dataset_path
 from .cache import FileCache
@@ -99,11 +100,13 @@ class Source:
 
     def read_bytes(self, rel: str) -> bytes:
         """The bytes of `rel`. Raises MissingFileError ("<path or URL>: file not found") when it does not
-        exist; remote reads are retried (FetchError when they give up)."""
+        exist; remote reads are retried (FetchError when they give up). A metadata JSON file larger than its
+        bound (`format.meta_files.max_bytes`) is a DatasetFormatError; of a remote one, no more than the bound
+        and a byte is asked for."""
         if self.is_local:
             return read_bytes(self.fs, self.root, rel)
         counters = self.cache.stats if self.cache is not None else None
-        return fetch_bytes(self.fs, self.path(rel), self.url(rel), self.policy, counters)
+        return fetch_bytes(self.fs, self.path(rel), self.url(rel), self.policy, counters, max_bytes=max_bytes(rel))
 
     def load_metadata(self, problems: ProblemList | None = None) -> DatasetMetadata:
         """The dataset's metadata, its files read with `read_bytes` (`problems`: see `load_metadata`)."""
