@@ -378,8 +378,28 @@ def test_timeout_options_per_protocol():
     s3 = timeout_options(("s3", "s3a"), {"config_kwargs": {"read_timeout": 60}}, policy)
     assert s3 == {"config_kwargs": {"read_timeout": 60, "connect_timeout": 3}}
     assert timeout_options("gcs", {"token": "anon"}, policy) == {"token": "anon"}
-    assert policy.request_timeout_s == 10 and policy.worst_case_s == policy.retry_window_s + 10
+    assert policy.request_timeout_s == 10 and policy.worst_case_s == max(policy.retry_window_s, 10)
     assert FetchPolicy(timeout_s=None).worst_case_s is None
+
+
+def test_after_a_time_out_no_retry_starts_that_could_not_end_within_the_window(server):
+    """A hung server: the first attempt waits its read timeout (1.5 s); a second could wait as long again, past
+    the 2 s window, so none starts (one used to: 3 s and more, a window plus a request)."""
+    policy = FetchPolicy(timeout_s=1.5, connect_timeout_s=0.5, retry_window_s=2.0, backoff_s=0.01)
+    fs = fsspec.filesystem("http", skip_instance_cache=True, **timeout_options("http", {}, policy))
+    server.hang.set()
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match="timed out") as info:
+        fetch_bytes(fs, server.url + "/f.bin", server.url + "/f.bin", policy)
+    took = time.monotonic() - t0
+    assert info.value.attempts == 1 and 1.5 <= took < policy.worst_case_s + 0.5 == 2.5
+    quick = FetchPolicy(timeout_s=0.3, connect_timeout_s=0.2, retry_window_s=2.0, backoff_s=0.01)
+    fs = fsspec.filesystem("http", skip_instance_cache=True, **timeout_options("http", {}, quick))
+    HOSTS.forget()
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match="timed out") as info:  # short time limits: retried within the window
+        fetch_bytes(fs, server.url + "/f.bin", server.url + "/f.bin", quick)
+    assert info.value.attempts >= 2 and time.monotonic() - t0 < quick.worst_case_s + 0.5
 
 
 def test_open_source_puts_the_timeouts_on_the_http_session(server):

@@ -170,6 +170,11 @@ def _what_happened(e: BaseException) -> str | None:
     return None
 
 
+def timed_out(e: BaseException) -> bool:
+    """A failure in which a request waited its whole time limit (the host hangs rather than refuses)."""
+    return _what_happened(e) == "timed out"
+
+
 def describe(e: BaseException) -> str:
     """What a failure was: in plain words when it got no answer (connection refused or reset, name resolution,
     timed out), then the exception that says most: `e`, or what caused it when `e` only wraps it (fsspec's

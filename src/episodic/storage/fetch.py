@@ -20,15 +20,18 @@ files are read directly.
   it, on any thread, waits until then too (`host_delay`), so a pool of downloads answers one 429 with one
   pause, not with a 429 per thread.
 - The retry window: no retry starts later than `retry_window_s` after the first attempt (nor after `retries`
-  retries, when set), so a fetch fails at most retry_window_s + connect_timeout_s + timeout_s after it began
-  (60 s by default) when the server hangs, and a server back within the window costs no error at all.
+  retries, when set), and after a time-out no retry starts that could not end within the window (it may wait
+  connect_timeout_s + timeout_s too), so a fetch from a hung server fails within
+  max(retry_window_s, connect_timeout_s + timeout_s) of its start (30 s by default), one that keeps failing
+  faster within retry_window_s + connect_timeout_s + timeout_s, and a server back within the window costs no
+  error at all.
 - A dead, unreachable or hung host (`storage.hosts`): failures without any answer (connection refused or
   reset, name not resolved, a connect or read timeout) start the host's silence, shared by every fetch from
   it in this process: no retry of any of them starts later than one window after the host fell silent, so
   fetches that began later, on other threads, give up with the first. A host silent for a whole window is
   down: for one more window every fetch from it fails at once (`FetchError` naming the host, how long it
-  was silent and its last failure), so a job over a dead host fails within about one window (at most
-  retry_window_s + connect_timeout_s + timeout_s after its first unanswered request), whatever its pools,
+  was silent and its last failure), so a job over a dead host fails within about one window (a hung one
+  within max(retry_window_s, connect_timeout_s + timeout_s) of its first unanswered request), whatever its pools,
   prefetching, concurrency or number of files; any answer from the host ends its silence. Hub calls count
   for the Hub endpoint (`host=`).
 - When the retries run out, `FetchError` names the URL (and the host, when the URL does not show it), the
@@ -68,7 +71,7 @@ from ..checks import check_number
 from ..format.errors import EpisodicError, FetchError, MissingFileError
 from ..format.meta_files import too_large
 from .failures import (NOT_FOUND, RAISE, REFUSED, RETRY, RangesIgnored, TruncatedRead, classify, describe,
-                       retry_after, status_of, unanswered)
+                       retry_after, status_of, timed_out, unanswered)
 from .hosts import HOSTS, host_key
 
 __all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_info", "file_size",
@@ -127,9 +130,10 @@ class FetchPolicy:
 
     @property
     def worst_case_s(self) -> float | None:
-        """The longest a fetch may take to fail against a server that never answers (None: no limit)."""
+        """The longest a fetch may take to fail against a server that never answers (None: no limit): no retry
+        after a time-out starts unless it can end within the window."""
         request = self.request_timeout_s
-        return None if request is None else self.retry_window_s + request
+        return None if request is None else max(self.retry_window_s, request)
 
 
 def host_delay(url: str) -> float:
@@ -196,6 +200,9 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
                 since = HOSTS.silent_since(key, waited_from, _fresh_s(policy), describe(e))
                 end = min(end, since + policy.retry_window_s)
             left = end - now
+            if silent and timed_out(e) and policy.request_timeout_s:
+                # a host that hangs may hang the next attempt as long: start one only if it can end within the window
+                left -= policy.request_timeout_s
             if left <= 0 or (policy.retries is not None and attempt > policy.retries):
                 if silent and left <= 0:
                     HOSTS.mark_down(key, policy.retry_window_s, describe(e))
