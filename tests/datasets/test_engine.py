@@ -135,70 +135,88 @@ def test_pin_memory_loader_gives_the_same_batches(small_root, workers):
     assert episodic.to_device is to_device and episodic.frames_to_float is frames_to_float
 
 
-# ---------------------------------------------------------------------------------------------- parts (mixtures)
-def _part_vs_batch(ds, positions, dtype, threads):
-    """`engine.part` of `positions` written at scattered rows of a larger batch, its jobs run: what it gives and
-    what it leaves alone, against `engine.batch`."""
-    from episodic.datasets.engine import run_jobs
+# ---------------------------------------------------------------------------------------------- several parts
+def _parts(ds, cut: int, pooled: bool):
+    """The dataset's rows as several parts (`gather.Rows`): its episodes before `cut` and the rest, or (pooled,
+    as a streaming consumer holds them) one part per episode; and (part, row) of each dataset position."""
+    from episodic.datasets.gather import Rows
+    from episodic.tabular import Columns
 
-    engine = ds.engine
-    want = engine.batch(positions, dtype)
-    n = 2 * len(positions) + 3
-    slots = np.sort(np.random.default_rng(len(positions)).choice(n, len(positions), replace=False))
-    dest = {k: np.full((n, *want[k].shape[1:]), 77, dtype=want[k].numpy().dtype) for k in ds.camera_keys}
-    values, jobs = engine.part(positions, dest, slots)
-    run_jobs(jobs, threads=threads)
-    others = np.setdiff1d(np.arange(n), slots)
-    for k in ds.camera_keys:
-        assert np.array_equal(dest[k][slots], want[k].numpy()), k
-        assert (dest[k][others] == 77).all(), k  # rows of other parts untouched
-    for k, v in want.items():
-        if k in ds.camera_keys:
-            continue
-        assert (values[k] == v) if k == "task" else np.array_equal(values[k], v.numpy()), k
-    assert set(values) == set(want) - set(ds.camera_keys)
-    return jobs
+    cols, frames = ds.rows.columns, ds.rows.frames
+    n = len(cols.episodes)
+    spans = [[i] for i in range(n)] if pooled else [list(range(cut)), list(range(cut, n))]
+    parts = [Rows(0, Columns.concat([cols.episode(i) for i in span]), frames, pooled=pooled) for span in spans]
+    first = np.asarray([cols.starts[span[0]] for span in spans])
+
+    def locate(positions):
+        part = np.searchsorted(first, positions, side="right") - 1
+        return part, positions - first[part]
+    return parts, locate
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("pooled", [False, True], ids=["parts", "pooled"])
+@pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
-def test_a_part_of_a_larger_batch_equals_the_batch_of_its_positions(multifile_root, threads, dtype):
+def test_a_batch_gathered_from_several_parts_equals_the_batch_of_one(multifile_root, threads, dtype, pooled,
+                                                                     monkeypatch):
+    """What a mixture (an entry's rows) and a streaming pool (one part per episode) gather equals the single
+    dataset's one-part batch: windows padded at episode edges, a repeated position, frames of several files."""
+    from episodic.datasets.gather import gather
+
+    monkeypatch.setenv("EPISODIC_DECODE_THREADS", threads)
     ds = EpisodicDataset(multifile_root, delta_timestamps={"observation.images.top": [-2 / 30, 0.0],
                                                            "action": [0.0, 1 / 30, 2 / 30]})
     rng = np.random.default_rng(1)
-    starts = ds.engine.columns.starts
-    edges = np.concatenate([starts[:-1], starts[1:] - 1])  # windows padded at episode edges
-    positions = np.concatenate([rng.integers(0, len(ds), 9), edges[:5], [3, 3]])  # a repeated position too
-    jobs = _part_vs_batch(ds, positions, dtype, threads)
-    assert len({j.rel for j in jobs if j.key == "observation.images.top"}) > 1  # its frames span several files
-    _part_vs_batch(ds, np.array([int(starts[4]) + 2]), dtype, threads)  # one item: one job per camera
-    values, jobs = ds.engine.part(np.array([], dtype=np.int64), {k: np.zeros((0, 3, 48, 64), np.uint8)
-                                                               for k in ds.camera_keys}, np.array([], dtype=np.int64))
-    assert all(len(v) == 0 for v in values.values())
+    starts = ds.rows.columns.starts
+    edges = np.concatenate([starts[:-1], starts[1:] - 1])
+    positions = np.concatenate([rng.integers(0, len(ds), 9), edges[:5], [3, 3]])
+    parts, locate = _parts(ds, 4, pooled)
+    for pos in (positions, positions[:1], positions[:0]):
+        want = ds.build(pos, dtype)
+        got = gather(ds.layout, parts, *locate(pos), dtype)
+        assert list(got) == list(want)
+        for k, v in want.items():
+            assert (got[k] == v) if k == "task" else torch.equal(got[k], v), k
 
 
-def test_image_features_of_a_part(small_root, copy_of):
-    """An 'image' feature (PNG bytes in the data file) is decoded into the part's rows of the larger batch too."""
+def test_image_features_gathered_from_several_parts(small_root, copy_of):
+    """An 'image' feature (PNG bytes in the data file) is decoded into each part's rows of the batch too."""
+    from episodic.datasets.gather import gather
+
     root = copy_of(small_root)
     add_image_feature(root, "observation.images.still", 48, 64)
     ds = EpisodicDataset(root, delta_timestamps={"observation.images.still": [-1 / 30, 0.0]})
     assert "observation.images.still" in ds.camera_keys
-    _part_vs_batch(ds, np.array([0, 5, 17, 40, 40]), "uint8", 1)
+    positions = np.array([0, 5, 17, 40, 40])
+    for pooled in (False, True):
+        parts, locate = _parts(ds, 1, pooled)
+        want, got = ds.build(positions, "uint8"), gather(ds.layout, parts, *locate(positions), "uint8")
+        for k, v in want.items():
+            assert (got[k] == v) if k == "task" else torch.equal(got[k], v), k
 
 
-def test_part_errors_name_the_episode_camera_and_batch_shape(small_root):
-    from episodic.datasets.engine import run_jobs
+def test_frame_errors_name_the_episode_camera_and_batch_shape(small_root):
+    from dataclasses import replace
+
+    from episodic.datasets.frames import flat_frames, run_jobs
+    from episodic.datasets.gather import gather
     from episodic.format.errors import DatasetFormatError, FrameTimestampError
 
     ds = EpisodicDataset(small_root)
-    dest = {k: np.zeros((4, 3, 48, 64), np.uint8) for k in ds.camera_keys}
-    _, jobs = ds.engine.part([20], dest, [2])
-    ep = int(ds.engine.columns.episode_of_rows(np.array([20]))[0])
-    late = [jobs[0]._replace(times=jobs[0].times + 0.5 / 30)]  # between two frames: no frame within tolerance
-    with pytest.raises(FrameTimestampError, match=rf"episode {ep}, camera '{jobs[0].key}': .*no frame within"):
+    frames, cols = ds.rows.frames, ds.rows.columns
+    key = ds.camera_keys[0]
+    ep = cols.episodes[cols.episode_of_rows(np.array([20]))]
+    dest = flat_frames(np.zeros((4, 3, 48, 64), np.uint8))
+    times = cols.arrays["timestamp"][[[20]]].astype(np.float64)
+    (job,) = frames.jobs(key, ep, times, dest, np.array([[2]]), frames.output("uint8"))
+    run_jobs([job])
+    late = [job._replace(times=job.times + 0.5 / 30)]  # between two frames: no frame within tolerance
+    with pytest.raises(FrameTimestampError, match=rf"episode {int(ep[0])}, camera '{key}': .*no frame within"):
         run_jobs(late)
-    with pytest.raises(DatasetFormatError, match=r"camera 'observation.images.top' gives frames of shape \(3, 48, 64\), "
+    small = replace(ds.layout, fields=tuple(replace(f, shape=(3, 24, 64)) if f.key == key else f
+                                           for f in ds.layout.fields))
+    with pytest.raises(DatasetFormatError, match=rf"camera '{key}' gives frames of shape \(3, 48, 64\), "
                                                  r"the batch holds \(3, 24, 64\)"):
-        ds.engine.part([20], {k: np.zeros((4, 3, 24, 64), np.uint8) for k in ds.camera_keys}, [2])
+        gather(small, [ds.rows], np.zeros(1, np.int64), np.array([20]), "uint8")
     with pytest.raises(IndexError, match="out of range"):
-        ds.engine.part([len(ds)], dest, [0])
+        ds.build([len(ds)])

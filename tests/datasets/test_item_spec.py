@@ -9,7 +9,7 @@ import pytest
 
 from episodic import LeRobotDataset
 from episodic.datasets import map_style
-from episodic.datasets.engine import ItemSpec
+from episodic.datasets.item_spec import ItemSpec
 from episodic.format import load_metadata
 
 

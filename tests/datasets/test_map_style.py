@@ -106,11 +106,11 @@ def test_unselected_cameras_are_never_decoded(small_root):
     ds = LeRobotDataset("x", root=small_root, video_keys=["observation.images.wrist"])
     item = ds[3]
     assert "observation.images.top" not in item and "observation.images.wrist" in item
-    opened = list(ds.engine.decoders._readers)
+    opened = list(ds.decoders._readers)
     assert opened and all("observation.images.wrist" in p for p in opened)
     tab = LeRobotDataset("x", root=small_root, video_keys=[])
     tab.get_batch(np.arange(len(tab)))
-    assert tab.engine.decoders.stats()["misses"] == 0
+    assert tab.decoders.stats()["misses"] == 0
 
 
 def test_multifile_multichunk_dataset(multifile_root):
@@ -130,7 +130,7 @@ def test_multifile_multichunk_dataset(multifile_root):
 def test_dataloader_with_forked_workers_equals_serial(small_root):
     ds = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS)
     ds[0]  # the parent opens decoders before forking: children must not reuse them
-    assert ds.engine.decoders.stats()["open"] > 0
+    assert ds.decoders.stats()["open"] > 0
     serial = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=0)
     forked = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=2,
                                          multiprocessing_context="fork")
@@ -141,23 +141,24 @@ def test_dataloader_with_forked_workers_equals_serial(small_root):
         assert a["task"] == b["task"]
 
 
-def test_decode_threads_give_the_same_batches(multifile_root, small_root, copy_of):
+def test_decode_threads_give_the_same_batches(multifile_root, small_root, copy_of, monkeypatch):
     """Cameras and files decoded on 2 threads equal one thread's decode, bit for bit (multi-file: a batch
     spans several files per camera); a decode error on a thread still names file, episode and camera."""
     rng = np.random.default_rng(0)
     one = LeRobotDataset("x", root=multifile_root, delta_timestamps=DELTAS, return_uint8=True)
     two = LeRobotDataset("x", root=multifile_root, delta_timestamps=DELTAS, return_uint8=True)
-    one.engine.decode_threads, two.engine.decode_threads = 1, 2
     for _ in range(3):
         idx = rng.choice(len(one), 24, replace=False)
-        a, b = one.get_batch(idx), two.get_batch(idx)
+        monkeypatch.setenv("EPISODIC_DECODE_THREADS", "1")
+        a = one.get_batch(idx)
+        monkeypatch.setenv("EPISODIC_DECODE_THREADS", "2")
+        b = two.get_batch(idx)
         assert a.keys() == b.keys()
         for k in a:
             assert (a[k] == b[k]) if k == "task" else torch.equal(a[k], b[k]), k
     root = copy_of(small_root)
     (root / "videos/observation.images.top/chunk-000/file-000.mp4").write_bytes(b"\x00garbage" * 1000)
     bad = LeRobotDataset("x", root=root)
-    bad.engine.decode_threads = 2
     with pytest.raises(VideoDecodeError, match=r"episode \d+, camera 'observation.images.top'.*file-000\.mp4"):
         bad.get_batch([0, 1])
 
@@ -183,11 +184,11 @@ def test_index_out_of_range(small_root):
 def test_memory_mapped_columns_give_the_same_items(small_root, tmp_path, monkeypatch):
     monkeypatch.setenv("EPISODIC_FORCE_MMAP", "1")
     mm = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[], cache_dir=str(tmp_path))
-    assert isinstance(mm.engine.columns.arrays["action"], np.memmap)
+    assert isinstance(mm.rows.columns.arrays["action"], np.memmap)
     assert list(tmp_path.rglob("*-action.npy")) and not list(tmp_path.rglob("*.tmp"))
     monkeypatch.delenv("EPISODIC_FORCE_MMAP")
     ram = LeRobotDataset("x", root=small_root, delta_timestamps=DELTAS, video_keys=[])
-    assert not isinstance(ram.engine.columns.arrays["action"], np.memmap)
+    assert not isinstance(ram.rows.columns.arrays["action"], np.memmap)
     a, b = mm.get_batch(np.arange(len(mm))), ram.get_batch(np.arange(len(ram)))
     for k in a:
         assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.mixture_stream import StreamingMixtureDataset
+from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.synthetic import mixture_spec

@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.mixture_consumer import MixtureConsumer
-from episodic.datasets.mixture_stream import StreamingMixtureDataset
-from episodic.datasets.stream_pipeline import iterate_consumer
+from episodic.datasets.consumer import Consumer, iterate_consumer
+from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.synthetic import mixture_spec
 from episodic.order.mixture_state import SpecChangeError
@@ -122,8 +121,9 @@ def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(repor
     ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=2)
     slots = ds.epoch_slots(0)
     p = np.random.default_rng(0).permutation(len(slots))  # entries interleaved, as a plan lists them
-    consumer = MixtureConsumer(ds, slots.entry[p], slots.episode[p], [range(n) for n in slots.length[p].tolist()],
-                               str(tmp_path / "mirror"))
+    consumer = Consumer(ds.item_layout, ds.entry, slots.entry[p], slots.episode[p],
+                        [range(n) for n in slots.length[p].tolist()], ds.options, ds.counters, ds.decoders,
+                        str(tmp_path / "mirror"))
     order = PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(0))
     seen, most = [], 0
     for batch in iterate_consumer(consumer, order, 8, ds.counters, time.perf_counter(), lambda build: build("uint8")):
@@ -131,7 +131,7 @@ def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(repor
         seen += list(zip(batch["dataset_index"].tolist(), batch["index"].tolist()))
     assert Counter(seen) == _epoch_frames(ds, 0)
     assert most <= 4 + 2 and not consumer.open  # pool + read-ahead, and all closed at the end
-    assert consumer.pipelines_opened > len(set(slots.entry.tolist()))  # entries reopened when they come back
+    assert consumer.readers_opened > len(set(slots.entry.tolist()))  # entries reopened when they come back
 
 
 def test_entries_over_http(synthetic, tmp_path):

@@ -27,7 +27,9 @@ def test_layout_of_a_mixture(synthetic):
         assert np.allclose(np.asarray(e.delta_timestamps()[d.state_key]) * d.fps, [-round(0.1 * d.fps), 0])
         assert set(e.data_keys) >= {"timestamp", "task_index", "index", d.state_key, "action"}
         assert not any(k.startswith("observation.images") for k in e.data_keys)
-    feats = layout.features()
+    from episodic.datasets.item_layout import features, mixture_layout
+
+    feats = features(mixture_layout(layout))
     assert feats[layout.camera_keys[0]]["shape"] == [24, 40, 3]
     assert feats["observation.state"]["shape"] == [layout.state_dim] and feats["action_mask"]["dtype"] == "bool"
 

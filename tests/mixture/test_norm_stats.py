@@ -37,7 +37,7 @@ def test_entry_stats_are_mapped_selected_and_padded(synthetic):
 
 
 def _column(d, key, indices=None):
-    values = EpisodicDataset(d.path, video_keys=[]).engine.columns.arrays[key].astype(np.float64)
+    values = EpisodicDataset(d.path, video_keys=[]).rows.columns.arrays[key].astype(np.float64)
     return values if indices is None else values[:, indices]
 
 

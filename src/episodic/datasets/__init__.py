@@ -1,11 +1,10 @@
 """Datasets layer: map-style (native and LeRobot drop-in) and streaming, of one dataset or of a weighted mixture,
-built on the shared FrameEngine."""
+all built by one item builder (`gather`, over the item table of `item_layout`)."""
 
-from .engine import FrameEngine
 from .map_style import EpisodicDataset, LeRobotDataset
 from .mixture import MixtureDataset
-from .mixture_stream import StreamingMixtureDataset
-from .streaming import StreamingLeRobotDataset, StreamingLoader
+from .streaming import StreamingDataset, StreamingLeRobotDataset, StreamingMixtureDataset
+from .loader import StreamingLoader
 
-__all__ = ["EpisodicDataset", "FrameEngine", "LeRobotDataset", "MixtureDataset", "StreamingLeRobotDataset",
+__all__ = ["EpisodicDataset", "LeRobotDataset", "MixtureDataset", "StreamingDataset", "StreamingLeRobotDataset",
            "StreamingLoader", "StreamingMixtureDataset"]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..mixture.norm_stats import entry_stats, pooled_stats
 from ..mixture.shares import share_table
+from .item_layout import features
 
 
 class DatasetFacts:
@@ -23,12 +24,12 @@ class DatasetFacts:
 
 class MixtureFacts:
     """Sizes, features, statistics and realised shares of a mixture dataset (map-style or streaming) with a
-    `layout` (MixtureLayout), a `sampler` (MixtureSampler), a `report` (PreflightReport), `target_shares`,
+    `layout` (MixtureLayout), its `item_layout` (item_layout.ItemLayout), a `sampler` (MixtureSampler), a `report` (PreflightReport), `target_shares`,
     `items_per_entry` (counters.Tally) and `counters`."""
 
     @property
     def features(self) -> dict:
-        return self.layout.features()
+        return features(self.item_layout)
 
     @property
     def num_entries(self) -> int:

@@ -21,7 +21,10 @@ from ..video import DecoderCache
 from .access import BatchAccess, BatchedView
 from .collate import TensorSharing
 from .facts import DatasetFacts
-from .engine import FrameEngine, ItemSpec, select_episodes
+from .frames import EntryFrames
+from .gather import Rows, gather
+from .item_layout import single_layout
+from .item_spec import ItemSpec, select_episodes
 
 
 class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
@@ -78,8 +81,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                                mmap_dir=cache_root / "tabular",
                                open_file=None if self.source.is_local else self.source.open_for_read,
                                unknown_tasks=self.spec.unknown_tasks)
-        self.engine = FrameEngine(self.spec, self.meta, self.source, columns, counters=self.counters,
-                                  decoders=DecoderCache(max_open=decoder_cache_size, counters=self.counters))
+        self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        self.rows = Rows(0, columns, EntryFrames(self.spec, self.meta, self.source, self.decoders, self.counters))
+        self.layout = single_layout(self.spec, self.meta.info.features)
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
@@ -88,21 +92,30 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
-        return len(self.engine)
+        return len(self.rows.columns)
 
     @property
     def num_frames(self) -> int:
-        return len(self.engine)
+        return len(self.rows.columns)
 
     @property
     def num_episodes(self) -> int:
-        return len(self.engine.episodes)
+        return len(self.rows.columns.episodes)
 
 
     # ------------------------------------------------------------------ access
     def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
-        """The placed batch of these positions (`FrameEngine.batch`)."""
-        return self.engine.batch(indices, dtype)
+        """The placed batch of these positions (negative ones count from the end), cameras (B, [T,] C, H, W) of
+        `dtype` ("uint8", or "float32" in [0, 1]): `gather` over the dataset's rows."""
+        rows = np.asarray(indices).reshape(-1)
+        if rows.dtype.kind not in "iu" and len(rows):  # a float (1.7) or bool position is never a silent row 1
+            raise TypeError(f"positions must be integers, got {rows.dtype} values {rows[:5].tolist()}")
+        rows = rows.astype(np.int64, copy=False)
+        n = len(self)
+        if len(rows) and (rows.min() < -n or rows.max() >= n):
+            raise IndexError(f"index {int(rows[(rows < -n) | (rows >= n)][0])} out of range for {n} frames")
+        rows = np.where(rows < 0, rows + n, rows)
+        return gather(self.layout, [self.rows], np.zeros(len(rows), np.int64), rows, dtype)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
                drop_last: bool = False, sharing: str = "auto", **kwargs) -> torch.utils.data.DataLoader:
@@ -111,7 +124,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         `collate.TensorSharing`)."""
         from ..order import EpisodeAwareSampler
 
-        starts = self.engine.columns.starts  # positions of this dataset, episode by episode
+        starts = self.rows.columns.starts  # positions of this dataset, episode by episode
         sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
         batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
         return torch.utils.data.DataLoader(BatchedView(self, TensorSharing(sharing)), batch_size=None, sampler=batches,
@@ -125,7 +138,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
 
     def video_decoder_cache_stats(self) -> dict:
         """This process's decoder-cache hits, misses, evictions, hit rate and open readers."""
-        return self.engine.decoders.stats()
+        return self.decoders.stats()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(root={self.source.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "

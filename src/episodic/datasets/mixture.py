@@ -5,10 +5,10 @@
 sampler's flat indices: the entries' selected frames side by side, like a ``ConcatDataset`` of the entries
 (``len(ds)`` of them, every one valid, so a plain ``DataLoader(ds, shuffle=True)`` draws uniformly over frames;
 `loader()` follows the mixture's weighted order);
-`get_batch(indices)` groups them by entry, builds each entry's part with that entry's own `FrameEngine` (its
-fps, tolerance, windows, cameras, selected episodes: `mixture_entry`), brings it into the shared layout
-(`harmonise`) and returns the batch in the order of `indices`. Engines are built on first use in each
-process, so building the dataset reads no data file and a process holds O(episodes) until it loads entries.
+`get_batch(indices)` groups them by entry and gathers the batch in the shared layout (`gather`, the item table
+`item_layout.mixture_layout`) from each entry's rows (its fps, tolerance, windows, cameras, selected episodes:
+`mixture_entry`), in the order of `indices`. An entry's rows are read on first use in each process, so building
+the dataset reads no data file and a process holds O(episodes) until it loads entries.
 
 `loader()` is a DataLoader whose batches come from a `MixtureBatchSampler` (sharding, exact and elastic resume
 of `order.EpisodicBatchSampler`, the mixture's state in the checkpoint) through a `TrackedLoader`, with whole
@@ -33,7 +33,8 @@ from ..video import DecoderCache
 from .access import BatchAccess, BatchedView
 from .collate import TensorSharing
 from .facts import MixtureFacts
-from .harmonise import Part, build
+from .gather import gather
+from .item_layout import mixture_layout
 from .mixture_entry import MMAP_MIN_BYTES, EntryEngines
 
 __all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
@@ -72,6 +73,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
                  drop_n_last_frames: int = 0):
         self.report = load_report(spec, on_error, concurrency)
         self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+        self.item_layout = mixture_layout(self.layout)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle,
                                            drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
@@ -94,7 +96,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------ items
     def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
-        """The batch of flat indices, in their order, as placed tensors (`harmonise.empty_batch`), cameras
+        """The batch of flat indices, in their order, as placed tensors (`gather`), cameras
         (B, [T,] C, H, W) of `dtype` ("uint8", or "float32" in [0, 1])."""
         flat = np.asarray(indices).reshape(-1)
         if flat.dtype.kind not in "iu" and len(flat):
@@ -104,11 +106,12 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
             raise IndexError(f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
                              f"{len(self)} flat indices")
         slots, rows = self.sampler.split(flat)
-        parts = []
-        for s in np.unique(slots).tolist():
-            sel = np.flatnonzero(slots == s)
-            parts.append(Part(self.layout.entries[s], sel, self.engines.engine(s), self.engines.positions(s, rows[sel])))
-        out = build(self.layout, len(flat), dtype, parts)
+        used, part = np.unique(slots, return_inverse=True)
+        positions = np.empty(len(flat), np.int64)
+        for i, s in enumerate(used.tolist()):
+            sel = part == i
+            positions[sel] = self.engines.positions(s, rows[sel])
+        out = gather(self.item_layout, [self.engines.rows(s) for s in used.tolist()], part.reshape(-1), positions, dtype)
         self.items_per_entry.add(slots)
         return out
 

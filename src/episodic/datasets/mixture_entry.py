@@ -1,14 +1,15 @@
-"""Each mixture entry's item spec and `FrameEngine`, built on first use in each process.
+"""Each mixture entry's item spec and rows (`gather.Rows`: its selected episodes' columns and frame decoding),
+built on first use in each process.
 
 An entry's `ItemSpec` is the one its single dataset would have with the entry's mapped cameras as
 ``video_keys`` (unmapped cameras are never opened), its windows as seconds on its own fps grid, its
 ``tolerance_s``, the mixture's ``image_size``/``resize_mode`` (frames resized while decoding), and only the
 tabular columns its items need (bookkeeping columns, the state, action and task keys: nothing else is read).
-Its engine reads the columns of its selected episodes through the entry's `Source` from preflight (remote reads
+Its rows are the columns of its selected episodes, read through the entry's `Source` from preflight (remote reads
 under the fetch policy), memory-mapped under ``<cache_dir>/tabular`` from `mmap_min_bytes` bytes on (default
 `MMAP_MIN_BYTES`, 64 KiB: an entry with fewer bytes of columns is read into RAM, since mapping it costs a file
 per column, written when the engine is built, and page-sized mappings larger than its bytes; so a process that
-touches every entry holds at most 64 KiB of columns per entry in RAM, whatever their frames). Engines share
+touches every entry holds at most 64 KiB of columns per entry in RAM, whatever their frames). Entries share
 one `DecoderCache` and one `Counters`. Until an entry is used, a process holds only its metadata (O(episodes)).
 """
 
@@ -28,7 +29,10 @@ from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.report import PreflightReport
 from ..tabular import UnknownTasks, load_columns
 from ..video import DecoderCache
-from .engine import FrameEngine, ItemSpec
+from .consumer import StreamEntry
+from .frames import EntryFrames
+from .gather import Rows
+from .item_spec import ItemSpec
 
 __all__ = ["DECODER_BUDGET_BYTES", "MMAP_MIN_BYTES", "EntryEngines", "entry_item_spec"]
 
@@ -57,7 +61,7 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
 
 
 class EntryEngines:
-    """Per-process engines of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
+    """Per-process rows of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
 
     def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache | None,
                  cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = MMAP_MIN_BYTES):
@@ -71,7 +75,7 @@ class EntryEngines:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else config.cache_dir()
         self.mmap_min_bytes = int(mmap_min_bytes)
         self._specs: dict[int, ItemSpec] = {}
-        self._engines: dict[int, FrameEngine] = {}
+        self._rows: dict[int, Rows] = {}
         for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
             if getattr(source, "cache", None) is not None:
                 source.cache.stats = counters
@@ -85,19 +89,23 @@ class EntryEngines:
                                                 self.on_unknown_task)
         return self._specs[slot]
 
-    def engine(self, slot: int) -> FrameEngine:
-        """Entry `slot`'s engine over its selected episodes (built the first time)."""
-        engine = self._engines.get(slot)
-        if engine is None:
+    def stream_entry(self, slot: int) -> StreamEntry:
+        """What a streaming consumer reads of entry `slot`: its metadata, item spec and source."""
+        return StreamEntry(self.metadata[slot], self.spec(slot), self.sources[slot])
+
+    def rows(self, slot: int) -> Rows:
+        """Entry `slot`'s rows: its selected episodes (read the first time)."""
+        rows = self._rows.get(slot)
+        if rows is None:
             meta, source, spec = self.metadata[slot], self.sources[slot], self.spec(slot)
             columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
                                    open_file=None if source.is_local else source.open_for_read,
                                    mmap_min_bytes=self.mmap_min_bytes, unknown_tasks=spec.unknown_tasks)
             for name, values in columns.arrays.items():  # memory-mapped columns as plain arrays over the same
                 columns.arrays[name] = np.asarray(values)  # pages (np.memmap's subclass costs per gather)
-            engine = self._engines[slot] = FrameEngine(spec, meta, source, columns, decoders=self.decoders,
-                                                       counters=self.counters)
-        return engine
+            frames = EntryFrames(spec, meta, source, decoders=self.decoders, counters=self.counters)
+            rows = self._rows[slot] = Rows(slot, columns, frames)
+        return rows
 
     def video_files(self) -> list[tuple[int, int, int]]:
         """(height, width, files) per entry and mapped video camera: how many video files its selected
@@ -123,8 +131,8 @@ class EntryEngines:
 
     @property
     def built(self) -> int:
-        """Engines built in this process so far."""
-        return len(self._engines)
+        """Entries whose rows this process has read so far."""
+        return len(self._rows)
 
     def positions(self, slot: int, rows: np.ndarray) -> np.ndarray:
         """Engine positions of dataset rows (global ``index`` values) of entry `slot`: IndexError naming the
@@ -138,5 +146,5 @@ class EntryEngines:
         if bad.any():
             r = int(rows[np.flatnonzero(bad)[0]])
             raise EpisodeIndexError(f"entry {self.layout.entries[slot].name!r}: row {r} is not in a selected episode")
-        starts = self.engine(slot).columns.starts
+        starts = self.rows(slot).columns.starts
         return starts[k] + rows - eps.dataset_from_index[ep]

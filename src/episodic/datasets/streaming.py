@@ -1,11 +1,13 @@
-"""Streaming: an IterableDataset that reads a LeRobot-format dataset episode by episode (docs/streaming.md).
+"""Streaming: IterableDatasets that read one dataset, or a weighted mixture, episode by episode
+(docs/streaming.md, docs/mixtures.md).
 
-Who does what: the order (which episodes each consumer gets, the order it emits their frames in, what a
-resume skips) is pure arithmetic in `order/` (`stream_plan`, `pool_order`); the position of the trainer
-is a `StreamState` value; one consumer's reads and item building are `stream_pipeline.ConsumerPipeline`;
-items are built by the same `FrameEngine` as map-style, so an item equals `LeRobotDataset(...)[i]` for the
-same frame. This module ties them together: the dataset (construction, sizes, state, counters) and its
-`StreamingLoader` (a DataLoader that counts the batches it hands out).
+`StreamingDataset` streams the slots of an epoch source (`epochs`: `DatasetEpochs` for one dataset,
+`MixtureEpochs` for a mixture). Who does what: which slots each consumer gets, the order it emits their frames
+in and what a resume skips are pure arithmetic in `order/` (`stream_plan`, `pool_order`); the position of the
+trainer is a `StreamState` value (plus what the epoch source adds, a mixture's state); one consumer's reads and
+batches are `consumer.Consumer`, whose items come from `gather` with the dataset's item layout, so an item
+equals the map-style dataset's item for the same frame. `StreamingLeRobotDataset` and `StreamingMixtureDataset`
+build one from their arguments; `loader()` is a `loader.StreamingLoader`.
 """
 
 from __future__ import annotations
@@ -13,56 +15,191 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from .. import config, runtime
-from ..counters import Counters
+from ..counters import Counters, Tally
 from ..format.metadata import DatasetMetadata
+from ..mixture.layout import MixtureLayout
+from ..mixture.sampling import build_sampler
 from ..order.pool_order import PoolOrder
 from ..order.shard import resolve_topology
 from ..order.stream_keys import consumer_rng
-from ..order.stream_plan import consumer_plan, segment_batches, split_problems
+from ..order.stream_plan import consumer_plan, split_problems
 from ..order.stream_state import StreamState
 from ..storage.fetch import FetchPolicy
-from ..storage.resolve import reopen, resolve_source
+from ..storage.resolve import resolve_source
 from ..storage.source import Source
 from ..video import DecoderCache
-from .collate import TensorSharing, deliver, make_batch, unbatch
-from .facts import DatasetFacts
-from .engine import ItemSpec, select_episodes
+from .collate import deliver, make_batch, unbatch
+from .consumer import Consumer, StreamEntry, iterate_consumer
+from .epochs import DatasetEpochs, MixtureEpochs
+from .facts import DatasetFacts, MixtureFacts
+from .item_layout import ItemLayout, mixture_layout, single_layout
+from .item_spec import ItemSpec, select_episodes
+from .loader import Iteration, StreamingLoader
+from .mixture import load_report
+from .mixture_entry import EntryEngines
 from .stream_options import StreamOptions
-from .stream_pipeline import ConsumerPipeline, iterate_consumer
 
-__all__ = ["StreamingLeRobotDataset", "StreamingLoader"]
-
-
-@dataclass(frozen=True)
-class _Iteration:
-    """What one iteration of the dataset runs from (a snapshot the DataLoader's workers receive)."""
-
-    state: StreamState  # with the open segment of this iteration's topology
-    chunk_size: int
-    whole_batches: bool = False  # hand out numpy batches as they are (loader()), not items
-    sharing: TensorSharing = field(default_factory=TensorSharing)
-    even_batches: bool = False
+__all__ = ["StreamingDataset", "StreamingLeRobotDataset", "StreamingMixtureDataset"]
 
 
-class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
+class StreamingDataset(torch.utils.data.IterableDataset):
+    """Items of `layout` streamed from the slots of `epochs`, entry e read as `entry(e)` says (see the module
+    docstring). Each consumer (rank x DataLoader worker) gets whole episodes, keeps up to `episode_pool_size` of
+    them in RAM and emits their frames in a random order that is a pure function of (seed, epoch, topology);
+    every frame of the epoch's slots is emitted exactly once per epoch across all consumers.
+
+    `options` (`StreamOptions`), `seed`, `shuffle`, `return_uint8`, `image_transforms`, `rank`/`world_size`
+    (default: torch.distributed's), `cache_dir` (remote entries are mirrored under ``<cache_dir>/streaming``),
+    `cameras` (cameras per item, for the decoder cache's default size), `tally` (items per entry, counted),
+    `counters` (the dataset's, default new ones)."""
+
+    def __init__(self, epochs: DatasetEpochs | MixtureEpochs, layout: ItemLayout, entry: Callable[[int], StreamEntry],
+                 options: StreamOptions, *, seed: int = 0, shuffle: bool = True, return_uint8: bool = False,
+                 image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
+                 cache_dir: str | os.PathLike | None = None, cameras: int = 1, tally: Tally | None = None,
+                 counters: Counters | None = None):
+        self.epochs, self.item_layout, self.entry, self.options = epochs, layout, entry, options
+        self.shuffle = bool(shuffle)
+        self.return_uint8 = return_uint8
+        self.image_transforms = image_transforms
+        self.rank, self.world_size = rank, world_size
+        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
+        self.camera_keys = layout.camera_keys
+        self.cameras = cameras
+        self.tally = tally
+        self.counters = counters if counters is not None else Counters()
+        self.decoders = DecoderCache(max_open=options.decoders_for(cameras), counters=self.counters)
+        # the trainer's position (what state_dict() returns); per-iteration data travels in `Iteration`
+        self.state = StreamState(seed=int(seed), episode_pool_size=self.episode_pool_size, shuffle=self.shuffle)
+
+    def __getstate__(self) -> dict:  # for spawn/forkserver workers: no open decoders
+        return {**self.__dict__, "decoders": None}
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self.decoders = DecoderCache(max_open=self.options.decoders_for(self.cameras), counters=self.counters)
+
+    @property
+    def episode_pool_size(self) -> int:
+        return self.options.episode_pool_size
+
+    # ------------------------------------------------------------------ state
+    @property
+    def seed(self) -> int:
+        return self.state.seed
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch `epoch` from its beginning (the next iteration)."""
+        self.state = self.state.at_epoch(epoch)
+
+    def state_dict(self) -> dict:
+        """{"epoch", "batches_consumed", "batch_size", "seed", ...} (`StreamState.to_dict`): batches this
+        rank's loader handed out in the current epoch, plus the topology they were produced under (and
+        earlier topologies of the same epoch in "history"), plus what the epoch source adds (a mixture's
+        ``"mixture"``). JSON-serialisable; identical on every rank."""
+        return {**self.state.to_dict(world_size=resolve_topology(self.rank, self.world_size)[1]), **self.epochs.state()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue from `state` (validated: a wrong field raises ValueError naming it; a mixture's state saved
+        under another mixture continues by `MixtureEpochs.restore`'s rule)."""
+        new = StreamState.from_dict(state)
+        new.check_compatible(self.episode_pool_size, self.shuffle)
+        self.state = self.epochs.restore(state, new)
+
+    def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
+               sharing: str = "auto", **kwargs) -> StreamingLoader:
+        """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
+        to the next epoch when one is exhausted. With `even_batches` (default: when world_size > 1) every
+        rank hands out the same number of batches per epoch, the smallest any rank has: ranks split the
+        epoch by whole episodes, so some would otherwise run out first and leave collective ops hanging;
+        the few batches the other ranks had left are skipped in that epoch (a warning says how many).
+        `sharing`: how workers share batch tensors (see `collate.TensorSharing`)."""
+        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches,
+                               sharing=sharing, **kwargs)
+
+    # ------------------------------------------------------------------ observability
+    def stats(self) -> dict:
+        """Counters summed over this process and its DataLoader workers (`episodic.counters`): fetch,
+        decode, cache and pipeline seconds, bytes, frames emitted, ...; 'processes' counts contributors."""
+        return self.counters.snapshot()
+
+    def timing_stats(self) -> dict:
+        """Same as `stats()` (the name earlier versions used)."""
+        return self.stats()
+
+    def video_decoder_cache_stats(self) -> dict:
+        """Decoder-cache hits/misses/evictions/open summed over this process and its workers."""
+        s = self.counters.snapshot()
+        out = {"hits": s["decoder_hits"], "misses": s["decoder_misses"], "evictions": s["decoder_evictions"],
+               "open": s["decoder_open"]}
+        total = out["hits"] + out["misses"]
+        out["hit_rate"] = out["hits"] / total if total else 0.0
+        return out
+
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[dict]:
+        """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
+        when the topology matches; counts nothing (use `loader()` for that)."""
+        _, ws = resolve_topology(self.rank, self.world_size)
+        history, segment, consumed = self.state.direct(ws, runtime.worker()[1] if runtime.in_worker() else 0)
+        state = StreamState(seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment,
+                            history=history)
+        return self.iterate(Iteration(state, chunk_size=self.options.chunk_size))
+
+    def iterate(self, it: Iteration) -> Iterator:
+        """This process's consumer of the iteration `it`: items, or whole batches with `it.whole_batches`."""
+        t_start = time.perf_counter()
+        rank, ws = resolve_topology(self.rank, self.world_size)
+        wid, nw = runtime.worker() or (0, 1)
+        st = it.state
+        seg_ws, seg_nw, seg_bs = st.segment
+        if (seg_ws, max(seg_nw, 1)) != (ws, nw):
+            raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
+        plan = consumer_plan(self.epochs.lengths(st.epoch, st.seed), st.seed, st.epoch, st.history, ws, nw, seg_bs,
+                             st.batches_consumed, self.episode_pool_size, self.shuffle, rank, wid)
+        if wid == 0 and rank == 0:
+            for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
+                warnings.warn(problem, stacklevel=2)
+        order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
+                          consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
+        order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
+        self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
+        entries, episodes = self.epochs.slots(np.asarray(plan.episodes, dtype=np.int64), st.epoch, st.seed)
+        consumer = Consumer(self.item_layout, self.entry, entries, episodes, plan.frames, self.options, self.counters,
+                            self.decoders, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"), self.tally)
+        make = partial(make_batch, camera_keys=self.camera_keys, return_uint8=self.return_uint8, sharing=it.sharing)
+        batches = iterate_consumer(consumer, order, it.chunk_size, self.counters, t_start, make)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
+            if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
+                yield deliver(batch)
+            else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
+                yield from unbatch(batch, self.image_transforms, self.camera_keys)
+
+
+class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
     """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
 
-    Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Each consumer
-    (rank x DataLoader worker) gets whole episodes, keeps up to `episode_pool_size` of them in RAM and
-    emits their frames in a random order that is a pure function of (seed, epoch, topology); every frame
-    of the selected episodes is emitted exactly once per epoch across all consumers.
-
-    Use `dataset.loader(batch_size, num_workers)` (a counting DataLoader wrapper) to get `state_dict()`,
+    Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Use
+    `dataset.loader(batch_size, num_workers)` (a counting DataLoader wrapper) to get `state_dict()`,
     `load_state_dict()` and automatic epoch advance; `set_epoch(e)` starts epoch `e` from its beginning.
     Remote sources (any fsspec URL) are read by byte ranges, only what the consumer's episodes need (see
-    `stream_pipeline`), into a private per-consumer mirror under `<cache_dir>/streaming` (`cache_dir`: the
+    `consumer`), into a private per-consumer mirror under `<cache_dir>/streaming` (`cache_dir`: the
     episodic cache, default ~/.cache/episodic); local sources are read in place. The tuning arguments are
     those of `StreamOptions` (validated; the error states the allowed range). Remote reads follow
     `fetch_policy` (`storage.fetch.FetchPolicy`: timeouts, retry window) when given, else a FetchPolicy of
@@ -87,44 +224,26 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
             decoder_cache_size = decoder_cache_size or video_decoder_cache_size
-        self.options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
-                                     prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
-                                     tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
-                                     decoder_cache_size=decoder_cache_size,
-                                     fetch=fetch_policy or FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
-                                                                       max_backoff_s=fetch_max_backoff_s))
+        options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
+                                prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
+                                tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
+                                decoder_cache_size=decoder_cache_size,
+                                fetch=fetch_policy or FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
+                                                                  max_backoff_s=fetch_max_backoff_s))
         self.repo_id, self.root, self.episodes = repo_id, root, episodes
         self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None,
-                                             policy=self.options.fetch)
+                                             policy=options.fetch)
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
-        self.shuffle = bool(shuffle)
-        self.return_uint8 = return_uint8
-        self.image_transforms = image_transforms
-        self.rank, self.world_size = rank, world_size
-        self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
                                    on_unknown_task=on_unknown_task)
         self.selected = select_episodes(self.meta, episodes)
-        self.camera_keys = self.spec.camera_keys
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
-        self.counters = Counters()
-        self.decoders = DecoderCache(max_open=self.options.decoders_for(len(self.spec.video_keys)), counters=self.counters)
-        # the trainer's position (what state_dict() returns); per-iteration data travels in `_Iteration`
-        self.state = StreamState(seed=int(seed), episode_pool_size=self.episode_pool_size, shuffle=self.shuffle)
-
-    def __getstate__(self) -> dict:  # for spawn/forkserver workers: no open decoders
-        return {**self.__dict__, "decoders": None}
-
-    def __setstate__(self, d: dict) -> None:
-        self.__dict__.update(d)
-        self.decoders = DecoderCache(max_open=self.options.decoders_for(len(self.spec.video_keys)), counters=self.counters)
-
-    # ------------------------------------------------------------------ sizes
-    @property
-    def episode_pool_size(self) -> int:
-        return self.options.episode_pool_size
+        super().__init__(DatasetEpochs(self.meta, self.selected), single_layout(self.spec, self.meta.info.features),
+                         [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
+                         shuffle=shuffle, return_uint8=return_uint8, image_transforms=image_transforms, rank=rank,
+                         world_size=world_size, cache_dir=cache_dir, cameras=len(self.spec.video_keys))
 
     @property
     def num_frames(self) -> int:
@@ -135,184 +254,56 @@ class StreamingLeRobotDataset(DatasetFacts, torch.utils.data.IterableDataset):
         return len(self.selected)
 
 
-    # ------------------------------------------------------------------ state
-    @property
-    def seed(self) -> int:
-        return self.state.seed
+class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
+    """Items of a weighted mixture, streamed episode by episode from all entries: whole episodes of every entry
+    per epoch (`epochs.MixtureEpochs`), everything else as a single dataset streams (plan, exact and elastic
+    resume, `loader()`), items in the mixture's layout, each equal to `MixtureDataset`'s for the same frame.
+
+    `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
+    `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
+    `StreamingLeRobotDataset` (`StreamOptions`). `on_change`: what `load_state_dict` does with a state saved
+    under another mixture ("continue" or "refuse").
+    """
+
+    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = 64,
+                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch", return_uint8: bool = False,
+                 image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
+                 cache_dir: str | os.PathLike | None = None, chunk_size: int = 32, prefetch_episodes: int = 8,
+                 prefetch_threads: int = 16, tabular_block: int = 16, cache_max_bytes: int = 4 << 30,
+                 decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
+                 on_error: str | None = None, concurrency: int = 16, on_change: str = "continue"):
+        self.report = load_report(spec, on_error, concurrency)
+        self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+        self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
+        assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
+        options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
+                                prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
+                                tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
+                                decoder_cache_size=decoder_cache_size, fetch=fetch_policy or FetchPolicy())
+        counters = Counters()
+        self.engines = EntryEngines(self.report, self.layout, counters, None, cache_dir)  # specs only
+        self.items_per_entry = Tally(len(self.layout.entries))
+        self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
+        self.delta_indices = None
+        super().__init__(MixtureEpochs(self.sampler, on_change), mixture_layout(self.layout), self.engines.stream_entry,
+                         options, seed=seed, shuffle=shuffle, return_uint8=return_uint8,
+                         image_transforms=image_transforms, rank=rank, world_size=world_size, cache_dir=cache_dir,
+                         cameras=max(len(self.layout.cameras), 1), tally=self.items_per_entry, counters=counters)
 
     @property
-    def epoch(self) -> int:
-        return self.state.epoch
+    def fps(self) -> None:
+        """A mixture has no single fps (each entry keeps its own)."""
+        return None
 
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch `epoch` from its beginning (the next iteration)."""
-        self.state = self.state.at_epoch(epoch)
+    @property
+    def changes(self) -> list[str]:
+        """What the last `load_state_dict` found changed in the mixture (`order.mixture_state`)."""
+        return self.epochs.changes
 
-    def state_dict(self) -> dict:
-        """{"epoch", "batches_consumed", "batch_size", "seed", ...} (`StreamState.to_dict`): batches this
-        rank's loader handed out in the current epoch, plus the topology they were produced under (and
-        earlier topologies of the same epoch in "history"). JSON-serialisable; identical on every rank."""
-        return self.state.to_dict(world_size=resolve_topology(self.rank, self.world_size)[1])
+    def epoch_slots(self, epoch: int):
+        """The whole episodes streaming epoch `epoch` takes, entry by entry (`order.epoch_episodes`)."""
+        return self.epochs.epoch(epoch, self.seed)
 
-    def load_state_dict(self, state: Mapping) -> None:
-        """Continue from `state` (validated: a wrong field raises ValueError naming it)."""
-        new = StreamState.from_dict(state)
-        new.check_compatible(self.episode_pool_size, self.shuffle)
-        self.state = new
-
-    def _lengths(self, epoch: int) -> dict[int, int]:
-        """What epoch `epoch` streams: {episode: frames} (the same every epoch here; a mixture's differ)."""
-        return {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
-
-    def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
-               sharing: str = "auto", **kwargs) -> "StreamingLoader":
-        """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
-        to the next epoch when one is exhausted. With `even_batches` (default: when world_size > 1) every
-        rank hands out the same number of batches per epoch, the smallest any rank has: ranks split the
-        epoch by whole episodes, so some would otherwise run out first and leave collective ops hanging;
-        the few batches the other ranks had left are skipped in that epoch (a warning says how many).
-        `sharing`: how workers share batch tensors (see `collate.TensorSharing`)."""
-        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches,
-                               sharing=sharing, **kwargs)
-
-    # ------------------------------------------------------------------ observability
-    def stats(self) -> dict:
-        """Counters summed over this process and its DataLoader workers (`episodic.counters`): fetch,
-        decode, cache and pipeline seconds, bytes, frames emitted, ...; 'processes' counts contributors."""
-        return self.counters.snapshot()
-
-    def timing_stats(self) -> dict:
-        """Same as `stats()` (the name earlier versions used)."""
-        return self.stats()
-
-    def video_decoder_cache_stats(self) -> dict:
-        """Decoder-cache hits/misses/evictions/open summed over this process and its workers."""
-        s = self.stats()
-        out = {"hits": s["decoder_hits"], "misses": s["decoder_misses"], "evictions": s["decoder_evictions"],
-               "open": s["decoder_open"]}
-        total = out["hits"] + out["misses"]
-        out["hit_rate"] = out["hits"] / total if total else 0.0
-        return out
-
-    # ------------------------------------------------------------------ iteration
-    def __iter__(self) -> Iterator[dict]:
-        """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
-        when the topology matches; counts nothing (use `loader()` for that)."""
-        _, ws = resolve_topology(self.rank, self.world_size)
-        history, segment, consumed = self.state.direct(ws, runtime.worker()[1] if runtime.in_worker() else 0)
-        state = StreamState(seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment,
-                            history=history)
-        return self.iterate(_Iteration(state, chunk_size=self.options.chunk_size))
-
-    def _consumer(self, plan, epoch: int, mirror_base: str) -> ConsumerPipeline:
-        """The pipeline that reads and builds the items of this process's consumer `plan` (of epoch `epoch`)."""
-        return ConsumerPipeline(self.meta, self.spec, reopen(self.source), self.options, self.counters, self.decoders,
-                                plan.episodes, plan.frames, mirror_base)
-
-    def iterate(self, it: _Iteration) -> Iterator:
-        """This process's consumer of the iteration `it`: items, or whole batches with `it.whole_batches`."""
-        t_start = time.perf_counter()
-        rank, ws = resolve_topology(self.rank, self.world_size)
-        wid, nw = runtime.worker() or (0, 1)
-        st = it.state
-        seg_ws, seg_nw, seg_bs = st.segment
-        if (seg_ws, max(seg_nw, 1)) != (ws, nw):
-            raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
-        plan = consumer_plan(self._lengths(st.epoch), st.seed, st.epoch, st.history, ws, nw, seg_bs, st.batches_consumed,
-                             self.episode_pool_size, self.shuffle, rank, wid)
-        if wid == 0 and rank == 0:
-            for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
-                warnings.warn(problem, stacklevel=2)
-        order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
-                          consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
-        order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
-        self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
-        pipeline = self._consumer(plan, st.epoch, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"))
-        make = partial(make_batch, camera_keys=self.camera_keys, return_uint8=self.return_uint8, sharing=it.sharing)
-        chunks = iterate_consumer(pipeline, order, it.chunk_size, self.counters, t_start, make)
-        while True:
-            t0 = time.perf_counter()
-            batch = next(chunks, None)
-            if batch is None:
-                break
-            self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
-            if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
-                yield deliver(batch)
-            else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
-                yield from unbatch(batch, self.image_transforms, self.camera_keys)
-
-
-class _LoaderView(torch.utils.data.IterableDataset):
-    """The dataset as a StreamingLoader hands it to its DataLoader: one iteration snapshot, no state."""
-
-    def __init__(self, dataset: StreamingLeRobotDataset, iteration: _Iteration):
-        self.dataset, self.iteration = dataset, iteration
-
-    def __iter__(self):
-        return self.dataset.iterate(self.iteration)
-
-
-class StreamingLoader:
-    """A DataLoader over a StreamingLeRobotDataset that counts the batches it hands out.
-
-    Iterate it like a DataLoader; `state_dict()` / `load_state_dict()` are the dataset's. Workers are not
-    persistent: each iteration hands a snapshot of the dataset's state (epoch, resume position) to fresh
-    workers. When an iteration runs to its end, the dataset moves to the next epoch."""
-
-    def __init__(self, dataset: StreamingLeRobotDataset, batch_size: int = 32, num_workers: int = 0,
-                 even_batches: bool | None = None, sharing: str = "auto", **kwargs):
-        if kwargs.get("persistent_workers"):
-            raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self.num_workers = int(num_workers)
-        self.even_batches = even_batches
-        self.sharing = TensorSharing(sharing)
-        self.kwargs = kwargs
-
-    def __iter__(self):
-        ds = self.dataset
-        rank, ws = resolve_topology(ds.rank, ds.world_size)
-        ds.state = state = ds.state.open_segment(ws, self.num_workers, self.batch_size)
-        even = self.even_batches if self.even_batches is not None else ws > 1
-        limit = None
-        if even:
-            per_rank = segment_batches(ds._lengths(state.epoch), state.seed, state.epoch, state.history, ws, self.num_workers,
-                                       self.batch_size, ds.episode_pool_size, ds.shuffle)
-            limit = min(per_rank)
-            if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:
-                warnings.warn(f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
-                              f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
-                              f"epoch", stacklevel=2)
-        kw = dict(self.kwargs)
-        # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
-        # one by one
-        whole = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
-        view = _LoaderView(ds, _Iteration(state, chunk_size=self.batch_size, whole_batches=whole,
-                                          sharing=self.sharing, even_batches=even))
-        if whole:
-            kw.pop("drop_last", None)
-            dl = torch.utils.data.DataLoader(view, batch_size=None, num_workers=self.num_workers, **kw)
-        else:
-            dl = torch.utils.data.DataLoader(view, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
-        it = iter(dl)
-        try:
-            while limit is None or ds.state.batches_consumed < limit:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    break
-                ds.state = ds.state.advanced(1)
-                yield batch
-        finally:  # also when the caller stops early (close()): stop the workers now, not at garbage collection
-            runtime.shutdown_workers(it)
-        ds.set_epoch(ds.epoch + 1)
-
-    def state_dict(self) -> dict:
-        return self.dataset.state_dict()
-
-    def load_state_dict(self, state: Mapping) -> None:
-        self.dataset.load_state_dict(state)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.dataset.set_epoch(epoch)
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, pool "
+                f"{self.episode_pool_size}, cameras={list(self.layout.cameras)})")

@@ -144,23 +144,6 @@ class MixtureLayout:
     def groups(self) -> list[str | None]:
         return [e.group for e in self.entries]
 
-    def features(self) -> dict[str, dict]:
-        """LeRobot-style feature descriptions of the shared keys (dtype, shape, names)."""
-        out: dict[str, dict] = {}
-        for key in self.camera_keys:
-            h, w = self.image_size
-            out[key] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
-        for key, dim in ((STATE, self.state_dim), (ACTION, self.action_dim)):
-            if dim:
-                out[key] = {"dtype": "float32", "shape": [dim], "names": None}
-                out[f"{key}_mask"] = {"dtype": "bool", "shape": [dim], "names": None}
-        for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
-                           ("index", "int64"), ("dataset_index", "int64")):
-            out[key] = {"dtype": dtype, "shape": [1], "names": None}
-        out["task"] = {"dtype": "string", "shape": [1], "names": None}
-        out["dataset_name"] = {"dtype": "string", "shape": [1], "names": None}
-        return out
-
     def role_key(self, entry: EntryLayout, role: str) -> str | None:
         """The entry's dataset key for a role (camera, ``state`` or ``action``), None when it has none."""
         if role == "state":

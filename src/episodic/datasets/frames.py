@@ -1,0 +1,205 @@
+"""Camera frames of a batch: decoded straight into their rows of it, one forward pass per video file.
+
+`EntryFrames` is what decoding one dataset's (or one mixture entry's) cameras needs: its `ItemSpec` (cameras,
+tolerance, output size), its metadata (each episode's file and time in it), its `Source` (where files are),
+decoders and counters. It turns the times of a batch's rows into `FrameJob`s (one per camera file) and decodes
+image features (PNG/JPEG bytes in the data file). `run_jobs` runs the jobs of a whole batch together: each file
+in one forward pass, the files side by side on the process's decode threads (PyAV decodes and numpy copies
+without the GIL). Every frame's size is checked against info.json; errors name episode, camera and file.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from .. import runtime
+from ..counters import Counters
+from ..format.errors import DatasetFormatError, FrameTimestampError, VideoDecodeError
+from ..format.metadata import DatasetMetadata
+from ..storage.source import Source
+from ..video import DecoderCache
+from ..video.image import decode_image_into
+from ..video.output import FrameOutput
+from .item_spec import ItemSpec
+
+__all__ = ["EntryFrames", "FrameJob", "flat_frames", "run_jobs"]
+
+
+class EntryFrames:
+    """Decoding the cameras of one dataset (or mixture entry) `spec` describes, from the files of `meta` under
+    `source`, through `decoders`; decode seconds go to `counters`."""
+
+    def __init__(self, spec: ItemSpec, meta: DatasetMetadata, source: Source, decoders: DecoderCache | None = None,
+                 counters: Counters | None = None):
+        self.spec, self.meta, self.source = spec, meta, source
+        self.decoders = decoders if decoders is not None else DecoderCache(counters=counters)
+        self.counters = counters if counters is not None else self.decoders.counters
+        self._hw: dict[str, tuple[int, int]] = {}
+        self._outputs: dict[str, FrameOutput] = {}
+
+    def hw(self, key: str) -> tuple[int, int]:
+        """info.json's (height, width) of camera `key`, read once."""
+        hw = self._hw.get(key)
+        if hw is None:
+            hw = self._hw[key] = tuple(self.meta.info.camera_hw(key)[:2])
+        return hw
+
+    def output(self, dtype) -> FrameOutput:
+        """The spec's frame output in `dtype` (uint8 or float32)."""
+        name = np.dtype(dtype).name
+        out = self._outputs.get(name)
+        if out is None:
+            out = self._outputs[name] = replace(self.spec.frames, dtype=name)
+        return out
+
+    def frame_shape(self, key: str) -> tuple[int, int, int]:
+        """(C, H, W) of camera `key`'s frames at the spec's output size."""
+        return tuple(self.spec.frames.shape(self.hw(key)))
+
+    def check_size(self, key: str, hw: Sequence[int], where: str, episodes: np.ndarray) -> None:
+        """A camera's frames must have info.json's size (a file of another size is an error, never frames of
+        the file's size under the dataset's name)."""
+        want = self.hw(key)
+        if tuple(hw) != want:
+            bad = sorted(set(np.asarray(episodes).tolist()))
+            raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
+                                     f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")
+
+    def jobs(self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray,
+             output: FrameOutput) -> list[FrameJob]:
+        """The jobs that decode camera `key`'s frames at `times` ((B, T) seconds inside each row's episode, rows of
+        episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)): one per video file the
+        episodes are in."""
+        cam = self.meta.episodes.cameras[key]
+        query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
+        fids = cam.file_id[eps]
+        if not len(fids):
+            return []
+        if len(fids) == 1 or (fids == fids[0]).all():
+            return [FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1),
+                             output)]
+        return [FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest, target[sel].reshape(-1),
+                         output)
+                for fid in np.unique(fids).tolist() for sel in [np.flatnonzero(fids == fid)]]
+
+    def locate_episode(self, key: str, episode: int, times: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
+        """(file, times in it, frame index of each) for rows of one episode at `times` (seconds inside it); the
+        frames are None when some time has no frame within tolerance (then they are located when decoded, and
+        the error names the rows asked for)."""
+        rel = self.meta.video_file_of(episode, key)
+        in_file = self.meta.episodes.cameras[key].from_ts[episode] + times
+        reader = FrameJob(self, key, rel, np.asarray([episode]), in_file, None, None, None).reader()
+        try:
+            return rel, in_file, reader.locate(in_file, self.spec.tolerance_s)
+        except FrameTimestampError:
+            return rel, in_file, None
+
+    def images(self, key: str, store: Sequence, rows: np.ndarray, dest: np.ndarray, output: FrameOutput,
+               episodes: np.ndarray) -> None:
+        """Decode the images (encoded bytes `store[r]`) of rows `rows` (episodes `episodes`, same shape) into
+        `dest` ((*rows.shape, *frame shape))."""
+        want = self.hw(key)
+        flat = dest.reshape(-1, *dest.shape[-3:])
+        eps = np.broadcast_to(episodes, rows.shape).reshape(-1)
+        for i, r in enumerate(rows.reshape(-1).tolist()):
+            hw = decode_image_into(store[r], flat[i], output, f"{self.meta.root}: row {r} feature {key!r}")
+            if hw != tuple(want):
+                self.check_size(key, hw, "an image in the data file", eps[i:i + 1])
+
+
+def flat_frames(frames: np.ndarray) -> np.ndarray:
+    """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
+    flat = frames.view()
+    flat.shape = (-1, *frames.shape[-3:])  # raises rather than copy
+    return flat
+
+
+class FrameJob(NamedTuple):
+    """One camera file's frames of a batch: the frames at `times` (seconds in the file) of rows of `episodes`,
+    written into rows `slots` of `dest` ((N * T, *frame shape)). `frames`: the frame indices of `times` when
+    already located, else None (located when run)."""
+
+    entry: EntryFrames
+    key: str
+    rel: str
+    episodes: np.ndarray
+    times: np.ndarray | None
+    dest: np.ndarray | None
+    slots: np.ndarray | None
+    output: FrameOutput | None
+    frames: np.ndarray | None = None
+
+    def reader(self):
+        """The file's reader from its entry's decoder cache, its frame size checked against info.json."""
+        entry = self.entry
+        try:
+            reader = entry.decoders.get(entry.source.local_path(self.rel))
+        except (FrameTimestampError, VideoDecodeError) as e:
+            raise self._named(e) from None
+        entry.check_size(self.key, reader.shape, self.rel, self.episodes)
+        return reader
+
+    def run(self, reader=None) -> None:
+        reader = reader or self.reader()
+        try:
+            frames = self.frames if self.frames is not None else reader.locate(self.times, self.entry.spec.tolerance_s)
+            reader.decode_into(frames, self.dest, self.output, self.slots)
+        except (FrameTimestampError, VideoDecodeError) as e:
+            raise self._named(e) from None
+
+    def _named(self, e: Exception) -> Exception:
+        """`e` naming the episode(s) and camera as well as the file."""
+        bad = sorted(set(self.episodes.tolist()))
+        return type(e)(f"episode {bad[0] if len(bad) == 1 else bad}, camera {self.key!r}: {e}")
+
+
+class _DecodePool:
+    """This process's decode threads (a forked child makes its own: the parent's threads are not there)."""
+
+    def __init__(self):
+        self.pool: ThreadPoolExecutor | None = None
+        self.threads = 0
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:
+        self.pool = None  # the parent's pool, whose threads do not exist here: left to the garbage collector
+
+    def get(self, n: int) -> ThreadPoolExecutor:
+        if self.pool is None or self.threads != n:
+            self.pool, self.threads = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode"), n
+        return self.pool
+
+
+_POOL = _DecodePool()
+
+
+def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
+    """Run a batch's frame jobs, timed as the first job's entry's ``decode_seconds``: each file's frames in one
+    forward pass. When every job has its own file and all of them fit in their decoder caches at once, the
+    readers are taken first (in this thread: a cache is not thread-safe), then the jobs run, on `threads` decode
+    threads (default: the process's, `runtime.decode_threads`) when there are threads to spare; else one job
+    after the other."""
+    if not jobs:
+        return
+    with jobs[0].entry.counters.timer("decode_seconds"):
+        counts: dict[int, list] = {}
+        files = set()
+        for j in jobs:
+            decoders = j.entry.decoders
+            counts.setdefault(id(decoders), [decoders, 0])[1] += 1
+            files.add((id(decoders), j.rel, j.entry.source.root))
+        if len(files) < len(jobs) or any(n > d.max_open for d, n in counts.values()):
+            for j in jobs:
+                j.run()
+            return
+        readers = [j.reader() for j in jobs]  # here, in one thread: the cache is not thread-safe
+        threads = threads or runtime.decode_threads()
+        if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
+            list(_POOL.get(threads).map(FrameJob.run, jobs, readers))
+        else:
+            for j, r in zip(jobs, readers):
+                j.run(r)

@@ -1,0 +1,264 @@
+"""The one item builder: a batch of items from rows of whole episodes, for every kind of dataset.
+
+`Rows` are whole episodes of one entry side by side (a dataset's whole selection, map-style; one pooled
+episode, streaming) with how to decode their frames (`frames.EntryFrames`). `gather(layout, parts, part,
+row, dtype)` builds the batch whose item i is row `row[i]` of `parts[part[i]]`, every key of the
+`item_layout.ItemLayout`: the batch is placed once (`memory.place`: one shared-memory block in a DataLoader
+worker, recycled buffers in the main process) and each key is written into it by one gather per part (one
+for a single dataset); windows are each entry's offsets on its own fps grid (`tabular.window_rows`); camera
+frames are decoded straight into their rows, one forward pass per video file for the whole batch
+(`frames.run_jobs`). Text values are lists of `str`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..format.errors import DatasetFormatError
+from ..tabular import Columns, window_rows
+from .frames import EntryFrames, FrameJob, flat_frames, run_jobs
+from .item_layout import TEXT_KINDS, Field, ItemLayout, item_dtype
+from .memory import Empty, place
+
+__all__ = ["Rows", "gather", "positions_by_value"]
+
+
+@dataclass
+class Rows:
+    """Whole episodes of layout entry `entry`, side by side (`columns`), decoded by `frames`. With `pooled` (one
+    episode a streaming consumer holds), each camera's frame of every row is located once, on first use."""
+
+    entry: int
+    columns: Columns
+    frames: EntryFrames
+    pooled: bool = False
+    _located: dict = field(default_factory=dict, repr=False)
+
+    def located(self, key: str) -> tuple[str, np.ndarray, np.ndarray | None]:
+        """(file, time in it, frame index) of every row of this one-episode part for camera `key` (the frame
+        indices are None when some row has no frame within tolerance)."""
+        got = self._located.get(key)
+        if got is None:
+            ts = self.columns.arrays["timestamp"].astype(np.float64)
+            got = self._located[key] = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
+        return got
+
+
+@dataclass
+class _Group:
+    """The items of a batch that come from one part: their positions in the batch and their rows."""
+
+    part: Rows
+    index: int  # position of the part in `parts`
+    pos: np.ndarray
+    rows: np.ndarray
+    start: np.ndarray  # each row's episode's first row, and one past its last
+    end: np.ndarray
+    windows: dict = field(default_factory=dict)  # source key -> (rows (B, T), pad (B, T))
+
+    def window(self, src: str) -> tuple[np.ndarray, np.ndarray] | None:
+        got = self.windows.get(src)
+        if got is None:
+            off = self.part.frames.spec.offsets.get(src)
+            if off is None:
+                return None
+            got = self.windows[src] = window_rows(self.rows, self.start, self.end, off)
+        return got
+
+
+def positions_by_value(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(value, ascending positions of it in `values`) for each distinct value, in ascending value order."""
+    order = np.argsort(values, kind="stable")
+    bounds = np.flatnonzero(np.diff(values[order])) + 1
+    return [(int(values[r[0]]), r) for r in np.split(order, bounds)] if len(values) else []
+
+
+def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.ndarray, dtype: str) -> dict:
+    """The batch whose item i is row `row[i]` of `parts[part[i]]`: the layout's keys in order, tensors placed
+    by `memory.place`, cameras of `dtype` ("uint8", or "float32" in [0, 1]), text as lists of `str`."""
+    part, row = np.asarray(part, dtype=np.int64), np.asarray(row, dtype=np.int64)
+    n = len(row)
+    groups = []
+    for u, pos in (positions_by_value(part) if len(parts) > 1 else [(0, np.arange(n))] if n else []):
+        cols = parts[u].columns
+        rows = row[pos]
+        ep = cols.episode_of_rows(rows)
+        groups.append(_Group(parts[u], u, pos, rows, cols.starts[ep], cols.starts[ep + 1]))
+    whole = len(groups) == 1  # one part (a single dataset): each key is one gather into the whole batch
+    first = parts[0].columns.arrays if parts else {}
+    empties = {}
+    for f in layout.fields:
+        if f.kind in TEXT_KINDS:
+            continue
+        column = first.get(f.sources[0]) if f.sources and f.sources[0] is not None else None
+        empties[f.key] = Empty(_shape(f, layout, n, column, parts), item_dtype(f, dtype, column))
+    placed = place(empties)
+    view = {k: t.numpy() for k, t in placed.items()}
+    jobs: dict[tuple, list] = {}
+    decoded: dict[tuple, str] = {}  # (part, camera, window) -> the item key its frames were decoded into
+    copies: list[tuple[_Group, str, str]] = []
+    texts: dict[str, list] = {}
+    for f in layout.fields:
+        if f.kind in TEXT_KINDS:
+            texts[f.key] = _text(f, layout, groups, n)
+            continue
+        out = view[f.key]
+        for g in groups:
+            src = f.sources[g.part.entry] if f.sources else None
+            at = slice(None) if whole else g.pos
+            if f.kind == "values":
+                _values(f, g, src, out, at, whole)
+            elif f.kind == "frames":
+                if src is None:
+                    out[at] = 0
+                    continue
+                _check_shape(layout, g, f, src, out.shape[-3:])
+                seen = decoded.setdefault((g.index, src, f.window), f.key)
+                if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
+                    copies.append((g, seen, f.key))
+                elif src in g.part.frames.spec.video_keys:
+                    _frame_jobs(f, g, src, out, dtype, jobs)
+                else:
+                    _images(f, g, src, out, at, dtype)
+            elif f.kind == "pad":
+                w = g.window(src) if src is not None else None
+                out[at] = True if src is None else w[1] if w is not None else False
+            elif f.kind == "mask":
+                out[at] = False
+                if src is not None:
+                    out[at, :layout.field(f.base).dims[g.part.entry]] = True
+            elif f.kind == "entry":
+                out[at] = layout.entry_index[g.part.entry]
+    run_jobs([_job(parts) for parts in jobs.values()])
+    for g, src_key, key in copies:
+        view[key][g.pos] = view[src_key][g.pos]
+    return {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
+
+
+def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, parts: Sequence[Rows]) -> tuple:
+    lead = (n,) if f.window is None else (n, f.window)
+    if f.kind == "frames":
+        if f.shape is not None:
+            return (*lead, *f.shape)
+        src = next(p for p in parts if f.sources[p.entry] is not None)  # a single dataset: its own frame size
+        return (*lead, *src.frames.frame_shape(f.sources[src.entry]))
+    if f.kind == "pad":
+        base = layout.field(f.base)
+        return (n,) if base.window is None else (n, base.window)
+    if f.kind == "mask":
+        return (n, *layout.field(f.base).shape)
+    if f.kind == "entry":
+        return (n,)
+    return (*lead, *(f.shape if f.shape is not None else column.shape[1:]))
+
+
+def _values(f: Field, g: _Group, src: str | None, out: np.ndarray, at, whole: bool) -> None:
+    if src is None:
+        out[at] = 0
+        return
+    w = g.window(src) if f.window is not None else None
+    q = g.rows if w is None else w[0]
+    column = g.part.columns.arrays[src]
+    if f.shape is None:  # as stored (a single dataset)
+        if whole:
+            np.take(column, q, axis=0, out=out)
+        else:
+            out[at] = column[q]
+        return
+    v = column[q]
+    if f.shape and v.ndim == q.ndim:  # a 1-dimensional feature comes without its axis
+        v = v[..., None]
+    sel = f.select[g.part.entry] if f.select else None
+    if sel is not None:
+        v = v[..., np.asarray(sel, dtype=np.int64)]
+    if not f.shape or v.shape[-1] == f.shape[-1]:
+        out[at] = v
+    else:
+        d = v.shape[-1]
+        out[at, ..., :d] = v
+        out[at, ..., d:] = 0
+
+
+def _text(f: Field, layout: ItemLayout, groups: list[_Group], n: int) -> list[str]:
+    if len(groups) == 1 and f.kind != "name":
+        return _texts(f, groups[0])
+    out = [""] * n
+    for g in groups:
+        values = [layout.entry_name[g.part.entry]] * len(g.pos) if f.kind == "name" else _texts(f, g)
+        for p, t in zip(g.pos.tolist(), values):
+            out[p] = t
+    return out
+
+
+def _texts(f: Field, g: _Group) -> list[str]:
+    src = f.sources[g.part.entry]
+    arrays = g.part.columns.arrays
+    if f.kind == "task":
+        if src is None:  # the entry removes its task role
+            return [""] * len(g.rows)
+        if src == "task":
+            return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
+        return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
+    return arrays[src][g.rows].tolist()
+
+
+def _check_shape(layout: ItemLayout, g: _Group, f: Field, src: str, shape: Sequence[int]) -> None:
+    want = g.part.frames.frame_shape(src)
+    if tuple(shape) != want:
+        name = layout.entry_name[g.part.entry]
+        raise DatasetFormatError(f"{f'entry {name!r}: ' if name else ''}{g.part.frames.meta.root}: camera {src!r} gives "
+                                 f"frames of shape {want}, the batch holds {tuple(shape)}")
+
+
+def _images(f: Field, g: _Group, src: str, out: np.ndarray, at, dtype: str) -> None:
+    """An image feature's frames (PNG/JPEG bytes in the data file) of a group's rows, decoded here."""
+    w = g.window(src) if f.window is not None else None
+    q = g.rows if w is None else w[0]
+    cols = g.part.columns
+    eps = cols.episodes[cols.episode_of_rows(q)]
+    frames = g.part.frames
+    if isinstance(at, slice):
+        frames.images(src, cols.images[src], q, out, frames.output(dtype), eps)
+    else:
+        tmp = np.empty((*q.shape, *out.shape[-3:]), out.dtype)
+        frames.images(src, cols.images[src], q, tmp, frames.output(dtype), eps)
+        out[at] = tmp
+
+
+def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs: dict) -> None:
+    """Plan the decoding of a group's frames of camera `src` into its rows of `out`: jobs keyed by file (one
+    job per file for the whole batch where frames are located already; per part where they are located when
+    decoded, so that an error names that part's episode)."""
+    w = g.window(src) if f.window is not None else None
+    q = g.rows[:, None] if w is None else w[0]
+    t = q.shape[1]
+    target = g.pos[:, None] * t + np.arange(t)
+    dest = flat_frames(out)
+    frames = g.part.frames
+    if g.part.pooled:
+        rel, times, located = g.part.located(src)
+        key = (frames.source.root, rel, f.key, None if located is not None else g.index)
+        jobs.setdefault(key, []).append((frames, src, rel, g.part.columns.episodes, times[q].reshape(-1),
+                                         None if located is None else located[q].reshape(-1), dest,
+                                         target.reshape(-1), frames.output(dtype)))
+        return
+    cols = g.part.columns
+    eps = cols.episodes[cols.episode_of_rows(g.rows)]
+    ts = cols.arrays["timestamp"][q].astype(np.float64)
+    for job in frames.jobs(src, eps, ts, dest, target, frames.output(dtype)):
+        jobs[(id(job), None, None, None)] = [job]
+
+
+def _job(parts: list) -> FrameJob:
+    """One file's job for the batch: a planned job as it is, or the pooled parts' frames of one file merged."""
+    if isinstance(parts[0], FrameJob):
+        return parts[0]
+    frames, src, rel, _, _, located, dest, _, output = parts[0]
+    cat = (lambda i: parts[0][i]) if len(parts) == 1 else (lambda i: np.concatenate([p[i] for p in parts]))
+    eps = cat(3)
+    if located is None:  # located when run (one part): an error names its episode and these rows' times
+        return FrameJob(frames, src, rel, eps, cat(4), dest, cat(7), output)
+    return FrameJob(frames, src, rel, eps, None, dest, cat(7), output, cat(5))

@@ -1,0 +1,157 @@
+"""The keys of a dataset's items, in order: for each, where its values come from in each entry, its dtype and
+shape, and what an entry that lacks it gives. One table for every kind of dataset (`gather` builds batches from
+it): a single dataset's is the identity (its own keys, one entry); a mixture's is its shared layout.
+
+A `Field` is one item key of a kind:
+
+- ``frames``: camera frames (a video or an image feature of the entry), (C, H, W) ((T, C, H, W) with a window);
+  zeros for an entry without the camera.
+- ``values``: a numeric column (with a window: its rows at the window's offsets); with a `dtype` and `shape`,
+  the entry's index selection of the last axis, cast and zero-padded to that shape; without (a single
+  dataset), the column as stored.
+- ``text``: a string column, a list of `str` per batch.
+- ``task``: the task text: the episode's task (source ``"task"``), a text column, or "" (no source).
+- ``pad``: ``<base>_is_pad`` (bool): the steps of `base`'s window outside the episode; True where the entry lacks
+  `base`'s source; False for a field without a window.
+- ``mask``: ``<base>_mask`` (bool, `base`'s last axis): True on the entry's own dimensions.
+- ``entry``: the entry's ``dataset_index`` (int64); ``name``: its name (a list of `str`).
+
+Adding a key is adding its `Field` to the table of `single_layout` or `mixture_layout` (a new kind of value,
+once, to `gather`). The mixture's item keys are described in `mixture.layout` and docs/mixtures.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..format.features import Feature
+from ..mixture.layout import ACTION, STATE, MixtureLayout
+from .item_spec import ItemSpec
+
+__all__ = ["Field", "ItemLayout", "single_layout", "mixture_layout", "KINDS"]
+
+KINDS = ("frames", "values", "text", "task", "pad", "mask", "entry", "name")
+TEXT_KINDS = ("text", "task", "name")  # lists of str, not tensors
+
+
+@dataclass(frozen=True)
+class Field:
+    """One item key (see the module docstring). `sources[e]`: entry e's dataset key (None: the entry lacks it);
+    `select[e]`: entry e's index selection of the last axis (``values``); `base`: the field a ``pad`` or
+    ``mask`` describes; `dtype`/`shape`: per item, after the window axis (None: the column's own)."""
+
+    key: str
+    kind: str
+    sources: tuple[str | None, ...] = ()
+    window: int | None = None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    select: tuple[tuple[int, ...] | None, ...] = ()
+    base: str | None = None
+    dims: tuple[int, ...] = ()  # ``values`` with a shape: each entry's own size of the last axis
+
+
+@dataclass(frozen=True)
+class ItemLayout:
+    """The fields of every item, in item key order, and each entry's ``dataset_index`` and name (a mixture's)."""
+
+    fields: tuple[Field, ...]
+    entry_index: tuple[int, ...] = (0,)
+    entry_name: tuple[str, ...] = ("",)
+
+    def field(self, key: str) -> Field:
+        return next(f for f in self.fields if f.key == key)
+
+    @property
+    def keys(self) -> list[str]:
+        return [f.key for f in self.fields]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [f.key for f in self.fields if f.kind == "frames"]
+
+
+def single_layout(spec: ItemSpec, features: dict[str, Feature]) -> ItemLayout:
+    """A single dataset's items: its cameras (videos first, then each image feature in its place among the
+    columns), its columns in info order, a ``<key>_is_pad`` per window, and the task -- LeRobot's item."""
+    def frames(key: str) -> Field:
+        return Field(key, "frames", (key,), window=_steps(spec, key))
+
+    fields = [frames(k) for k in spec.video_keys]
+    for key in spec.data_keys:
+        if key in spec.image_keys:
+            fields.append(frames(key))
+        else:
+            fields.append(Field(key, "text" if key in spec.text_keys else "values", (key,), window=_steps(spec, key)))
+    fields += [Field(f"{key}_is_pad", "pad", (key,), base=key) for key in spec.offsets]
+    fields.append(Field("task", "task", ("task",)))
+    return ItemLayout(tuple(fields))
+
+
+def _steps(spec: ItemSpec, key: str) -> int | None:
+    off = spec.offsets.get(key)
+    return None if off is None else len(off)
+
+
+def mixture_layout(layout: MixtureLayout) -> ItemLayout:
+    """A mixture's items (`mixture.layout`): each camera role with ``_is_pad``; state and action in float32 at
+    the mixture's dimension with ``_mask`` (and ``_is_pad`` with a window); the frame's bookkeeping values; the
+    entry's ``dataset_index``; task text and ``dataset_name``."""
+    entries = layout.entries
+    fields: list[Field] = []
+    h_w = layout.image_size
+    for role, key in zip(layout.cameras, layout.camera_keys):
+        fields.append(Field(key, "frames", tuple(e.cameras.get(role) for e in entries), window=layout.windows.get(role),
+                            shape=(3, *h_w)))
+        fields.append(Field(f"{key}_is_pad", "pad", fields[-1].sources, base=key))
+    for role, key, dim in (("state", STATE, layout.state_dim), ("action", ACTION, layout.action_dim)):
+        if not dim:
+            continue
+        sources = tuple(e.state_key if role == "state" else e.action_key for e in entries)
+        select = tuple(e.state_indices if role == "state" else e.action_indices for e in entries)
+        dims = tuple(e.state_dim if role == "state" else e.action_dim for e in entries)
+        window = layout.windows.get(role)
+        fields.append(Field(key, "values", sources, window=window, dtype="float32", shape=(dim,), select=select,
+                            dims=dims))
+        fields.append(Field(f"{key}_mask", "mask", sources, base=key))
+        if window is not None:
+            fields.append(Field(f"{key}_is_pad", "pad", sources, base=key))
+    fields.append(Field("timestamp", "values", ("timestamp",) * len(entries), dtype="float32", shape=()))
+    for key in ("frame_index", "episode_index", "index"):
+        fields.append(Field(key, "values", (key,) * len(entries), dtype="int64", shape=()))
+    fields.append(Field("dataset_index", "entry"))
+    fields.append(Field("task", "task", tuple(e.task_key for e in entries)))
+    fields.append(Field("dataset_name", "name"))
+    return ItemLayout(tuple(fields), tuple(e.index for e in entries), tuple(e.name for e in entries))
+
+
+def features(layout: ItemLayout) -> dict[str, dict]:
+    """LeRobot-style feature descriptions (dtype, shape, names) of a layout's keys with a fixed dtype and shape
+    (a mixture's: cameras, state/action and their masks, bookkeeping, text)."""
+    out: dict[str, dict] = {}
+    for f in layout.fields:
+        if f.kind == "frames":
+            _, h, w = f.shape
+            out[f.key] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
+        elif f.kind == "values":
+            out[f.key] = {"dtype": f.dtype, "shape": list(f.shape) or [1], "names": None}
+        elif f.kind == "mask":
+            out[f.key] = {"dtype": "bool", "shape": list(layout.field(f.base).shape), "names": None}
+        elif f.kind == "entry":
+            out[f.key] = {"dtype": "int64", "shape": [1], "names": None}
+        elif f.kind in TEXT_KINDS:
+            out[f.key] = {"dtype": "string", "shape": [1], "names": None}
+    return out
+
+
+def item_dtype(f: Field, frames_dtype: str, column: np.ndarray | None) -> np.dtype:
+    """The numpy dtype of a (non-text) field's values in a batch with frames of `frames_dtype`."""
+    if f.kind == "frames":
+        return np.dtype(frames_dtype)
+    if f.kind in ("pad", "mask"):
+        return np.dtype(bool)
+    if f.kind == "entry":
+        return np.dtype(np.int64)
+    return np.dtype(f.dtype) if f.dtype is not None else column.dtype

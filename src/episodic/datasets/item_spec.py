@@ -1,0 +1,105 @@
+"""What every item of a dataset (or of one mixture entry) holds, fixed when the dataset is built: `ItemSpec`
+(keys in info order, cameras decoded, window offsets in frames, tolerance, task strings, frame output), and
+the selected episodes (`select_episodes`). The user's arguments are checked here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..checks import check_number, episode_list
+from ..format.errors import DatasetFormatError, EpisodeIndexError
+from ..format.metadata import DatasetMetadata
+from ..tabular import UNKNOWN_TASK, UnknownTasks, delta_offsets
+from ..tabular.values import unknown_task_rows
+from ..video.output import FrameOutput
+
+__all__ = ["ItemSpec", "select_episodes"]
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """What every item of a dataset holds: its keys (info order), the cameras decoded, the window offsets
+    (frames) per key, the timestamp tolerance and the task strings. Built once from the metadata and the
+    user's arguments (which are checked here); immutable, but for `unknown_tasks`: the dataset's record of rows
+    whose task_index the tasks table lacks (`tabular.UnknownTasks`: warns once, or refuses them with
+    ``on_unknown_task="raise"``), handed to `load_columns` wherever its rows are read.
+
+    String features (`text_keys`, shape [1]) come out as LeRobot's do: a `str` per item, a list of `str` per
+    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape."""
+
+    data_keys: tuple[str, ...]
+    video_keys: tuple[str, ...]
+    image_keys: tuple[str, ...]
+    offsets: Mapping[str, np.ndarray]
+    tolerance_s: float
+    tasks: np.ndarray  # object array of task strings, plus UNKNOWN_TASK ("") for a task the tasks table lacks
+    frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
+    text_keys: tuple[str, ...] = ()  # data keys of string features
+    unknown_tasks: UnknownTasks | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+              tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
+              image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
+              columns: Sequence[str] | None = None, on_unknown_task: str = "warn") -> "ItemSpec":
+        """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
+        those it maps)."""
+        info = meta.info
+        unknown_tasks = UnknownTasks(meta.root, len(meta.tasks), on_unknown_task)  # checks the option
+        check_number("tolerance_s", tolerance_s, 0, 1e9)
+        if video_keys is None:
+            videos = list(info.video_keys)
+        else:
+            unknown = [k for k in video_keys if k not in info.video_keys]
+            if unknown:
+                raise ValueError(f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})")
+            videos = [k for k in info.video_keys if k in video_keys]
+        # info order, like LeRobot's hf_dataset columns
+        data_keys = [k for k in info.tabular_keys if columns is None or k in columns]
+        offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
+        # windows of cameras left out by `video_keys` are dropped with the cameras
+        offsets = {k: v for k, v in offsets.items() if k in data_keys or k in videos}
+        text = [k for k in data_keys if info.features[k].dtype == "string"]
+        for key in text:
+            if info.features[key].shape != (1,):
+                raise DatasetFormatError(f"{meta.root}: meta/info.json: string feature {key!r} has shape "
+                                         f"{list(info.features[key].shape)}; only shape [1] (one string per frame) "
+                                         f"can be read")
+        windowed = [k for k in text if k in offsets]
+        if windowed:
+            raise ValueError(f"{meta.root}: delta_timestamps for string feature(s) {windowed}: windows are for "
+                             f"numeric features and cameras (LeRobot cannot stack strings either); leave them out")
+        return cls(data_keys=tuple(data_keys), video_keys=tuple(videos),
+                   image_keys=tuple(k for k in info.image_keys if k in data_keys), offsets=offsets,
+                   tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
+                   frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text),
+                   unknown_tasks=unknown_tasks)
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [*self.video_keys, *self.image_keys]
+
+    def tasks_at(self, task_index: np.ndarray) -> list[str]:
+        """The task text of each `task_index` value: UNKNOWN_TASK ("") for one the tasks table lacks."""
+        t = np.asarray(task_index)
+        n = len(self.tasks) - 1
+        return self.tasks[np.where(unknown_task_rows(t, n), n, t)].tolist()
+
+    @property
+    def delta_indices(self) -> dict[str, list[int]]:
+        """LeRobot's `delta_indices`: window offsets in frames per key."""
+        return {k: v.tolist() for k, v in self.offsets.items()}
+
+
+def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
+    """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in)."""
+    n = len(meta.episodes)
+    if episodes is None:
+        return np.arange(n, dtype=np.int64)
+    sel = episode_list(episodes)  # TypeError for 1.7, '1', True: never a silently different episode
+    bad = sel[(sel < 0) | (sel >= n)]
+    if len(bad):
+        raise EpisodeIndexError(f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})")
+    return np.unique(sel)

@@ -1,0 +1,114 @@
+"""The loaders the datasets' `loader()` return: DataLoaders that count the batches they hand out, with the
+dataset's `state_dict()` / `load_state_dict()` for exact resume.
+
+`StreamingLoader` (streaming datasets): each iteration hands a snapshot of the dataset's state (`Iteration`)
+to fresh workers; when it runs to its end the dataset moves to the next epoch; with `even_batches` every rank
+hands out the same number of batches.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+import torch
+
+from .. import runtime
+from ..order.shard import resolve_topology
+from ..order.stream_plan import segment_batches
+from ..order.stream_state import StreamState
+from .collate import TensorSharing
+
+if TYPE_CHECKING:
+    from .streaming import StreamingDataset
+
+__all__ = ["Iteration", "StreamingLoader"]
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """What one iteration of a streaming dataset runs from (a snapshot the DataLoader's workers receive)."""
+
+    state: StreamState  # with the open segment of this iteration's topology
+    chunk_size: int
+    whole_batches: bool = False  # hand out whole batches as they are (loader()), not items
+    sharing: TensorSharing = field(default_factory=TensorSharing)
+    even_batches: bool = False
+
+
+class _StreamView(torch.utils.data.IterableDataset):
+    """The dataset as a StreamingLoader hands it to its DataLoader: one iteration snapshot, no state."""
+
+    def __init__(self, dataset: "StreamingDataset", iteration: Iteration):
+        self.dataset, self.iteration = dataset, iteration
+
+    def __iter__(self):
+        return self.dataset.iterate(self.iteration)
+
+
+class StreamingLoader:
+    """A DataLoader over a streaming dataset (one dataset or a mixture) that counts the batches it hands out.
+
+    Iterate it like a DataLoader; `state_dict()` / `load_state_dict()` are the dataset's. Workers are not
+    persistent: each iteration hands a snapshot of the dataset's state (epoch, resume position) to fresh
+    workers. When an iteration runs to its end, the dataset moves to the next epoch."""
+
+    def __init__(self, dataset: "StreamingDataset", batch_size: int = 32, num_workers: int = 0,
+                 even_batches: bool | None = None, sharing: str = "auto", **kwargs):
+        if kwargs.get("persistent_workers"):
+            raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.even_batches = even_batches
+        self.sharing = TensorSharing(sharing)
+        self.kwargs = kwargs
+
+    def __iter__(self):
+        ds = self.dataset
+        rank, ws = resolve_topology(ds.rank, ds.world_size)
+        ds.state = state = ds.state.open_segment(ws, self.num_workers, self.batch_size)
+        even = self.even_batches if self.even_batches is not None else ws > 1
+        limit = None
+        if even:
+            per_rank = segment_batches(ds.epochs.lengths(state.epoch, state.seed), state.seed, state.epoch,
+                                       state.history, ws, self.num_workers, self.batch_size, ds.episode_pool_size,
+                                       ds.shuffle)
+            limit = min(per_rank)
+            if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:
+                warnings.warn(f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
+                              f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
+                              f"epoch", stacklevel=2)
+        kw = dict(self.kwargs)
+        # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
+        # one by one
+        whole = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
+        view = _StreamView(ds, Iteration(state, chunk_size=self.batch_size, whole_batches=whole,
+                                          sharing=self.sharing, even_batches=even))
+        if whole:
+            kw.pop("drop_last", None)
+            dl = torch.utils.data.DataLoader(view, batch_size=None, num_workers=self.num_workers, **kw)
+        else:
+            dl = torch.utils.data.DataLoader(view, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
+        it = iter(dl)
+        try:
+            while limit is None or ds.state.batches_consumed < limit:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                ds.state = ds.state.advanced(1)
+                yield batch
+        finally:  # also when the caller stops early (close()): stop the workers now, not at garbage collection
+            runtime.shutdown_workers(it)
+        ds.set_epoch(ds.epoch + 1)
+
+    def state_dict(self) -> dict:
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.dataset.load_state_dict(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
