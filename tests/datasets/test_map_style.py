@@ -3,6 +3,8 @@ independent per-item reference (LeRobot's loop-based window rules)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -171,6 +173,42 @@ def test_native_batches_and_loader(small_root):
     for b in ds.loader(batch_size=16, shuffle=True, num_workers=0, seed=3):
         seen.extend(b["index"].tolist())
     assert sorted(seen) == list(range(len(ds)))
+
+
+def test_loader_order_is_lerobots_episode_aware_order(small_root):
+    """The loader's batches are consecutive slices of LeRobot's episode-aware order (`EpisodeAwareSampler`), epoch
+    after epoch (a new permutation each epoch), as a torch BatchSampler over that sampler gives them."""
+    from episodic.order import EpisodeAwareSampler
+
+    ds = EpisodicDataset(small_root, video_keys=[])
+    starts = ds.rows.columns.starts
+    want = torch.utils.data.BatchSampler(EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=True, seed=5), 16, False)
+    loader = ds.loader(batch_size=16, seed=5)
+    for epoch in range(2):
+        got = [b["index"].tolist() for b in loader]
+        assert got == [list(b) for b in want], epoch
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_resumes_exactly_from_its_state_dict(small_root, workers):
+    """Interrupted after 3 batches of epoch 1: a new loader (another worker count too) given the state_dict hands
+    out exactly the batches the uninterrupted loader would have, then the next epoch."""
+    ds = EpisodicDataset(small_root, delta_timestamps=DELTAS, return_uint8=True)
+    full = ds.loader(batch_size=8, seed=1, num_workers=workers)
+    epochs = [[b["index"].tolist() for b in full] for _ in range(3)]
+    first = ds.loader(batch_size=8, seed=1, num_workers=workers)
+    assert [b["index"].tolist() for b in first] == epochs[0]
+    it = iter(first)
+    head = [next(it)["index"].tolist() for _ in range(3)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del it
+    resumed = EpisodicDataset(small_root, delta_timestamps=DELTAS, return_uint8=True).loader(
+        batch_size=8, seed=1, num_workers=2 - workers)
+    resumed.load_state_dict(state)
+    rest = [b["index"].tolist() for b in resumed]
+    assert head + rest == epochs[1]
+    assert [b["index"].tolist() for b in resumed] == epochs[2]
+    assert len(resumed) == len(epochs[2])
 
 
 def test_index_out_of_range(small_root):

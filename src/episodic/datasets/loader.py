@@ -1,9 +1,13 @@
-"""The loaders the datasets' `loader()` return: DataLoaders that count the batches they hand out, with the
-dataset's `state_dict()` / `load_state_dict()` for exact resume.
+"""The loaders every dataset's `loader()` returns: DataLoaders that count the batches they hand to the training
+loop (a batch counts as consumed when it is handed out), with `state_dict()` / `load_state_dict()` for exact
+resume (also on another number of ranks or workers), `set_epoch()`, `stats()` and `len()`.
 
-`StreamingLoader` (streaming datasets): each iteration hands a snapshot of the dataset's state (`Iteration`)
-to fresh workers; when it runs to its end the dataset moves to the next epoch; with `even_batches` every rank
-hands out the same number of batches.
+- `MapLoader` (map-style datasets, one or a mixture): a batch sampler of this rank's share of the order
+  (`order.EpisodicBatchSampler`, `order.MixtureBatchSampler`) runs in the main process; workers build whole
+  batches (`access.BatchedView`).
+- `StreamingLoader` (streaming datasets): each iteration hands a snapshot of the dataset's state (`Iteration`)
+  to fresh workers; when it runs to its end the dataset moves to the next epoch; with `even_batches` every rank
+  hands out the same number of batches.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ from typing import TYPE_CHECKING, Mapping
 import torch
 
 from .. import runtime
+from ..order.batch_sampler import TrackedLoader
 from ..order.shard import resolve_topology
 from ..order.stream_plan import segment_batches
 from ..order.stream_state import StreamState
+from .access import BatchedView
 from .collate import TensorSharing
 
 if TYPE_CHECKING:
     from .streaming import StreamingDataset
 
-__all__ = ["Iteration", "StreamingLoader"]
+__all__ = ["Iteration", "MapLoader", "StreamingLoader"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,26 @@ class Iteration:
     whole_batches: bool = False  # hand out whole batches as they are (loader()), not items
     sharing: TensorSharing = field(default_factory=TensorSharing)
     even_batches: bool = False
+
+
+class MapLoader(TrackedLoader):
+    """A DataLoader over map-style `dataset` whose batches are `batch_sampler`'s (this rank's share of the order),
+    built whole in its workers; `sharing`: how workers share batch tensors (`collate.TensorSharing`); other
+    keyword arguments go to the DataLoader. Iterate it as the training loop: each batch handed out advances the
+    order by one step; `state_dict()` is the order's (a mixture's with the mixture's state)."""
+
+    def __init__(self, dataset, batch_sampler, num_workers: int = 0, sharing: str = "auto", **kwargs):
+        loader = torch.utils.data.DataLoader(BatchedView(dataset, TensorSharing(sharing)), batch_size=None,
+                                             sampler=batch_sampler, num_workers=num_workers,
+                                             persistent_workers=num_workers > 0, **kwargs)
+        super().__init__(loader, batch_sampler)
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
+
+    def stats(self) -> dict:
+        return self.dataset.stats()
 
 
 class _StreamView(torch.utils.data.IterableDataset):

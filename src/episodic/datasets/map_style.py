@@ -18,13 +18,13 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..video import DecoderCache
-from .access import BatchAccess, BatchedView
-from .collate import TensorSharing
+from .access import BatchAccess
 from .facts import DatasetFacts
 from .frames import EntryFrames
 from .gather import Rows, gather
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes
+from .loader import MapLoader
 
 
 class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
@@ -118,17 +118,23 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         return gather(self.layout, [self.rows], np.zeros(len(rows), np.int64), rows, dtype)
 
     def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
-               drop_last: bool = False, sharing: str = "auto", **kwargs) -> torch.utils.data.DataLoader:
-        """A DataLoader whose workers build whole batches with `get_batch` (no per-item collation).
-        `sharing`: how workers share their batches' tensors ("auto", "file_system", "file_descriptor"; see
-        `collate.TensorSharing`)."""
-        from ..order import EpisodeAwareSampler
+               drop_last: bool = False, sharing: str = "auto", *, rank: int | None = None,
+               world_size: int | None = None, **kwargs) -> MapLoader:
+        """A DataLoader whose workers build whole batches of this rank's share of the order (LeRobot's
+        episode-aware order, `order.EpisodeAwareSampler`, shuffled by `seed` per epoch; `rank`/`world_size`
+        default to torch.distributed's; on several ranks the last batches are padded by wrapping around, on one
+        the last batch is short); iterate it as the training loop: `state_dict()`/`load_state_dict()`
+        resume exactly, also on another number of ranks or workers (`loader.MapLoader`). `sharing`: how workers
+        share their batches' tensors ("auto", "file_system", "file_descriptor"; see `collate.TensorSharing`)."""
+        from ..order import EpisodeAwareSampler, EpisodicBatchSampler
+        from ..order.shard import resolve_topology
 
         starts = self.rows.columns.starts  # positions of this dataset, episode by episode
         sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
-        batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
-        return torch.utils.data.DataLoader(BatchedView(self, TensorSharing(sharing)), batch_size=None, sampler=batches,
-                                           num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
+        rank, world_size = resolve_topology(rank, world_size)
+        batches = EpisodicBatchSampler(sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
+                                       pad_last=world_size > 1)  # one rank: a short last batch, as a DataLoader's
+        return MapLoader(self, batches, num_workers, sharing, **kwargs)
 
     def stats(self) -> dict:
         """Counters of this dataset summed over this process and its DataLoader workers (see

@@ -27,14 +27,13 @@ from ..counters import Counters, Tally
 from ..mixture.layout import MixtureLayout
 from ..mixture.report import PreflightReport
 from ..mixture.sampling import build_sampler
-from ..order.batch_sampler import TrackedLoader
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
-from .access import BatchAccess, BatchedView
-from .collate import TensorSharing
+from .access import BatchAccess
 from .facts import MixtureFacts
 from .gather import gather
 from .item_layout import mixture_layout
+from .loader import MapLoader
 from .mixture_entry import MMAP_MIN_BYTES, EntryEngines
 
 __all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
@@ -124,31 +123,17 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
 
     def loader(self, batch_size: int = 32, num_workers: int = 0, *, rank: int | None = None,
                world_size: int | None = None, drop_last: bool = False, on_change: str = "continue",
-               sharing: str = "auto", **kwargs) -> "MixtureLoader":
+               sharing: str = "auto", **kwargs) -> MapLoader:
         """A DataLoader whose workers build whole batches of this rank's share of the order; iterate it as the
         training loop (each batch handed out counts as consumed); `state_dict()`/`load_state_dict()` resume
         exactly, also on another number of ranks or workers."""
         sampler = self.batch_sampler(batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
                                      on_change=on_change)
-        dl = torch.utils.data.DataLoader(BatchedView(self, TensorSharing(sharing)), batch_size=None, sampler=sampler,
-                                         num_workers=num_workers, persistent_workers=num_workers > 0, **kwargs)
-        return MixtureLoader(dl, sampler, self)
+        return MapLoader(self, sampler, num_workers, sharing, **kwargs)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, cameras="
                 f"{list(self.layout.cameras)}, state/action dims {self.layout.state_dim}/{self.layout.action_dim})")
 
 
-class MixtureLoader(TrackedLoader):
-    """`TrackedLoader` over a mixture's DataLoader: advances the batch sampler by one step per batch handed
-    out; `state_dict()` is the order's (with the mixture's state), `stats()` the dataset's."""
-
-    def __init__(self, loader, batch_sampler: MixtureBatchSampler, dataset: MixtureDataset):
-        super().__init__(loader, batch_sampler)
-        self.dataset = dataset
-
-    def set_epoch(self, epoch: int) -> None:
-        self.batch_sampler.set_epoch(epoch)
-
-    def stats(self) -> dict:
-        return self.dataset.stats()
+MixtureLoader = MapLoader  # the name earlier versions used

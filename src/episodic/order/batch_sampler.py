@@ -27,6 +27,9 @@ class EpisodicBatchSampler:
 
     ``rank``/``world_size`` default to torch.distributed's when initialised, else 0/1.
     ``seed`` defaults to the sampler's; the sampler provides the frame set and ``shuffle``.
+    ``pad_last``: with ``drop_last=False``, the epoch's last global step is padded to full batches by wrapping
+    around (`order.shard`; default), or left short (``pad_last=False``: a shorter last batch, no frame twice;
+    what a single-rank DataLoader gives; one rank only).
     State: ``state_dict() == {"seed", "epoch", "consumed"}``, identical on all ranks.
     """
 
@@ -39,6 +42,7 @@ class EpisodicBatchSampler:
         world_size: int | None = None,
         drop_last: bool = False,
         seed: int | None = None,
+        pad_last: bool = True,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -46,6 +50,9 @@ class EpisodicBatchSampler:
         self.batch_size = int(batch_size)
         self.rank, self.world_size = shard.resolve_topology(rank, world_size)
         self.drop_last = bool(drop_last)
+        self.pad_last = bool(pad_last)
+        if not self.pad_last and self.world_size > 1:
+            raise ValueError("pad_last=False is for one rank: ranks must hand out the same number of batches")
         self.num_samples = len(sampler)
         if self.drop_last and self.num_samples < self.global_batch_size:
             raise ValueError(
@@ -70,6 +77,8 @@ class EpisodicBatchSampler:
             positions = shard.rank_positions(
                 consumed, step, self.rank, self.world_size, self.batch_size, self.num_samples
             )
+            if not self.pad_last:  # one rank: the last step's batch is the positions left
+                positions = positions[:self.num_samples - consumed - step * self.batch_size]
             yield self.sampler.indices_at(positions, epoch, self.seed).tolist()
 
     def advance(self, steps: int = 1) -> None:
