@@ -36,3 +36,37 @@ def test_the_streaming_dataset_validates_its_arguments(small_root):
     with pytest.warns(DeprecationWarning, match="renamed decoder_cache_size"):
         ds = StreamingLeRobotDataset("x", root=small_root, video_decoder_cache_size=7)
     assert ds.decoders.max_open == 7
+
+
+def test_options_are_accepted_whole_and_not_beside_their_fields(small_root, synthetic):
+    from episodic import StreamingLeRobotDataset, StreamingMixtureDataset
+    from episodic.mixture.synthetic import mixture_spec
+    from episodic.storage import FetchPolicy
+
+    options = StreamOptions(episode_pool_size=3, chunk_size=5, mirror_max_bytes=123, decoder_cache_size=9,
+                            fetch=FetchPolicy(retries=2))
+    ds = StreamingLeRobotDataset("x", root=small_root, options=options)
+    assert ds.options is options and ds.decoders.max_open == 9 and ds.episode_pool_size == 3
+    by_fields = StreamingLeRobotDataset("x", root=small_root, episode_pool_size=3, chunk_size=5, mirror_max_bytes=123,
+                                        decoder_cache_size=9, fetch_retries=2)
+    assert by_fields.options == options
+    spec = mixture_spec(synthetic[:3])
+    assert StreamingMixtureDataset(spec, options=options, image_size=(16, 32)).options is options
+    with pytest.raises(ValueError, match=r"options=StreamOptions\(\.\.\.\) or its fields \['chunk_size'\], not both"):
+        StreamingLeRobotDataset("x", root=small_root, options=options, chunk_size=4)
+    with pytest.raises(ValueError, match=r"not both"):
+        StreamingLeRobotDataset("x", root=small_root, options=options, fetch_retries=3)
+    with pytest.raises(ValueError, match=r"not both"):
+        StreamingMixtureDataset(spec, options=options, episode_pool_size=2, image_size=(16, 32))
+    with pytest.raises(TypeError, match="options must be a StreamOptions"):
+        StreamingLeRobotDataset("x", root=small_root, options={"chunk_size": 4})
+
+
+def test_the_mirror_bound_has_its_own_name(small_root):
+    from episodic import StreamingLeRobotDataset
+
+    with pytest.warns(DeprecationWarning, match="renamed mirror_max_bytes"):
+        ds = StreamingLeRobotDataset("x", root=small_root, cache_max_bytes=1000)
+    assert ds.options.mirror_max_bytes == 1000
+    with pytest.raises(ValueError, match=r"mirror_max_bytes must be an int in \[0, inf\], got -1"):
+        StreamOptions(mirror_max_bytes=-1)

@@ -181,7 +181,7 @@ def test_flaky_http_epoch_exactly_once_with_retries(root, http_root, tmp_path, w
     url, handler = http_root
     ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
     ds = StreamingLeRobotDataset(None, root=url, delta_timestamps=DELTAS, episode_pool_size=3, cache_dir=tmp_path,
-                                 cache_max_bytes=20_000, fetch_backoff_s=0.005, fetch_max_backoff_s=0.05, seed=workers)
+                                 mirror_max_bytes=20_000, fetch_backoff_s=0.005, fetch_max_backoff_s=0.05, seed=workers)
     handler.fail_rate = 0.1  # after the metadata: data and video files are fetched through the prefetcher
     seen = []
     for batch in ds.loader(batch_size=16, num_workers=workers):

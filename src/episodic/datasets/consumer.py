@@ -70,7 +70,7 @@ class EntryReader:
             os.makedirs(mirror_base, exist_ok=True)
             self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
         o = options
-        self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, o.cache_max_bytes, self.local,
+        self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, o.mirror_max_bytes, self.local,
                                      threads=o.prefetch_threads, policy=o.fetch, stats=counters)
         if self.local:
             self.meta = self.remote_meta = meta

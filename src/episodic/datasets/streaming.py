@@ -44,7 +44,7 @@ from .item_spec import ItemSpec, select_episodes
 from .loader import Iteration, StreamingLoader
 from .mixture import load_report
 from .mixture_entry import EntryEngines
-from .stream_options import StreamOptions
+from .stream_options import UNSET, StreamOptions, stream_options
 
 __all__ = ["StreamingDataset", "StreamingLeRobotDataset", "StreamingMixtureDataset"]
 
@@ -203,33 +203,36 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
     episodic cache, default ~/.cache/episodic); local sources are read in place. The tuning arguments are
     those of `StreamOptions` (validated; the error states the allowed range). Remote reads follow
     `fetch_policy` (`storage.fetch.FetchPolicy`: timeouts, retry window) when given, else a FetchPolicy of
-    `fetch_retries`, `fetch_backoff_s` and `fetch_max_backoff_s`. `on_unknown_task` as in `EpisodicDataset`
+    `fetch_retries`, `fetch_backoff_s` and `fetch_max_backoff_s`. `options`: a `StreamOptions` instead of its
+    fields (not both). `mirror_max_bytes` was called `cache_max_bytes` (still accepted, with a
+    DeprecationWarning). `on_unknown_task` as in `EpisodicDataset`
     (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
     a row, naming what it read; each DataLoader worker process warns at most once).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 episode_pool_size: int = 64, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
+                 episode_pool_size: int = UNSET, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
                  video_keys: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_max_bytes: int = 4 << 30, decoder_cache_size: int | None = None,
+                 mirror_max_bytes: int = UNSET, decoder_cache_size: int | None = UNSET,
                  rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
-                 revision: str | None = None, storage_options: dict | None = None, chunk_size: int = 32,
-                 prefetch_episodes: int = 8, prefetch_threads: int = 16, tabular_block: int = 16,
+                 revision: str | None = None, storage_options: dict | None = None, chunk_size: int = UNSET,
+                 prefetch_episodes: int = UNSET, prefetch_threads: int = UNSET, tabular_block: int = UNSET,
                  fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
                  video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn"):
+                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
-            decoder_cache_size = decoder_cache_size or video_decoder_cache_size
-        options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
-                                prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
-                                tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
-                                decoder_cache_size=decoder_cache_size,
-                                fetch=fetch_policy or FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s,
-                                                                  max_backoff_s=fetch_max_backoff_s))
+            decoder_cache_size = video_decoder_cache_size if decoder_cache_size in (None, UNSET) else decoder_cache_size
+        fetch = fetch_policy
+        if fetch is None and (options is None or (fetch_retries, fetch_backoff_s, fetch_max_backoff_s) != (None, 0.05, 2.0)):
+            fetch = FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s, max_backoff_s=fetch_max_backoff_s)
+        options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
+                                 prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
+                                 tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
+                                 decoder_cache_size=decoder_cache_size, fetch=UNSET if fetch is None else fetch)
         self.repo_id, self.root, self.episodes = repo_id, root, episodes
         self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None,
                                              policy=options.fetch)
@@ -261,25 +264,27 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
 
     `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
     `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
-    `StreamingLeRobotDataset` (`StreamOptions`). `on_change`: what `load_state_dict` does with a state saved
-    under another mixture ("continue" or "refuse").
+    `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole). `on_change`: what `load_state_dict`
+    does with a state saved under another mixture ("continue" or "refuse").
     """
 
-    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = 64,
+    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = UNSET,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch", return_uint8: bool = False,
                  image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_dir: str | os.PathLike | None = None, chunk_size: int = 32, prefetch_episodes: int = 8,
-                 prefetch_threads: int = 16, tabular_block: int = 16, cache_max_bytes: int = 4 << 30,
-                 decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 on_error: str | None = None, concurrency: int = 16, on_change: str = "continue"):
+                 cache_dir: str | os.PathLike | None = None, chunk_size: int = UNSET, prefetch_episodes: int = UNSET,
+                 prefetch_threads: int = UNSET, tabular_block: int = UNSET, mirror_max_bytes: int = UNSET,
+                 decoder_cache_size: int | None = UNSET, fetch_policy: FetchPolicy | None = None,
+                 on_error: str | None = None, concurrency: int = 16, on_change: str = "continue",
+                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
+        options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
+                                 prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
+                                 tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
+                                 decoder_cache_size=decoder_cache_size,
+                                 fetch=UNSET if fetch_policy is None else fetch_policy)
         self.report = load_report(spec, on_error, concurrency)
         self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
-        options = StreamOptions(episode_pool_size=episode_pool_size, chunk_size=chunk_size,
-                                prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
-                                tabular_block=tabular_block, cache_max_bytes=cache_max_bytes,
-                                decoder_cache_size=decoder_cache_size, fetch=fetch_policy or FetchPolicy())
         counters = Counters()
         self.engines = EntryEngines(self.report, self.layout, counters, None, cache_dir)  # specs only
         self.items_per_entry = Tally(len(self.layout.entries))
