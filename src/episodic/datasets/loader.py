@@ -98,8 +98,7 @@ class StreamingLoader:
         even = self.even_batches if self.even_batches is not None else ws > 1
         limit = None
         if even:
-            per_rank = segment_batches(ds.epochs.lengths(state.epoch, state.seed), state.seed, state.epoch,
-                                       state.history, ws, self.num_workers, self.batch_size, ds.episode_pool_size,
+            per_rank = segment_batches(ds.epochs.lengths(state.epoch, state.seed), state, ds.episode_pool_size,
                                        ds.shuffle)
             limit = min(per_rank)
             if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:

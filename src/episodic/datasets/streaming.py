@@ -27,7 +27,7 @@ from ..format.metadata import DatasetMetadata
 from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
 from ..order.pool_order import PoolOrder
-from ..order.shard import resolve_topology
+from ..order.shard import ConsumerId, resolve_topology
 from ..order.stream_keys import consumer_rng
 from ..order.stream_plan import consumer_plan, split_problems
 from ..order.stream_state import StreamState
@@ -163,11 +163,11 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         rank, ws = resolve_topology(self.rank, self.world_size)
         wid, nw = runtime.worker() or (0, 1)
         st = it.state
-        seg_ws, seg_nw, seg_bs = st.segment
+        seg_ws, seg_nw, _ = st.segment
         if (seg_ws, max(seg_nw, 1)) != (ws, nw):
             raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
-        plan = consumer_plan(self.epochs.lengths(st.epoch, st.seed), st.seed, st.epoch, st.history, ws, nw, seg_bs,
-                             st.batches_consumed, self.episode_pool_size, self.shuffle, rank, wid)
+        plan = consumer_plan(self.epochs.lengths(st.epoch, st.seed), st, ConsumerId(rank, ws, wid, nw),
+                             self.episode_pool_size, self.shuffle)
         if wid == 0 and rank == 0:
             for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
                 warnings.warn(problem, stacklevel=2)

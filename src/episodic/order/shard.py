@@ -16,9 +16,34 @@ than ``W * B`` remaining positions is dropped. The rule only depends on
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["steps_in_epoch", "step_positions", "rank_positions", "advance", "resolve_topology"]
+__all__ = ["ConsumerId", "steps_in_epoch", "step_positions", "rank_positions", "advance", "resolve_topology"]
+
+
+@dataclass(frozen=True)
+class ConsumerId:
+    """Which consumer of the data one process is: rank `rank` of `world_size`, DataLoader worker `worker` of
+    `num_workers` (1 in a process without workers). (A whole job's topology, for the simulators, is
+    `order.simulate.Topology`.)"""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    def __post_init__(self):
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}")
+        if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
+            raise ValueError(f"need 0 <= worker < num_workers, got worker={self.worker}, num_workers={self.num_workers}")
+
+    @property
+    def consumers(self) -> int:
+        """Consumers in all: ranks x workers."""
+        return self.world_size * self.num_workers
 
 
 def steps_in_epoch(num_samples: int, consumed: int, global_batch: int, drop_last: bool = False) -> int:

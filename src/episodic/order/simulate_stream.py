@@ -19,7 +19,7 @@ order of the consumer ``w`` places after the one that was due next).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import cycle
 
 import numpy as np
@@ -27,6 +27,7 @@ import numpy as np
 from episodic.order.pool_order import PoolOrder
 from episodic.order.simulate import Topology
 from episodic.order.stream_keys import consumer_rng
+from episodic.order.shard import ConsumerId
 from episodic.order.stream_plan import consumer_plan
 from episodic.order.stream_state import StreamState
 
@@ -91,8 +92,8 @@ def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, siz
     nw = max(workers, 1)
     per_worker = []
     for wid in range(nw):
-        plan = consumer_plan(lengths, state.seed, state.epoch, state.history, ws, nw, bs, state.batches_consumed,
-                             state.episode_pool_size, state.shuffle, rank, wid)
+        plan = consumer_plan(lengths, replace(state, segment=(ws, nw, bs)), ConsumerId(rank, ws, wid, nw),
+                             state.episode_pool_size, state.shuffle)
         rng = consumer_rng(state.seed, state.epoch, plan.segment, plan.consumer)
         order = PoolOrder([len(r) for r in plan.frames], state.episode_pool_size, rng, state.shuffle)
         _drain(order, plan.skip, sizes)  # fast-forward past what was consumed

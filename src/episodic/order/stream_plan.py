@@ -19,7 +19,9 @@ import numpy as np
 from episodic.order.episode_split import plan_episodes
 from episodic.order.pool_order import PoolOrder
 from episodic.order.round_robin import batches_per_worker, consumed_items
+from episodic.order.shard import ConsumerId
 from episodic.order.stream_keys import consumer_rng
+from episodic.order.stream_state import StreamState
 
 __all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan", "split_problems"]
 
@@ -86,30 +88,31 @@ class ConsumerPlan:
     consumer_frames: list[int]
 
 
-def consumer_plan(lengths: Mapping[int, int], seed: int, epoch: int, history: Sequence[Sequence[int]],
-                  world_size: int, num_workers: int, batch_size: int, batches_consumed: int, pool_size: int,
-                  shuffle: bool, rank: int, worker: int) -> ConsumerPlan:
-    """The plan of DataLoader worker `worker` (of `num_workers`, at least 1) of rank `rank` in the segment
-    after `history`, `batches_consumed` batches of `batch_size` into it. A new DataLoader iterator starts
-    its round-robin at worker 0: worker w plays the part of the worker that was w places after the one due
-    to hand out the next batch."""
+def consumer_plan(lengths: Mapping[int, int], state: StreamState, at: ConsumerId, pool_size: int,
+                  shuffle: bool) -> ConsumerPlan:
+    """The plan of the consumer `at` (its worker and rank) in the open segment of `state` (after its `history`,
+    `batches_consumed` batches of the segment's batch size into it; seed and epoch). A new DataLoader iterator
+    starts its round-robin at worker 0: worker w plays the part of the worker that was w places after the one
+    due to hand out the next batch."""
+    seed, epoch, history, batch_size = state.seed, state.epoch, state.history, state.segment[2]
     remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
     segment = len(history)
-    nw = num_workers
-    cand, plans, frames = segment_plan(remaining, world_size, nw, seed, epoch, segment, shuffle)
-    took, nxt = consumed_items(frames[rank * nw:(rank + 1) * nw], max(batch_size, 1), batches_consumed)
-    logical = (nxt + worker) % nw
+    rank, nw = at.rank, at.num_workers
+    cand, plans, frames = segment_plan(remaining, at.world_size, nw, seed, epoch, segment, shuffle)
+    took, nxt = consumed_items(frames[rank * nw:(rank + 1) * nw], max(batch_size, 1), state.batches_consumed)
+    logical = (nxt + at.worker) % nw
     eps = cand[plans[rank * nw + logical]]
     return ConsumerPlan(episodes=eps, frames=[remaining[int(e)] for e in eps], skip=took[logical],
                         consumer=rank * nw + logical, segment=segment, candidates=len(cand), consumer_frames=frames)
 
 
-def segment_batches(lengths: Mapping[int, int], seed: int, epoch: int, history: Sequence[Sequence[int]],
-                    world_size: int, num_workers: int, batch_size: int, pool_size: int, shuffle: bool) -> list[int]:
-    """Batches each rank hands out in the segment after `history`, counted from its start."""
+def segment_batches(lengths: Mapping[int, int], state: StreamState, pool_size: int, shuffle: bool) -> list[int]:
+    """Batches each rank hands out in the open segment of `state` (its topology and batch size, after its
+    `history`), counted from its start."""
+    world_size, num_workers, batch_size = state.segment
     nw = max(num_workers, 1)
-    remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
-    _, _, frames = segment_plan(remaining, world_size, nw, seed, epoch, len(history), shuffle)
+    remaining = remaining_after(lengths, state.history, state.seed, state.epoch, pool_size, shuffle)
+    _, _, frames = segment_plan(remaining, world_size, nw, state.seed, state.epoch, len(state.history), shuffle)
     return [sum(batches_per_worker(frames[r * nw:(r + 1) * nw], batch_size)) for r in range(world_size)]
 
 
