@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..storage.source import is_url
-from .spec import MixtureEntry, MixtureSpec, Weighting, _checked, _raise
+from .spec import MixtureEntry, MixtureSpec, Weighting, checked_spec, raise_problems
 
 __all__ = ["from_opentau"]
 
@@ -67,7 +67,7 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
         origin = f"{origin}: dataset_mixture"
         raw = raw["dataset_mixture"]
         if not isinstance(raw, Mapping):
-            _raise([f"{origin}: must be an object with 'datasets', got {type(raw).__name__}"], origin)
+            raise_problems([f"{origin}: must be an object with 'datasets', got {type(raw).__name__}"], origin)
     for k in raw:
         if k not in _MIXTURE_FIELDS:
             close = difflib.get_close_matches(str(k), _MIXTURE_FIELDS, n=2, cutoff=0.5)
@@ -120,6 +120,6 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
     ignored += [f"mapping role {r!r} (no counterpart)" for r in sorted(dropped)]
     spec = MixtureSpec(entries=tuple(entries), weighting=Weighting(rule="explicit" if weights is not None else "frames"),
                        camera_role_style="slots", origin=origin, ignored=tuple(ignored))
-    spec = _checked(spec, problems)
-    _raise(problems, origin)
+    spec = checked_spec(spec, problems)
+    raise_problems(problems, origin)
     return spec

@@ -134,8 +134,8 @@ class MixtureSpec:
         """A checked spec from objects: every problem raised together, names filled in."""
         origin = options.pop("origin", "<objects>")
         problems: list[str] = []
-        spec = _checked(cls(entries=tuple(entries), origin=origin, **options), problems)
-        _raise(problems, origin)
+        spec = checked_spec(cls(entries=tuple(entries), origin=origin, **options), problems)
+        raise_problems(problems, origin)
         return spec
 
     @classmethod
@@ -149,8 +149,8 @@ class MixtureSpec:
         problems: list[str] = []
         spec = _parse(raw, origin, problems)
         if spec is not None:
-            spec = _checked(spec, problems)
-        _raise(problems, origin)
+            spec = checked_spec(spec, problems)
+        raise_problems(problems, origin)
         return spec
 
     @classmethod
@@ -361,7 +361,7 @@ def _normalised(e: MixtureEntry) -> MixtureEntry:
     return replace(e, **kw)
 
 
-def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
+def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
     """`spec` with names filled in and lists as tuples; every problem appended to `problems`."""
     origin = spec.origin
     if isinstance(spec.delta_timestamps, Mapping):
@@ -457,7 +457,7 @@ def _checked(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
     return replace(spec, entries=tuple(named))
 
 
-def _raise(problems: list[str], origin: str) -> None:
+def raise_problems(problems: list[str], origin: str) -> None:
     if problems:
         head = f"{origin}: {len(problems)} problem(s) in the mixture spec:\n  - "
         raise MixtureSpecError(head + "\n  - ".join(problems), problems)
