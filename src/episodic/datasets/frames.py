@@ -26,7 +26,7 @@ from ..video.image import decode_image_into
 from ..video.output import FrameOutput
 from .item_spec import ItemSpec
 
-__all__ = ["EntryFrames", "FrameJob", "flat_frames", "run_jobs"]
+__all__ = ["EntryFrames", "FrameJob", "camera_files", "flat_frames", "run_jobs"]
 
 
 class EntryFrames:
@@ -109,6 +109,12 @@ class EntryFrames:
             hw = decode_image_into(store[r], flat[i], output, f"{self.meta.root}: row {r} feature {key!r}")
             if hw != tuple(want):
                 self.check_size(key, hw, "an image in the data file", eps[i:i + 1])
+
+
+def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarray) -> list[tuple[int, int, int]]:
+    """(height, width, files) of each video camera `keys`: how many video files `episodes` span (what
+    `video.decoder.default_cache_size` sizes a decoder cache by)."""
+    return [(*meta.info.camera_hw(k)[:2], len(np.unique(meta.episodes.cameras[k].file_id[episodes]))) for k in keys]
 
 
 def flat_frames(frames: np.ndarray) -> np.ndarray:

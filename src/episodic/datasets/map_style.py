@@ -18,9 +18,10 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..video import DecoderCache
+from ..video.decoder import default_cache_size
 from .access import BatchAccess
 from .facts import DatasetFacts
-from .frames import EntryFrames
+from .frames import EntryFrames, camera_files
 from .gather import Rows, gather
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes
@@ -45,7 +46,8 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
             ratio kept, centred, zero bars). See `episodic.video.output`.
         cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
             `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
-        decoder_cache_size: open video decoders per process.
+        decoder_cache_size: open video decoders per process (default: one per video file of the selected
+            episodes' cameras, within an estimated 512 MB, at least 32: `video.decoder.default_cache_size`).
         cache_max_bytes: size of the whole-file cache of remote files (least recently used files evicted
             beyond it; default $EPISODIC_CACHE_MAX_BYTES or 32 GiB).
         fetch_policy: timeouts and retries of remote reads (`storage.fetch.FetchPolicy`; default from
@@ -59,7 +61,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                  delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
                  video_keys: Sequence[str] | None = None, return_uint8: bool = False,
                  image_transforms: Callable | None = None, revision: str | None = None,
-                 storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int = 32,
+                 storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  on_unknown_task: str = "warn", _source: Source | None = None):
@@ -81,6 +83,8 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                                mmap_dir=cache_root / "tabular",
                                open_file=None if self.source.is_local else self.source.open_for_read,
                                unknown_tasks=self.spec.unknown_tasks)
+        if decoder_cache_size is None:
+            decoder_cache_size = default_cache_size(camera_files(self.meta, self.spec.video_keys, columns.episodes))
         self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
         self.rows = Rows(0, columns, EntryFrames(self.spec, self.meta, self.source, self.decoders, self.counters))
         self.layout = single_layout(self.spec, self.meta.info.features)

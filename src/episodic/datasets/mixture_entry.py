@@ -29,21 +29,16 @@ from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.report import PreflightReport
 from ..tabular import UnknownTasks, load_columns
 from ..video import DecoderCache
+from ..video.decoder import DECODER_BUDGET_BYTES, DEFAULT_MIN_OPEN, default_cache_size
 from .consumer import StreamEntry
-from .frames import EntryFrames
+from .frames import EntryFrames, camera_files
 from .gather import Rows
 from .item_spec import ItemSpec
 
-__all__ = ["DECODER_BUDGET_BYTES", "MMAP_MIN_BYTES", "EntryEngines", "entry_item_spec"]
+__all__ = ["MMAP_MIN_BYTES", "EntryEngines", "entry_item_spec"]
 
 MMAP_MIN_BYTES = 64 << 10  # entries with fewer bytes of columns are read into RAM
 
-# What a map-style mixture's open decoders may take per process (estimated, `EntryEngines.decoder_cache_size`).
-DECODER_BUDGET_BYTES = 512 << 20
-# Estimated memory of one open decoder: a fixed part (demuxer, codec context; ~0.5 MB measured for small AV1
-# files) plus a few pictures of the camera's size (YUV 4:2:0; 480x640: ~2.2 MB measured in all).
-_READER_FIXED_BYTES = 512 << 10
-_READER_PICTURES = 4
 
 
 def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_task: str = "warn") -> ItemSpec:
@@ -107,27 +102,30 @@ class EntryEngines:
             rows = self._rows[slot] = Rows(slot, columns, frames)
         return rows
 
+    def camera_sizes(self) -> list[tuple[int, int]]:
+        """(height, width) of each mapped video camera of each entry as its files hold it (the most a streaming
+        consumer's pool decodes from at once is one per role: the largest of each role's cameras)."""
+        best: dict[str, tuple[int, int]] = {}
+        for meta, entry in zip(self.metadata, self.layout.entries):
+            for role, key in entry.cameras.items():
+                if key in meta.info.video_keys:
+                    h, w = meta.info.camera_hw(key)[:2]
+                    best[role] = max(best.get(role, (0, 0)), (h, w), key=lambda s: s[0] * s[1])
+        return list(best.values()) or [(0, 0)]
+
     def video_files(self) -> list[tuple[int, int, int]]:
         """(height, width, files) per entry and mapped video camera: how many video files its selected
         episodes span."""
         out = []
         for slot, (meta, entry) in enumerate(zip(self.metadata, self.layout.entries)):
-            for key in [k for k in dict.fromkeys(entry.cameras.values()) if k in meta.info.video_keys]:
-                h, w = meta.info.camera_hw(key)[:2]
-                out.append((h, w, len(np.unique(meta.episodes.cameras[key].file_id[self.selected[slot]]))))
+            keys = [k for k in dict.fromkeys(entry.cameras.values()) if k in meta.info.video_keys]
+            out += camera_files(meta, keys, self.selected[slot])
         return out
 
-    def decoder_cache_size(self, budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = 32) -> int:
-        """Open decoders for random access over the mixture (map-style): one per video file its mapped cameras
-        span, since a batch's frames come from files all over the mixture and reopening a file (demuxer, codec,
-        frame index) costs several times the decode of a frame; as many as `budget_bytes` of estimated decoder
-        memory allow when that is fewer (then readers are reopened as the LRU evicts them); at least `minimum`."""
-        files = self.video_files()
-        count = sum(n for _, _, n in files)
-        if not count:
-            return minimum
-        mean = sum(n * (_READER_FIXED_BYTES + _READER_PICTURES * h * w * 3 // 2) for h, w, n in files) / count
-        return max(minimum, min(count, int(budget_bytes // mean)))
+    def decoder_cache_size(self, budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = DEFAULT_MIN_OPEN) -> int:
+        """Open decoders for random access over the mixture (map-style): `video.decoder.default_cache_size` of
+        every video file its mapped cameras span (a batch's frames come from files all over the mixture)."""
+        return default_cache_size(self.video_files(), budget_bytes, minimum)
 
     @property
     def built(self) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from ..checks import check_number
 from ..storage.fetch import FetchPolicy
+from ..video.decoder import default_cache_size
 
 __all__ = ["StreamOptions", "UNSET", "stream_options"]
 
@@ -23,7 +25,8 @@ class StreamOptions:
     tabular_block: episodes whose rows are read in one go.
     mirror_max_bytes: bytes of unreferenced files a consumer keeps in its private mirror of a remote source
         (the map-style datasets' `cache_max_bytes` bounds their shared whole-file cache instead).
-    decoder_cache_size: open video decoders per process (None: cameras x (pool + prefetch), 16..256).
+    decoder_cache_size: open video decoders per process (None: `video.decoder.default_cache_size` of the files a
+        consumer reads from at once: each camera's pooled and prefetched episodes).
     fetch: how remote reads are retried (`storage.fetch.FetchPolicy`).
     """
 
@@ -48,11 +51,13 @@ class StreamOptions:
         if not isinstance(self.fetch, FetchPolicy):
             raise TypeError(f"fetch must be a storage.FetchPolicy, got {type(self.fetch).__name__}")
 
-    def decoders_for(self, cameras: int) -> int:
-        """Open decoders per process: the option, else enough for every pooled and prefetched episode."""
+    def decoders_for(self, cameras: Sequence[tuple[int, int]]) -> int:
+        """Open decoders per process: the option, else one per pooled and prefetched episode of each camera
+        (`cameras`: (height, width) of each), within the decoder memory budget (`default_cache_size`)."""
         if self.decoder_cache_size is not None:
             return self.decoder_cache_size
-        return min(256, max(16, cameras * (self.episode_pool_size + self.prefetch_episodes)))
+        reach = self.episode_pool_size + self.prefetch_episodes
+        return default_cache_size([(h, w, reach) for h, w in cameras])
 
 
 class _Unset:

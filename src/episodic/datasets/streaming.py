@@ -57,13 +57,15 @@ class StreamingDataset(torch.utils.data.IterableDataset):
 
     `options` (`StreamOptions`), `seed`, `shuffle`, `return_uint8`, `image_transforms`, `rank`/`world_size`
     (default: torch.distributed's), `cache_dir` (remote entries are mirrored under ``<cache_dir>/streaming``),
-    `cameras` (cameras per item, for the decoder cache's default size), `tally` (items per entry, counted),
+    `cameras` ((height, width) of each camera a consumer decodes, for the decoder cache's default size), `tally`
+    (items per entry, counted),
     `counters` (the dataset's, default new ones)."""
 
     def __init__(self, epochs: DatasetEpochs | MixtureEpochs, layout: ItemLayout, entry: Callable[[int], StreamEntry],
                  options: StreamOptions, *, seed: int = 0, shuffle: bool = True, return_uint8: bool = False,
                  image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_dir: str | os.PathLike | None = None, cameras: int = 1, tally: Tally | None = None,
+                 cache_dir: str | os.PathLike | None = None, cameras: Sequence[tuple[int, int]] = (),
+                 tally: Tally | None = None,
                  counters: Counters | None = None):
         self.epochs, self.item_layout, self.entry, self.options = epochs, layout, entry, options
         self.shuffle = bool(shuffle)
@@ -72,7 +74,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
         self.camera_keys = layout.camera_keys
-        self.cameras = cameras
+        self.cameras = list(cameras)
         self.tally = tally
         self.counters = counters if counters is not None else Counters()
         self.decoders = DecoderCache(max_open=options.decoders_for(cameras), counters=self.counters)
@@ -246,7 +248,8 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
         super().__init__(DatasetEpochs(self.meta, self.selected), single_layout(self.spec, self.meta.info.features),
                          [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
                          shuffle=shuffle, return_uint8=return_uint8, image_transforms=image_transforms, rank=rank,
-                         world_size=world_size, cache_dir=cache_dir, cameras=len(self.spec.video_keys))
+                         world_size=world_size, cache_dir=cache_dir,
+                         cameras=[self.meta.info.camera_hw(k)[:2] for k in self.spec.video_keys])
 
     @property
     def num_frames(self) -> int:
@@ -293,7 +296,7 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
         super().__init__(MixtureEpochs(self.sampler, on_change), mixture_layout(self.layout), self.engines.stream_entry,
                          options, seed=seed, shuffle=shuffle, return_uint8=return_uint8,
                          image_transforms=image_transforms, rank=rank, world_size=world_size, cache_dir=cache_dir,
-                         cameras=max(len(self.layout.cameras), 1), tally=self.items_per_entry, counters=counters)
+                         cameras=self.engines.camera_sizes(), tally=self.items_per_entry, counters=counters)
 
     @property
     def fps(self) -> None:

@@ -9,6 +9,7 @@ than decoding on from where the decoder already is.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -231,6 +232,30 @@ class VideoReader:
 
 
 _HWC_UINT8 = FrameOutput(channels_first=False)
+
+
+# What the open decoders of a process may take by default (estimated, `DecoderCache.default_size`), and the estimate
+# of one open decoder: a fixed part (demuxer, codec context; ~0.5 MB measured for small AV1 files) plus a few
+# pictures of the camera's size (YUV 4:2:0; 480x640: ~2.2 MB measured in all).
+DECODER_BUDGET_BYTES = 512 << 20
+_READER_FIXED_BYTES = 512 << 10
+_READER_PICTURES = 4
+DEFAULT_MIN_OPEN = 32
+
+
+def default_cache_size(files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES,
+                       minimum: int = DEFAULT_MIN_OPEN) -> int:
+    """The decoder cache size of a process when the user gives none, one rule for every dataset: one reader per
+    video file the process reads from at once (`files`: (height, width, number of files) per camera: a
+    map-style dataset's whole selection, a streaming consumer's pooled and prefetched episodes), since
+    reopening a file (demuxer, codec, frame index) costs several times the decode of a frame; as many as
+    `budget_bytes` of estimated decoder memory allow when that is fewer (readers are then reopened as the LRU
+    evicts them); at least `minimum`."""
+    count = sum(n for _, _, n in files)
+    if not count:
+        return minimum
+    mean = sum(n * (_READER_FIXED_BYTES + _READER_PICTURES * h * w * 3 // 2) for h, w, n in files) / count
+    return max(minimum, min(count, int(budget_bytes // mean)))
 
 
 # Readers a parent process had open when it forked. A child must neither use nor free them: freeing
