@@ -182,6 +182,30 @@ def test_finalize_is_idempotent_and_ends_the_writer(tmp_path):
     assert (tmp_path / "ds" / "meta/info.json").exists()
 
 
+def test_finalize_refuses_a_writer_without_episodes(tmp_path):
+    """No dataset of 0 episodes (no loader takes one): finalize refuses, changes nothing, and the writer goes on."""
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS)
+    for _ in range(2):
+        with pytest.raises(WriterError, match="no episode was added.*abort\\(discard=True\\)"):
+            w.finalize()
+    assert not (root / "meta").exists() and sorted(os.listdir(root)) == [SESSION_DIR]
+    _write(w, range(1))
+    w.finalize()
+    _assert_episodes(root, 1)
+
+
+def test_a_with_block_without_episodes_removes_its_session(tmp_path):
+    root = tmp_path / "ds"
+    with pytest.raises(WriterError, match="no episode was added"):
+        with DatasetWriter(root, fps=30, features=FEATS):
+            pass
+    assert root.is_dir() and os.listdir(root) == []  # as `episodic repair` leaves a session without episodes
+    with DatasetWriter(root, fps=30, features=FEATS) as w:  # the directory is free again
+        _write(w, range(1))
+    _assert_episodes(root, 1)
+
+
 def test_refuses_to_overwrite(small_root):
     with pytest.raises(ExistingDirectoryError, match="holds a dataset"):
         DatasetWriter(small_root, fps=30, features=demo_features())

@@ -49,6 +49,9 @@ class DatasetWriter:
     - Errors (a full disk, ...) are raised as they are; no temporary file stays behind; the episodes already
       added stay recoverable, and `finalize` can be called again once the cause is fixed.
     - `overwrite=True` replaces a dataset (or an interrupted session), never a directory that is neither.
+    - No empty dataset: `finalize` refuses a writer without any episode (`WriterError`); used as a context
+      manager, such a writer removes its session and raises it. `episodic repair` likewise removes a session
+      without a complete episode, and the loaders refuse a dataset of no episode (`DatasetFormatError`).
 
     Finalize joins the episodes' segments of the last, still open, data and video files (at most one data
     file and one video file per camera: the others were joined when they filled up, in `add_episode`) by
@@ -176,10 +179,16 @@ class DatasetWriter:
 
     def finalize(self) -> str:
         """Join the open files, write the metadata (meta/info.json last) and end the session; returns the root.
-        When this raises (e.g. a full disk), every episode stays on disk and `finalize` can be called again."""
+        When this raises (e.g. a full disk), every episode stays on disk and `finalize` can be called again.
+
+        A writer without any episode refuses (`WriterError`, nothing changed; the writer goes on): a dataset of
+        no episode is not one LeRobot or episodic loads."""
         if self._finalized:
             return self.root
         self._check_usable()
+        if not self.episodes:
+            raise WriterError(f"{self.root}: no episode was added, and a dataset of no episode is not written (no "
+                              f"loader takes one): add an episode, or end the session with abort(discard=True)")
         self._join_pending()
         for series in (self._data, *self._videos.values()):
             if series.open.episodes:
@@ -221,7 +230,8 @@ class DatasetWriter:
             try:
                 self.finalize()
             except BaseException:
-                self.abort()  # the episodes stay on disk for `episodic repair`; the error goes on
+                # the episodes stay on disk for `episodic repair` (a session without any is removed); the error goes on
+                self.abort(discard=not self.episodes)
                 raise
             return
         self.abort()
