@@ -67,6 +67,7 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     try:
         with av.open(io.BytesIO(), mode="w", format="mp4") as container:
             stream, _ = _add_stream(container, width, height, fps, **opts)
+            stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
             frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
             frame.pts = 0
             for packet in [*stream.encode(frame), *stream.encode(None)]:
