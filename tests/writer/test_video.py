@@ -4,6 +4,9 @@ times the writer records; segments that cannot be joined are refused; a failed j
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 import av
 import numpy as np
@@ -78,3 +81,130 @@ def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width, tmp_pa
     with pytest.raises(WriterInputError, match=rf"{width}x32 frames are too narrow for AV1"):  # any stream, not only probes
         VideoFileWriter(str(tmp_path / "narrow.mp4"), width, 32, 30, vcodec="av1")
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+def test_hevc_frames_too_narrow_for_x265_are_refused_before_encoding(tmp_path):
+    # x265 as PyAV bundles it writes past a heap buffer on frames at most 48 wide (see the slow valgrind test)
+    from episodic.format.errors import WriterInputError
+    from episodic.writer.video import probe_encoder
+
+    opts = dict(vcodec="hevc", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
+    for width in (16, 40, 48):
+        with pytest.raises(WriterInputError, match=rf"camera 'cam': {width}x32 frames are too narrow for HEVC.*>= 49"):
+            probe_encoder("cam", width, 32, 30, **opts)
+        with pytest.raises(WriterInputError, match=rf"{width}x32 frames are too narrow for HEVC"):
+            VideoFileWriter(str(tmp_path / "narrow.mp4"), width, 32, 30, **opts)
+    assert not list(tmp_path.iterdir())
+    probe_encoder("cam", 50, 32, 30, **opts)  # wide enough
+
+
+def _child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter: an encoder that corrupts memory or never returns must not take the
+    test process with it."""
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the child did not finish in {timeout} s (an encoder hangs): {e.stdout!r} {e.stderr!r}")
+
+
+_RECORD = """
+import sys, av, numpy as np
+from episodic import DatasetWriter
+from episodic.format.errors import WriterInputError
+root, vcodec, h, w = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rng = np.random.default_rng(0)
+try:
+    writer = DatasetWriter(root, fps=30, vcodec=vcodec, fsync=False,
+                           features={"observation.images.cam": {"dtype": "video", "shape": [h, w, 3]}})
+except WriterInputError as e:
+    print("refused", e)
+    sys.exit(0)
+for e in range(2):
+    writer.add_episode({"observation.images.cam": rng.integers(0, 256, (12, h, w, 3), dtype=np.uint8)}, task="t")
+writer.finalize()
+with av.open(root + "/videos/observation.images.cam/chunk-000/file-000.mp4") as c:
+    print("decoded", sum(1 for _ in c.decode(video=0)))
+"""
+
+
+@pytest.mark.parametrize("vcodec, h, w, refused", [
+    ("hevc", 32, 40, "40x32 frames are too narrow for HEVC"),  # the heap corruption of issue 20, item 10
+    ("hevc", 32, 50, None),
+    ("av1", 16, 128, "128x16 frames are too flat for AV1"),  # SVT-AV1 never finished the flush (a hang)
+    ("av1", 16, 64, None),
+    ("av1", 25, 128, None),
+])
+def test_cameras_an_encoder_cannot_take_are_refused_by_name_not_crashed_on(tmp_path, vcodec, h, w, refused):
+    root = tmp_path / "ds"
+    done = _child(_RECORD.replace("sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])",
+                                  f"{str(root)!r}, {vcodec!r}, {h}, {w}"))
+    assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
+    if refused:
+        assert f"refused camera 'observation.images.cam': {refused}" in done.stdout, done.stdout
+        assert not root.exists()
+    else:
+        assert "decoded 24" in done.stdout, done.stdout
+
+
+_X265_PLAIN = """
+import sys, io, av, numpy as np
+w, h = int(sys.argv[1]), 32
+rng = np.random.default_rng(1)
+opts = {"g": "2", "crf": "30", "bf": "0"}
+with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+    s = c.add_stream("libx265", rate=10, options=opts)
+    s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+    s.codec_context.options = {**opts, "x265-params": "log-level=error:keyint=2:min-keyint=2"}
+    for i in range(12):
+        f = av.VideoFrame.from_ndarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), format="rgb24")
+        f.pts = i
+        for p in s.encode(f): c.mux(p)
+    for p in s.encode(None): c.mux(p)
+print("encoded")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind")
+@pytest.mark.parametrize("width, overflows", [(40, True), (48, True), (50, False), (64, False)])
+def test_x265_width_limit_is_where_valgrind_sees_the_overflow(width, overflows):
+    """The reference for X265_MIN_WIDTH: plain PyAV encoding with the writer's x265 options, under valgrind,
+    writes past a heap block exactly for the widths the writer refuses."""
+    from episodic.writer.video import X265_MIN_WIDTH
+
+    done = subprocess.run(["valgrind", "--error-limit=no", sys.executable, "-c", _X265_PLAIN, str(width)],
+                          capture_output=True, text=True, timeout=600)
+    assert "encoded" in done.stdout, done.stderr[-2000:]
+    assert ("Invalid write" in done.stderr) == overflows
+    assert (width < X265_MIN_WIDTH) == overflows
+
+
+_SVT_FLUSH = """
+import sys, io, av, numpy as np
+w, h = int(sys.argv[1]), int(sys.argv[2])
+with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+    s = c.add_stream("libsvtav1", rate=30, options={"g": "2", "crf": "30", "preset": "10"})
+    s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+    f = av.VideoFrame.from_ndarray(np.zeros((h, w, 3), np.uint8), format="rgb24")
+    f.pts = 0
+    for p in [*s.encode(f), *s.encode(None)]: c.mux(p)
+print("flushed")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width, height", [(65, 24), (128, 16), (640, 8), (64, 24), (65, 25), (640, 31)])
+def test_svt_av1_flat_frame_limit_is_where_the_flush_hangs(width, height):
+    """The reference for the AV1 height rule: plain PyAV encoding one frame never returns from the flush
+    exactly for the sizes the writer refuses (killed after 20 s)."""
+    from episodic.writer.video import SVT_AV1_SHORT_HEIGHT, SVT_AV1_SHORT_MAX_WIDTH
+
+    refused = height <= SVT_AV1_SHORT_HEIGHT and width > SVT_AV1_SHORT_MAX_WIDTH
+    try:
+        done = subprocess.run([sys.executable, "-c", _SVT_FLUSH, str(width), str(height)], capture_output=True,
+                              text=True, timeout=20, env={**os.environ, "SVT_LOG": "1"})
+        hangs = False
+        assert "flushed" in done.stdout, done.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        hangs = True
+    assert hangs == refused

@@ -25,7 +25,31 @@ CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx
 INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 
 
-SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 as PyAV 15 bundles it (16 and 24 seen)
+# Frame sizes the encoders bundled with PyAV cannot take safely. They are refused before the encoder opens:
+# a probe could not report them, since each one takes the whole process down or never returns.
+SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 (SIGFPE; 16 and 24 seen)
+# SVT-AV1 4.1 never finishes a stream of frames wider than 64 and at most 24 high: the flush waits forever for
+# its end-of-stream packet (every preset and gop; heights 25..31, padded to 32 inside, and widths <= 64 work).
+SVT_AV1_SHORT_HEIGHT, SVT_AV1_SHORT_MAX_WIDTH = 24, 64
+# x265 overflows a heap buffer for frames at most 48 wide: its lookahead keeps one int per 8x8 block of a row
+# of the half-resolution frame (width padded to 8, halved, in 8-pixel blocks: fewer than 4 up to 48 pixels),
+# and its AVX cost propagation (cuTree) writes 4 at a time (6 or 7 ints past a 3-int buffer at width 40,
+# seen with valgrind), so glibc aborts later ("corrupted size vs. prev_size") or memory is silently damaged.
+X265_MIN_WIDTH = 49
+
+
+def _refuse_unsafe_size(name: str, width: int, height: int) -> None:
+    if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
+                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
+    if name == "libsvtav1" and height <= SVT_AV1_SHORT_HEIGHT and width > SVT_AV1_SHORT_MAX_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too flat for AV1 (SVT-AV1 never finishes such a "
+                               f"stream): frames wider than {SVT_AV1_SHORT_MAX_WIDTH} need a height >= "
+                               f"{SVT_AV1_SHORT_HEIGHT + 1}; use a taller camera or vcodec='h264'")
+    if name == "libx265" and width < X265_MIN_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too narrow for HEVC (x265 corrupts memory below "
+                               f"{X265_MIN_WIDTH} pixels): width must be >= {X265_MIN_WIDTH}; use a wider camera "
+                               f"or vcodec='h264'")
 
 
 def encoder_name(vcodec: str) -> str:
@@ -38,11 +62,7 @@ def encoder_name(vcodec: str) -> str:
 def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
                 preset: int | str | None):
     name = encoder_name(vcodec)
-    if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
-        # refused before the encoder opens: narrower frames crash the SVT-AV1 bundled with PyAV 15 (SIGFPE, the
-        # whole process), so a probe could not report them
-        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
-                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
+    _refuse_unsafe_size(name, width, height)
     options = {"g": str(gop)}
     if crf is not None:
         options["crf"] = str(crf)
