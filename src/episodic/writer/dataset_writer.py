@@ -22,7 +22,7 @@ from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
 from .session import SESSION_DIR, Session, read_settings
-from .video import INFO_CODEC, VideoFileWriter, concat_mp4, encoder_name, probe_encoder
+from .video import INFO_CODEC, concat_mp4, encode_file, encoder_name, probe_encoder
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ class DatasetWriter:
       (`WriterInputError`, naming the episode and the field); a failed `add_episode` adds nothing.
     - Errors (a full disk, ...) are raised as they are; no temporary file stays behind; the episodes already
       added stay recoverable, and `finalize` can be called again once the cause is fixed.
+    - An encoder error does not lose the episode: its frames are still in memory during `add_episode`, so a
+      camera whose encoder fails is encoded again by a fresh encoder (3 attempts, each logged); only when
+      every attempt fails does `add_episode` raise `EncoderError`, the episode not added (add it again).
     - `overwrite=True` replaces a dataset (or an interrupted session), never a directory that is neither.
     - No empty dataset: `finalize` refuses a writer without any episode (`WriterError`); used as a context
       manager, such a writer removes its session and raises it. `episodic repair` likewise removes a session
@@ -163,7 +166,8 @@ class DatasetWriter:
             for k in self.video_keys:
                 vg = self._videos[k].open
                 path = self._session.segment_path(vg, ep)
-                sizes["videos"][k] = self._encode(k, arrays[k], path)
+                sizes["videos"][k] = encode_file(path, arrays[k], self.fps, fsync=self.fsync,
+                                                 label=f"{self.root}: episode {ep}: camera {k!r}", **self.video_opts)
                 written.append(path)
                 start = frames_to_seconds(vg.frames, self.fps)
                 row.update({f"videos/{k}/chunk_index": vg.chunk, f"videos/{k}/file_index": vg.file,
@@ -247,16 +251,6 @@ class DatasetWriter:
         if self._closed:
             raise WriterError(f"{self.root}: writer aborted; reopen the session with DatasetWriter.reopen()")
 
-    def _encode(self, key: str, frames: np.ndarray, path: str) -> int:
-        h, w, _ = self.features[key].shape
-        writer = VideoFileWriter(path, w, h, self.fps, **self.video_opts)
-        try:
-            writer.add(frames)
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close(fsync=self.fsync)
-        return writer.bytes
 
     def _commit(self, row: dict[str, Any], stats: dict, sizes: dict[str, Any]) -> None:
         """Account for a complete episode (just added, or replayed from the journal)."""

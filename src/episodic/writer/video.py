@@ -9,6 +9,7 @@ encoder had produced them all (each segment starts with a key frame).
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -16,9 +17,11 @@ import av
 import numpy as np
 
 from .. import config
-from ..format.errors import WriterInputError, WriterSessionError
+from ..format.errors import EncoderError, WriterInputError, WriterSessionError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
+
+log = logging.getLogger(__name__)
 
 CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
           "hevc": "libx265", "h265": "libx265", "libx265": "libx265"}
@@ -97,6 +100,35 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     except av.FFmpegError as e:
         raise WriterInputError(f"camera {key!r}: {opts.get('vcodec')} cannot encode {width}x{height} "
                                f"{opts.get('pix_fmt')} frames with these options ({e})") from None
+
+
+ENCODE_ATTEMPTS = 3
+
+
+def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, attempts: int = ENCODE_ATTEMPTS,
+                label: str = "", **opts) -> int:
+    """Encode HWC uint8 `frames` into the mp4 `path` (temporary name, renamed when complete); returns its
+    encoded bytes. An encoder error (`av.FFmpegError`) costs the attempt, not the frames: the file is encoded
+    again from them by a fresh encoder, up to `attempts` times, then `EncoderError` is raised with nothing left
+    at `path`. Other errors (a full disk: OSError) are raised at once. `label` names the frames in messages."""
+    n, height, width = frames.shape[:3]
+    for attempt in range(1, attempts + 1):
+        writer = VideoFileWriter(path, width, height, fps, **opts)
+        try:
+            writer.add(frames)
+            writer.close(fsync=fsync)
+            return writer.bytes
+        except av.FFmpegError as e:
+            writer.abort()
+            if attempt == attempts:
+                raise EncoderError(f"{label or path}: the {writer.codec} encoder failed on its {n} frames at each of "
+                                   f"{attempts} attempts (last: {type(e).__name__}: {e})") from e
+            log.warning("%s: the %s encoder failed (%s: %s); encoding the %d frames again (attempt %d of %d)",
+                        label or path, writer.codec, type(e).__name__, e, n, attempt + 1, attempts)
+        except BaseException:
+            writer.abort()
+            raise
+    raise AssertionError("unreachable")
 
 
 class VideoFileWriter:
