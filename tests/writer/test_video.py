@@ -208,3 +208,63 @@ def test_svt_av1_flat_frame_limit_is_where_the_flush_hangs(width, height):
     except subprocess.TimeoutExpired:
         hangs = True
     assert hangs == refused
+
+
+@pytest.mark.parametrize("vcodec, gop, match", [
+    ("av1", 1, "gop=1 .every frame a key frame. is not written with AV1"),
+    ("h264", 0, "gop must be a positive integer"),
+    ("av1", -2, "gop must be a positive integer"),
+    ("hevc", "2", "gop must be a positive integer"),
+    ("h264", True, "gop must be a positive integer"),
+])
+def test_bad_gops_are_refused_before_encoding(tmp_path, vcodec, gop, match):
+    from episodic import DatasetWriter
+    from episodic.format.errors import WriterInputError
+
+    with pytest.raises(WriterInputError, match=match):
+        DatasetWriter(tmp_path / "ds", fps=30, vcodec=vcodec, gop=gop,
+                      features={"cam": {"dtype": "video", "shape": [H, W, 3]}})
+    with pytest.raises(WriterInputError, match=match):
+        VideoFileWriter(str(tmp_path / "x.mp4"), W, H, 30, vcodec=vcodec, gop=gop)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("vcodec", ["h264", "hevc"])
+def test_gop_1_gives_key_frames_only_with_h264_and_hevc(tmp_path, vcodec):
+    path = _segment(tmp_path / "k.mp4", 0, 9, vcodec=vcodec, gop=1)
+    with av.open(path) as c:
+        keys = [p.is_keyframe for p in c.demux(video=0) if p.size]
+    assert keys == [True] * 9
+
+
+_SVT_REPEAT = """
+import os, sys, io, faulthandler, av, numpy as np
+gop, reps = int(sys.argv[1]), int(sys.argv[2])
+rng = np.random.default_rng(0)
+for r in range(reps):
+    frames = rng.integers(0, 256, (42, 64, 128, 3), dtype=np.uint8)
+    faulthandler.dump_traceback_later(15, exit=True, file=open(os.devnull, "w"))  # a hung flush ends the child
+    with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+        s = c.add_stream("libsvtav1", rate=30, options={"g": str(gop), "crf": "20", "preset": "8"})
+        s.width, s.height, s.pix_fmt = 128, 64, "yuv420p"
+        for i, img in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f.pts = i
+            for p in s.encode(f): c.mux(p)
+        for p in s.encode(None): c.mux(p)
+    faulthandler.cancel_dump_traceback_later()
+    print("done", r + 1, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_svt_av1_finishes_every_stream_at_gop_2():
+    """The reference for refusing AV1 at gop=1: plain PyAV, two encoders at once (one per process), 150
+    streams each; at gop=1 (every frame a key frame) SVT-AV1 was seen to hang in the flush after 8 to 52
+    streams, at gop=2 (the writer's default) it must finish them all."""
+    procs = {gop: subprocess.Popen([sys.executable, "-c", _SVT_REPEAT, str(gop), "150"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, env={**os.environ, "SVT_LOG": "1"})
+             for gop in (1, 2)}
+    done = {gop: (p.communicate(timeout=1200)[0].split() or ["0"])[-1] for gop, p in procs.items()}
+    print(f"streams finished before a hang or the end: gop=1 {done[1]}, gop=2 {done[2]} of 150")
+    assert done[2] == "150"

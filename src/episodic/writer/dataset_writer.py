@@ -22,7 +22,7 @@ from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
 from .session import SESSION_DIR, Session, read_settings
-from .video import INFO_CODEC, concat_mp4, encode_file, encoder_name, probe_encoder
+from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name, probe_encoder
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,9 @@ class DatasetWriter:
         self.data_keys = [k for k, f in self.features.items() if not f.is_video]
         self.robot_type = robot_type
         self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
-        encoder_name(vcodec)
+        name = encoder_name(vcodec)
+        if self.video_keys:
+            check_gop(name, gop)
         for k in self.video_keys:
             h, w, _ = self.features[k].shape
             probe_encoder(k, w, h, self.fps, **self.video_opts)
