@@ -31,8 +31,9 @@ INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 # Frame sizes the encoders bundled with PyAV cannot take safely. They are refused before the encoder opens:
 # a probe could not report them, since each one takes the whole process down or never returns.
 SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 (SIGFPE; 16 and 24 seen)
-# SVT-AV1 4.1 never finishes a stream of frames wider than 64 and at most 24 high: the flush waits forever for
-# its end-of-stream packet (every preset and gop; heights 25..31, padded to 32 inside, and widths <= 64 work).
+# SVT-AV1 4.1 (PyAV 18.1) never finishes a stream of frames wider than 64 and at most 24 high: the flush waits
+# forever for its end-of-stream packet (every preset and gop; heights 25..31, padded to 32 inside, and widths
+# <= 64 work). SVT-AV1 3.0 (PyAV 15.0) dies of SIGFPE on them instead.
 SVT_AV1_SHORT_HEIGHT, SVT_AV1_SHORT_MAX_WIDTH = 24, 64
 # x265 overflows a heap buffer for frames at most 48 wide: its lookahead keeps one int per 8x8 block of a row
 # of the half-resolution frame (width padded to 8, halved, in 8-pixel blocks: fewer than 4 up to 48 pixels),
