@@ -182,6 +182,30 @@ def test_finalize_is_idempotent_and_ends_the_writer(tmp_path):
     assert (tmp_path / "ds" / "meta/info.json").exists()
 
 
+def test_finalize_refuses_a_writer_without_episodes(tmp_path):
+    """No dataset of 0 episodes (no loader takes one): finalize refuses, changes nothing, and the writer goes on."""
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS)
+    for _ in range(2):
+        with pytest.raises(WriterError, match="no episode was added.*abort\\(discard=True\\)"):
+            w.finalize()
+    assert not (root / "meta").exists() and sorted(os.listdir(root)) == [SESSION_DIR]
+    _write(w, range(1))
+    w.finalize()
+    _assert_episodes(root, 1)
+
+
+def test_a_with_block_without_episodes_removes_its_session(tmp_path):
+    root = tmp_path / "ds"
+    with pytest.raises(WriterError, match="no episode was added"):
+        with DatasetWriter(root, fps=30, features=FEATS):
+            pass
+    assert root.is_dir() and os.listdir(root) == []  # as `episodic repair` leaves a session without episodes
+    with DatasetWriter(root, fps=30, features=FEATS) as w:  # the directory is free again
+        _write(w, range(1))
+    _assert_episodes(root, 1)
+
+
 def test_refuses_to_overwrite(small_root):
     with pytest.raises(ExistingDirectoryError, match="holds a dataset"):
         DatasetWriter(small_root, fps=30, features=demo_features())
@@ -256,3 +280,55 @@ def test_array_stats_image_layout():
     s = array_stats(frames, image=True)
     assert s["mean"].shape == (3, 1, 1) and 0 <= s["min"].min() and s["max"].max() <= 1
     np.testing.assert_allclose(s["mean"].reshape(3), frames.reshape(-1, 3).mean(0) / 255)
+
+
+def _failing_flush(monkeypatch, failures: int | None) -> list[str]:
+    """Make the encoder's flush fail as in issue 20 (av.error.ArgumentError, errno 22, out of
+    VideoFileWriter.close) the first `failures` times (None: every time); returns the paths it failed on."""
+    import av
+
+    from episodic.writer.video import VideoFileWriter
+
+    real_close, failed = VideoFileWriter.close, []
+    EINVAL_ERROR = getattr(av.error, "ArgumentError", None) or av.error.ValueError  # PyAV >= 16, PyAV 15
+
+    def close(self, fsync=False):
+        if failures is None or len(failed) < failures:
+            failed.append(self.final_path)
+            self.abort()
+            raise EINVAL_ERROR(22, "Invalid argument", "avcodec_send_frame()")
+        return real_close(self, fsync=fsync)
+
+    monkeypatch.setattr(VideoFileWriter, "close", close)
+    return failed
+
+
+def test_an_encoder_failure_costs_an_attempt_not_the_episode(tmp_path, monkeypatch, caplog):
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS)
+    failed = _failing_flush(monkeypatch, failures=2)  # twice on episode 0's first camera: encoded a 3rd time
+    _write(w, range(3))
+    assert len(failed) == 2 and len(set(failed)) == 1
+    assert caplog.text.count("the av1 encoder failed (") == 2 and "attempt 3 of 3" in caplog.text
+    w.finalize()
+    _assert_episodes(root, 3)  # every frame, decoded, equals what was recorded
+    assert not temp_files(root)
+
+
+def test_an_encoder_that_always_fails_leaves_the_episode_to_be_added_again(tmp_path, monkeypatch):
+    from episodic.format.errors import EncoderError
+
+    root = tmp_path / "ds"
+    w = DatasetWriter(root, fps=30, features=FEATS)
+    _write(w, range(1))
+    before = {f: (root / f).read_bytes() for f in _files(root)}
+    failed = _failing_flush(monkeypatch, failures=None)
+    with pytest.raises(EncoderError, match=r"episode 1: camera 'observation.images.top': the av1 encoder failed on "
+                                           r"its 11 frames at each of 3 attempts .last: \w+: .*Invalid argument") as e:
+        _write(w, range(1, 2))
+    assert len(failed) == 3 and e.value.__cause__.errno == 22
+    assert {f: (root / f).read_bytes() for f in _files(root)} == before  # nothing of episode 1 on disk
+    monkeypatch.undo()
+    _write(w, range(1, 3))  # the writer goes on; the episode is added again from the same frames
+    w.finalize()
+    _assert_episodes(root, 3)

@@ -127,11 +127,68 @@ def test_dtypes_are_checked_against_the_features(tmp_path):
     ({"cam": {"dtype": "video", "shape": [8, 8, 1]}}, r"\[height, width, 3\]"),
     ({"cam": {"dtype": "video", "shape": [8, 8]}}, "height, width, channels"),
     ({"x": "float32"}, "expected a mapping"),
+    ({"x": {"dtype": "float32", "shape": [10 ** 12]}}, r"feature 'x': one frame of shape \[1000000000000\] float32 "
+                                                       r"is 4,000,000,000,000 bytes; .* at most 2,147,483,647 bytes"),
+    ({"x": {"dtype": "float64", "shape": [2 ** 15, 2 ** 15]}}, "feature 'x': one frame .* is 8,589,934,592 bytes"),
+    ({"x": {"dtype": "uint8", "shape": [2 ** 64]}}, r"feature 'x': one frame of shape \[18446744073709551616\]"),
+    ({"cam": {"dtype": "video", "shape": [100000, 100000, 3]}}, "feature 'cam': 100000x100000 frames are larger than "
+                                                                "FFmpeg encodes"),
     ({}, "non-empty mapping"),
 ])
 def test_bad_features_are_refused_before_the_directory_is_touched(tmp_path, features, match):
     with pytest.raises(WriterInputError, match=match):
         DatasetWriter(tmp_path / "ds", fps=30, features=features)
+    assert not (tmp_path / "ds").exists()
+
+
+@pytest.mark.parametrize("width, height", [(20000, 13000), (20000, 13300), (30000, 8700), (30000, 8800),
+                                           (16384, 16000), (16384, 16512)])
+def test_the_camera_size_limit_is_ffmpegs(width, height):
+    """A camera is refused as too large exactly when FFmpeg itself refuses the picture size (EINVAL from
+    avcodec_open2, before any frame exists): the writer's check never turns away a size FFmpeg takes."""
+    import errno
+    import io
+
+    import av
+
+    from episodic.format.features import Feature
+    from episodic.writer.inputs import check_features
+
+    with av.open(io.BytesIO(), mode="w", format="mp4") as c:
+        s = c.add_stream("libx264", rate=10)
+        s.width, s.height, s.pix_fmt = width, height, "yuv420p"
+        try:
+            s.codec_context.open()
+            ffmpeg_refuses = False
+        except av.FFmpegError as e:  # EINVAL: FFmpeg's size check (x264's own refusal is another error)
+            ffmpeg_refuses = e.errno == errno.EINVAL
+    spec = {"cam": {"dtype": "video", "shape": [height, width, 3]}}
+    if ffmpeg_refuses:
+        with pytest.raises(WriterInputError, match=f"{width}x{height} frames are larger than FFmpeg encodes"):
+            check_features(spec)
+    else:
+        assert isinstance(check_features(spec)["cam"], Feature)
+
+
+def test_a_camera_the_encoder_refuses_is_probed_without_allocating_a_frame(tmp_path):
+    """30000x8700 passes FFmpeg's size check but no encoder opens it: refused when the encoder opens, before
+    the probe allocates a 783 MB frame (peak memory of a child process measured)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from episodic import DatasetWriter\n"
+            "from episodic.format.errors import WriterInputError\n"
+            "try:\n"
+            f"    DatasetWriter({str(tmp_path / 'ds')!r}, fps=30, vcodec='h264', "
+            "features={'cam': {'dtype': 'video', 'shape': [8700, 30000, 3]}})\n"
+            "except WriterInputError as e:\n"
+            "    print('refused', e)\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+            "print('maxrss_kb', hwm)\n")  # this process's peak (ru_maxrss would count the forking parent's)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    assert "refused camera 'cam': h264 cannot encode 30000x8700" in out, out
+    assert int(out.split("maxrss_kb")[1]) < 400 * 1024, out
     assert not (tmp_path / "ds").exists()
 
 
@@ -147,7 +204,7 @@ def test_default_features_may_be_listed_as_they_are(tmp_path):
 
 
 @pytest.mark.parametrize("vcodec, shape, match", [("h264", [47, 64, 3], "h264 cannot encode 64x47"),
-                                                  ("hevc", [8, 8, 3], "hevc cannot encode 8x8"),
+                                                  ("hevc", [8, 64, 3], "hevc cannot encode 64x8"),
                                                   ("vp9", [48, 64, 3], "unknown video codec")])
 def test_cameras_the_encoder_cannot_take_are_refused_when_the_writer_opens(tmp_path, vcodec, shape, match):
     with pytest.raises(WriterInputError, match=match):

@@ -9,7 +9,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import EpisodeIndexError, ProblemList
+from .errors import DatasetFormatError, EpisodeIndexError, ProblemList
+
+
+def require_episodes(count: int, source: str, announced: int | None) -> None:
+    """A dataset of no episode is refused, by every loader (map-style, streaming, `episodic validate`) alike:
+    LeRobot cannot load one, episodic's writer refuses to finalize one and `episodic repair` removes a session
+    without a complete episode instead of finalizing it."""
+    if count == 0:
+        raise DatasetFormatError(f"{source}: the dataset has no episode (info.json total_episodes is {announced}); a "
+                                 f"dataset needs at least one")
 
 
 @dataclass

@@ -122,6 +122,13 @@ class WriterInputError(WriterError, ValueError):
     anything is written; the message names the episode and the field."""
 
 
+class EncoderError(WriterError):
+    """The video encoder failed on an episode's frames at every attempt (the writer encodes them again from
+    the frames in memory before giving up). The episode was not added, nothing of it is on disk, and the
+    writer goes on: add the episode again (its frames are still the caller's). `__cause__` is the last
+    encoder error."""
+
+
 class WriterLockedError(WriterError):
     """Another live writer (or repair) holds the dataset directory."""
 

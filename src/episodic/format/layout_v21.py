@@ -6,7 +6,7 @@ import posixpath
 
 import numpy as np
 
-from .episode_table import CameraFiles, EpisodeTable
+from .episode_table import CameraFiles, EpisodeTable, require_episodes
 from .errors import DatasetFormatError, MissingFileError, ProblemList
 from .info import DatasetInfo
 from .layout_v30 import tasks_by_index
@@ -42,6 +42,7 @@ def load_v21(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
     source = posixpath.join(root, V21_EPISODES)
     info_source = posixpath.join(root, INFO_PATH)
     rows = read_jsonl(read, root, V21_EPISODES)
+    require_episodes(len(rows), source, info.total_episodes)
     ep_index = _jsonl_int(rows, "episode_index", source)
     order = np.argsort(ep_index, kind="stable")
     rows, ep_index = [rows[i] for i in order], ep_index[order]

@@ -8,7 +8,7 @@ import posixpath
 import numpy as np
 import pyarrow as pa
 
-from .episode_table import CameraFiles, EpisodeTable
+from .episode_table import CameraFiles, EpisodeTable, require_episodes
 from .errors import DatasetFormatError, MissingFileError, ProblemList
 from .info import DatasetInfo
 from .meta_files import (
@@ -145,6 +145,7 @@ def load_v30(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
     source = posixpath.join(root, "meta/episodes")
     info_source = posixpath.join(root, INFO_PATH)
     table = read_v30_episode_tables(read, root, info)
+    require_episodes(table.num_rows, source, info.total_episodes)
     ep_index = _int_col(table, "episode_index", source)
     order = np.argsort(ep_index, kind="stable")
     if not np.array_equal(ep_index[order], np.arange(len(ep_index))):

@@ -31,10 +31,11 @@ class RepairReport:
 
 def repair(path: str | os.PathLike, fsync: bool = True) -> RepairReport:
     """Finalize the interrupted session in `path`: keep every complete episode, drop the partial one, write
-    the metadata. A session without any complete episode is removed (a dataset of no episode is not one
-    LeRobot loads). A finished dataset is left as it is (leftovers of its session removed). Raises
-    `WriterSessionError` when `path` holds neither, `WriterLockedError` while a writer runs there; an I/O
-    error (e.g. a full disk) leaves the session as it was, so repair can run again."""
+    the metadata. A session without any complete episode is removed, not finalized: a dataset of no episode
+    is not one LeRobot or episodic loads, and the writer's own `finalize` refuses one too. A finished dataset
+    is left as it is (leftovers of its session removed). Raises `WriterSessionError` when `path` holds
+    neither, `WriterLockedError` while a writer runs there; an I/O error (e.g. a full disk) leaves the
+    session as it was, so repair can run again."""
     root = os.path.abspath(os.fspath(path))
     state = directory_state(root)
     if state == SESSION:

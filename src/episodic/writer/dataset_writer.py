@@ -22,7 +22,7 @@ from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
 from .session import SESSION_DIR, Session, read_settings
-from .video import INFO_CODEC, VideoFileWriter, concat_mp4, encoder_name, probe_encoder
+from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name, probe_encoder
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,13 @@ class DatasetWriter:
       (`WriterInputError`, naming the episode and the field); a failed `add_episode` adds nothing.
     - Errors (a full disk, ...) are raised as they are; no temporary file stays behind; the episodes already
       added stay recoverable, and `finalize` can be called again once the cause is fixed.
+    - An encoder error does not lose the episode: its frames are still in memory during `add_episode`, so a
+      camera whose encoder fails is encoded again by a fresh encoder (3 attempts, each logged); only when
+      every attempt fails does `add_episode` raise `EncoderError`, the episode not added (add it again).
     - `overwrite=True` replaces a dataset (or an interrupted session), never a directory that is neither.
+    - No empty dataset: `finalize` refuses a writer without any episode (`WriterError`); used as a context
+      manager, such a writer removes its session and raises it. `episodic repair` likewise removes a session
+      without a complete episode, and the loaders refuse a dataset of no episode (`DatasetFormatError`).
 
     Finalize joins the episodes' segments of the last, still open, data and video files (at most one data
     file and one video file per camera: the others were joined when they filled up, in `add_episode`) by
@@ -77,7 +83,9 @@ class DatasetWriter:
         self.data_keys = [k for k, f in self.features.items() if not f.is_video]
         self.robot_type = robot_type
         self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
-        encoder_name(vcodec)
+        name = encoder_name(vcodec)
+        if self.video_keys:
+            check_gop(name, gop)
         for k in self.video_keys:
             h, w, _ = self.features[k].shape
             probe_encoder(k, w, h, self.fps, **self.video_opts)
@@ -160,7 +168,8 @@ class DatasetWriter:
             for k in self.video_keys:
                 vg = self._videos[k].open
                 path = self._session.segment_path(vg, ep)
-                sizes["videos"][k] = self._encode(k, arrays[k], path)
+                sizes["videos"][k] = encode_file(path, arrays[k], self.fps, fsync=self.fsync,
+                                                 label=f"{self.root}: episode {ep}: camera {k!r}", **self.video_opts)
                 written.append(path)
                 start = frames_to_seconds(vg.frames, self.fps)
                 row.update({f"videos/{k}/chunk_index": vg.chunk, f"videos/{k}/file_index": vg.file,
@@ -176,10 +185,16 @@ class DatasetWriter:
 
     def finalize(self) -> str:
         """Join the open files, write the metadata (meta/info.json last) and end the session; returns the root.
-        When this raises (e.g. a full disk), every episode stays on disk and `finalize` can be called again."""
+        When this raises (e.g. a full disk), every episode stays on disk and `finalize` can be called again.
+
+        A writer without any episode refuses (`WriterError`, nothing changed; the writer goes on): a dataset of
+        no episode is not one LeRobot or episodic loads."""
         if self._finalized:
             return self.root
         self._check_usable()
+        if not self.episodes:
+            raise WriterError(f"{self.root}: no episode was added, and a dataset of no episode is not written (no "
+                              f"loader takes one): add an episode, or end the session with abort(discard=True)")
         self._join_pending()
         for series in (self._data, *self._videos.values()):
             if series.open.episodes:
@@ -221,7 +236,8 @@ class DatasetWriter:
             try:
                 self.finalize()
             except BaseException:
-                self.abort()  # the episodes stay on disk for `episodic repair`; the error goes on
+                # the episodes stay on disk for `episodic repair` (a session without any is removed); the error goes on
+                self.abort(discard=not self.episodes)
                 raise
             return
         self.abort()
@@ -237,16 +253,6 @@ class DatasetWriter:
         if self._closed:
             raise WriterError(f"{self.root}: writer aborted; reopen the session with DatasetWriter.reopen()")
 
-    def _encode(self, key: str, frames: np.ndarray, path: str) -> int:
-        h, w, _ = self.features[key].shape
-        writer = VideoFileWriter(path, w, h, self.fps, **self.video_opts)
-        try:
-            writer.add(frames)
-        except BaseException:
-            writer.abort()
-            raise
-        writer.close(fsync=self.fsync)
-        return writer.bytes
 
     def _commit(self, row: dict[str, Any], stats: dict, sizes: dict[str, Any]) -> None:
         """Account for a complete episode (just added, or replayed from the journal)."""

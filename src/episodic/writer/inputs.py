@@ -4,6 +4,7 @@ and the field."""
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,6 +17,11 @@ from ..format.features import DEFAULT_FEATURES, Feature
 NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                   "float16", "float32", "float64")
 WRITABLE_DTYPES = (*NUMERIC_DTYPES, "string", "video")
+# One frame of one feature is at most this many bytes: a parquet page (and an Arrow list size) holds no more.
+MAX_FRAME_BYTES = 2 ** 31 - 1
+# FFmpeg takes no picture of width w and height h with (8 * w + 1024) * (h + 128) >= 2^31 - 1 (its
+# av_image_check_size; about 268 million pixels): larger cameras are refused before a frame is allocated.
+_FFMPEG_PICTURE_LIMIT = 2 ** 31 - 1
 # Unicode categories a task string must not contain: control characters (terminal escapes, newlines, tabs),
 # lone surrogates (not representable in UTF-8, so not in a parquet file), line and paragraph separators.
 _BAD_CATEGORIES = ("Cc", "Cs", "Zl", "Zp")
@@ -64,12 +70,29 @@ def check_features(features: Any) -> dict[str, Feature]:
             raise WriterInputError(f"{where}: shape must be a non-empty list of positive ints, got {list(f.shape)}")
         if f.is_video and f.shape[2] != 3:
             raise WriterInputError(f"{where}: a video camera needs shape [height, width, 3] (RGB), got {list(f.shape)}")
+        _check_size(where, f)
         if f.dtype == "string" and f.shape != (1,):
             raise WriterInputError(f"{where}: a string feature has shape [1], got {list(f.shape)}")
         out[name] = f
     for name, spec in DEFAULT_FEATURES.items():
         out.setdefault(name, Feature.from_json(name, spec))
     return out
+
+
+def _check_size(where: str, f: Feature) -> None:
+    """Refuse a shape no file can hold before anything is sized by it (a schema, the encoder probe's frame)."""
+    if f.is_video:
+        h, w, _ = f.shape
+        aligned_w, aligned_h = -(-w // 16) * 16, -(-h // 16) * 16  # FFmpeg checks the 16-aligned size too
+        if (8 * aligned_w + 1024) * (aligned_h + 128) >= _FFMPEG_PICTURE_LIMIT:
+            raise WriterInputError(f"{where}: {w}x{h} frames are larger than FFmpeg encodes (about 268 million "
+                                   f"pixels at most); a video camera needs a smaller shape than {list(f.shape)}")
+        return
+    itemsize = np.dtype(f.dtype).itemsize if f.dtype in NUMERIC_DTYPES else 1
+    nbytes = math.prod(f.shape) * itemsize
+    if nbytes > MAX_FRAME_BYTES:
+        raise WriterInputError(f"{where}: one frame of shape {list(f.shape)} {f.dtype} is {nbytes:,} bytes; the writer "
+                               f"stores at most {MAX_FRAME_BYTES:,} bytes (2 GiB) per frame and feature (a parquet page)")
 
 
 def check_tasks(ep: int, task: Any, n: int) -> list[str]:

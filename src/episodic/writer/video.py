@@ -9,6 +9,7 @@ encoder had produced them all (each segment starts with a key frame).
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -16,29 +17,54 @@ import av
 import numpy as np
 
 from .. import config
-from ..format.errors import WriterInputError, WriterSessionError
+from ..format.errors import EncoderError, WriterInputError, WriterSessionError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
+
+log = logging.getLogger(__name__)
 
 CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
           "hevc": "libx265", "h265": "libx265", "libx265": "libx265"}
 INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 
 
-SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 as PyAV 15 bundles it (16 and 24 seen)
-# SVT-AV1 (as PyAV 15-18 bundle it) never returns from flushing frames of 24 rows or fewer that are wider than 64
-# pixels (8-24 rows at widths 80-1920 seen; 25 rows and more, or 64 pixels wide and less, encode)
-SVT_AV1_LOW_MAX_HEIGHT, SVT_AV1_LOW_MAX_WIDTH = 24, 64
+# Frame sizes the encoders bundled with PyAV cannot take safely. They are refused before the encoder opens:
+# a probe could not report them, since each one takes the whole process down or never returns.
+SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 (SIGFPE; 16 and 24 seen)
+# SVT-AV1 4.1 (PyAV 18.1) never finishes a stream of frames wider than 64 and at most 24 high: the flush waits
+# forever for its end-of-stream packet (every preset and gop; heights 25..31, padded to 32 inside, and widths
+# <= 64 work). SVT-AV1 3.0 (PyAV 15.0) dies of SIGFPE on them instead.
+SVT_AV1_SHORT_HEIGHT, SVT_AV1_SHORT_MAX_WIDTH = 24, 64
+# x265 overflows a heap buffer for frames at most 48 wide: its lookahead keeps one int per 8x8 block of a row
+# of the half-resolution frame (width padded to 8, halved, in 8-pixel blocks: fewer than 4 up to 48 pixels),
+# and its AVX cost propagation (cuTree) writes 4 at a time (6 or 7 ints past a 3-int buffer at width 40,
+# seen with valgrind), so glibc aborts later ("corrupted size vs. prev_size") or memory is silently damaged.
+X265_MIN_WIDTH = 49
 
 
-def _av1_size_problem(width: int, height: int) -> str | None:
-    """Why SVT-AV1 cannot take `width`x`height` frames (it crashes or hangs the process), or None."""
-    if width < SVT_AV1_MIN_WIDTH:
-        return f"width must be >= {SVT_AV1_MIN_WIDTH}"
-    if height <= SVT_AV1_LOW_MAX_HEIGHT and width > SVT_AV1_LOW_MAX_WIDTH:
-        return (f"frames of {SVT_AV1_LOW_MAX_HEIGHT} rows or fewer must be at most {SVT_AV1_LOW_MAX_WIDTH} pixels "
-                f"wide (its encoder hangs)")
-    return None
+def _refuse_unsafe_size(name: str, width: int, height: int) -> None:
+    if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
+                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
+    if name == "libsvtav1" and height <= SVT_AV1_SHORT_HEIGHT and width > SVT_AV1_SHORT_MAX_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too flat for AV1 (SVT-AV1 never finishes such a "
+                               f"stream): frames wider than {SVT_AV1_SHORT_MAX_WIDTH} need a height >= "
+                               f"{SVT_AV1_SHORT_HEIGHT + 1}; use a taller camera or vcodec='h264'")
+    if name == "libx265" and width < X265_MIN_WIDTH:
+        raise WriterInputError(f"{width}x{height} frames are too narrow for HEVC (x265 corrupts memory below "
+                               f"{X265_MIN_WIDTH} pixels): width must be >= {X265_MIN_WIDTH}; use a wider camera "
+                               f"or vcodec='h264'")
+
+
+def check_gop(name: str, gop) -> None:
+    """`gop` (frames from one key frame to the next) for the encoder `name`."""
+    if isinstance(gop, bool) or not isinstance(gop, (int, np.integer)) or gop < 1:
+        raise WriterInputError(f"gop must be a positive integer (frames from one key frame to the next), got {gop!r}")
+    if name == "libsvtav1" and gop == 1:
+        # every frame a key frame: SVT-AV1 4.1 then, at random, never finishes the stream (its flush waits
+        # forever; seen once in 10 to 50 episodes of 42 frames at 128x64, with the default preset too)
+        raise WriterInputError("gop=1 (every frame a key frame) is not written with AV1: SVT-AV1 at random never "
+                               "finishes such a stream; use gop >= 2, or vcodec='h264' or 'hevc' for key frames only")
 
 
 def encoder_name(vcodec: str) -> str:
@@ -51,12 +77,8 @@ def encoder_name(vcodec: str) -> str:
 def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
                 preset: int | str | None):
     name = encoder_name(vcodec)
-    problem = _av1_size_problem(width, height) if name == "libsvtav1" else None
-    if problem:
-        # refused before the encoder opens: these sizes crash (SIGFPE) or hang the SVT-AV1 bundled with PyAV, the
-        # whole process, so a probe could not report them
-        raise WriterInputError(f"AV1 (SVT-AV1) cannot encode {width}x{height} frames: {problem}; use another "
-                               f"camera size or vcodec='h264'")
+    check_gop(name, gop)
+    _refuse_unsafe_size(name, width, height)
     options = {"g": str(gop)}
     if crf is not None:
         options["crf"] = str(crf)
@@ -81,6 +103,7 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     try:
         with av.open(io.BytesIO(), mode="w", format="mp4") as container:
             stream, _ = _add_stream(container, width, height, fps, **opts)
+            stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
             frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
             frame.pts = 0
             for packet in [*stream.encode(frame), *stream.encode(None)]:
@@ -90,6 +113,35 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
     except av.FFmpegError as e:
         raise WriterInputError(f"camera {key!r}: {opts.get('vcodec')} cannot encode {width}x{height} "
                                f"{opts.get('pix_fmt')} frames with these options ({e})") from None
+
+
+ENCODE_ATTEMPTS = 3
+
+
+def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, attempts: int = ENCODE_ATTEMPTS,
+                label: str = "", **opts) -> int:
+    """Encode HWC uint8 `frames` into the mp4 `path` (temporary name, renamed when complete); returns its
+    encoded bytes. An encoder error (`av.FFmpegError`) costs the attempt, not the frames: the file is encoded
+    again from them by a fresh encoder, up to `attempts` times, then `EncoderError` is raised with nothing left
+    at `path`. Other errors (a full disk: OSError) are raised at once. `label` names the frames in messages."""
+    n, height, width = frames.shape[:3]
+    for attempt in range(1, attempts + 1):
+        writer = VideoFileWriter(path, width, height, fps, **opts)
+        try:
+            writer.add(frames)
+            writer.close(fsync=fsync)
+            return writer.bytes
+        except av.FFmpegError as e:
+            writer.abort()
+            if attempt == attempts:
+                raise EncoderError(f"{label or path}: the {writer.codec} encoder failed on its {n} frames at each of "
+                                   f"{attempts} attempts (last: {type(e).__name__}: {e})") from e
+            log.warning("%s: the %s encoder failed (%s: %s); encoding the %d frames again (attempt %d of %d)",
+                        label or path, writer.codec, type(e).__name__, e, n, attempt + 1, attempts)
+        except BaseException:
+            writer.abort()
+            raise
+    raise AssertionError("unreachable")
 
 
 class VideoFileWriter:
