@@ -72,7 +72,7 @@ def test_small_arrays_are_not_pooled():
     assert a.shape == small and pool.kept_bytes() == 0
 
 
-def test_ring_reuses_a_slot_only_after_the_receiver_freed_it():
+def test_ring_reuses_a_slot_only_after_the_batch_received_in_it_is_dropped():
     from episodic.datasets import memory
 
     ring = memory.SlotRing(slots=2)
@@ -81,11 +81,23 @@ def test_ring_reuses_a_slot_only_after_the_receiver_freed_it():
     assert a is not None and b is not None and ring.take(1000) is None  # both in flight: caller falls back
     a[memory.HEADER:memory.HEADER + 4] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
     layout = [("x", memory.HEADER, (4,), "|u1"), ("task", None, ["t"], None)]
-    got = memory.receive(a, layout, frozenset())
+    got = memory.receive(a, layout)
     assert got["x"].tolist() == [1, 2, 3, 4] and got["task"] == ["t"]
-    assert ring.take(1000) is a  # freed by the receiver: reused
+    assert got["x"].data_ptr() == a.data_ptr() + memory.HEADER  # a view of the slot: no copy
+    assert got["x"].untyped_storage().nbytes() == 4  # on a storage of its own (a slice of the slot's)
+    memory.release_received()
+    assert ring.take(1000) is None  # the batch is alive: its slot stays taken
+    view = got["x"][1:]
+    del got
+    memory.release_received()
+    assert ring.take(1000) is None  # a view of one of its tensors is alive
+    del view
+    memory.release_received()
+    assert ring.take(1000) is a  # dropped: handed back and reused
     assert ring.take(10_000) is None
-    got = memory.receive(b, layout, frozenset())
+    got = memory.receive(b, layout)
+    del got
+    memory.release_received()
     bigger = ring.take(10_000)  # the free slot was too small: replaced by a larger one
     assert bigger is not None and bigger.numel() >= 10_000 + memory.HEADER and bigger is not b
 
@@ -94,15 +106,16 @@ def test_loader_batches_come_through_ring_slots(small_root):
     from episodic import EpisodicDataset
     from episodic.datasets import memory
 
-    memory._RECEIVED.clear()
+    memory.RECEIVED.handed_back.clear()
     ds = EpisodicDataset(small_root)
     seen = []
     for i, batch in enumerate(ds.loader(batch_size=8, num_workers=2, shuffle=False)):
         seen.append(batch["index"].clone())
         if i == 9:
             break
-    slots = {b.untyped_storage().data_ptr() for b in memory._RECEIVED}
-    assert len(memory._RECEIVED) == 6 and len(slots) <= 6  # received through slots, reused
+    slots = {b.untyped_storage().data_ptr() for b in memory.RECEIVED.handed_back}
+    # each batch dropped when the next one came: its slot handed back, slots reused (2 workers x 5 at most)
+    assert len(memory.RECEIVED.handed_back) >= 8 and len(slots) <= 10
     assert torch.equal(torch.cat(seen), torch.arange(80))
 
 

@@ -28,7 +28,7 @@ class BatchAccess:
 
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
-        batch = make_batch(lambda dtype: self.build(indices, dtype), self.camera_keys, self.return_uint8,
+        batch = make_batch(lambda dtype: self.build(indices, dtype), self.return_uint8,
                            sharing=sharing)
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch

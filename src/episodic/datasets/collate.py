@@ -1,17 +1,17 @@
 """Batches that skip per-item re-collation, and cross from DataLoader workers cheaply.
 
 Datasets build a whole batch at once (vectorised gathers, one decode pass per file) as a `Batch`: the
-tensors of all items stacked, cameras decoded straight into them (float32 in the process that hands them out,
-uint8 in a DataLoader worker; see `make_batch` and `memory`). The DataLoader still gets
+tensors of all items stacked, cameras decoded straight into them in the user's dtype (float32 in [0, 1], or
+uint8 with `return_uint8`; see `make_batch` and `memory`). The DataLoader still gets
 per-item dicts, as LeRobot's items are: `Item`s, made on demand from the batch (`ItemBatch`). When torch's
 `default_collate` receives exactly the items of one batch, in order, it returns that batch instead of
 stacking every key again: same keys, dtypes, shapes and values.
 
 In a DataLoader worker, the batch's tensors are views of ONE shared-memory block (one mapping to share, not
-one per key), usually a slot of the worker's ring (`memory.SlotRing`) that the main process copies out of
-when it unpickles the batch (`SlotBatch`, `memory.receive`) and hands back; float cameras travel as their
-uint8 frames (a quarter of the bytes) and become float32 in that copy. A batch in a fresh block (ring
-full) travels as views (`Own`, `UnitFloat`). The worker shares tensors the way its loader says
+one per key), usually a slot of the worker's ring (`memory.SlotRing`) that the main process hands out without
+copying when it unpickles the batch (`SlotBatch`, `memory.receive`) and gives back once the batch is dropped;
+so the main process, which every batch passes through, neither copies nor converts frames. A batch in a fresh
+block (ring full) travels as views (`Own`). The worker shares tensors the way its loader says
 (`TensorSharing`). `deliver` is the one place that decides between what a worker sends and what the main
 process hands out.
 
@@ -25,20 +25,10 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from .. import config, runtime
-from ..video.output import unit_float_into
-from .memory import POOL, RING, Empty, receive
-
-
-def unit_float(u8: torch.Tensor) -> torch.Tensor:
-    """uint8 -> float32 in [0, 1], bit-identical to `u8.float() / 255` (LeRobot's conversion), into a
-    recycled buffer of this process's frame pool."""
-    (out,) = POOL.take([Empty(tuple(u8.shape), np.dtype(np.float32))])
-    unit_float_into(u8.numpy(), out.numpy())
-    return out
+from .memory import RING, receive
 
 
 def own_storage(t: torch.Tensor) -> torch.Tensor:
@@ -52,32 +42,20 @@ def own_storage(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype).set_(storage[start:start + nbytes], 0, t.shape, t.stride())
 
 
-class UnitFloat:
-    """A uint8 camera batch that unpickles as its float32 [0, 1] tensor (in the receiving process)."""
-
-    __slots__ = ("u8",)
-
-    def __init__(self, u8: torch.Tensor):
-        self.u8 = u8
-
-    def __reduce__(self):
-        return unit_float, (self.u8,)
-
-
 class SlotBatch:
-    """A batch a worker built in a ring slot; unpickles (in the main process) as the collated dict, copied out
-    of the slot, which goes back to the worker (`memory.receive`)."""
+    """A batch a worker built in a ring slot; unpickles (in the main process) as the collated dict, views of the
+    slot, which goes back to the worker once the batch is dropped (`memory.receive`)."""
 
-    __slots__ = ("layout", "slot", "to_float")
+    __slots__ = ("layout", "slot")
 
     def __init__(self, slot: torch.Tensor, batch: "Batch"):
-        self.slot, self.to_float = slot, frozenset(batch.to_float)
+        self.slot = slot
         self.layout = [(k, None, list(v), None) if isinstance(v, list) else
                        (k, v.storage_offset() * v.element_size(), tuple(v.shape), v.numpy().dtype.str)
                        for k, v in batch.tensors.items()]
 
     def __reduce__(self):
-        return receive, (self.slot, self.layout, self.to_float)
+        return receive, (self.slot, self.layout)
 
 
 class Own:
@@ -93,50 +71,37 @@ class Own:
 
 
 class Batch:
-    """Batched tensors of several items, in item key order; keys in `to_float` hold uint8 frames that users
-    see as float32 in [0, 1]. Text values ('task', string features, a mixture's 'dataset_name') are lists of
-    strings."""
+    """Batched tensors of several items, in item key order. Text values ('task', string features, a mixture's
+    'dataset_name') are lists of strings."""
 
-    __slots__ = ("tensors", "to_float", "size", "_floats")
+    __slots__ = ("tensors", "size")
 
-    def __init__(self, tensors: dict, to_float: set[str] | frozenset = frozenset()):
-        self.tensors, self.to_float = tensors, set(to_float)
+    def __init__(self, tensors: dict):
+        self.tensors = tensors
         self.size = len(tensors["task"])
-        self._floats: dict = {}
-
-    def float(self, key: str) -> torch.Tensor:
-        """The float32 frames of camera `key`, converted once."""
-        if key not in self._floats:
-            self._floats[key] = unit_float(self.tensors[key])
-        return self._floats[key]
 
     def collated(self) -> dict:
         """What default_collate would make of the items."""
-        return {k: (self.float(k) if k in self.to_float else list(v) if isinstance(v, list) else v) for k, v in self.tensors.items()}
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.tensors.items()}
 
     def for_transport(self):
-        """The same, for a worker to send: float cameras become float32 in the receiving process, and every
-        other tensor gets a storage of its own there (they travel as views of one shared block; a block that
-        is a ring slot is copied out by the receiver and handed back: `SlotBatch`)."""
+        """The same, for a worker to send: every tensor gets a storage of its own in the receiving process (they
+        travel as views of one shared block; a block that is a ring slot is handed out there without a copy and
+        given back once the batch is dropped: `SlotBatch`)."""
         first = next((v for v in self.tensors.values() if not isinstance(v, list)), None)
         slot = RING.slot_of(first) if first is not None else None
         if slot is not None:
             return SlotBatch(slot, self)
-        return {k: (UnitFloat(v) if k in self.to_float else list(v) if isinstance(v, list) else Own(v))
-                for k, v in self.tensors.items()}
+        return {k: list(v) if isinstance(v, list) else Own(v) for k, v in self.tensors.items()}
 
     def item(self, b: int) -> "Item":
-        # in a worker, items are rarely looked at (the batch travels whole): convert only this one
-        per_item = runtime.in_worker()
-        item = Item((k, (unit_float(v[b]) if per_item else self.float(k)[b]) if k in self.to_float else v[b])
-                    for k, v in self.tensors.items())
+        item = Item((k, v[b]) for k, v in self.tensors.items())
         item._batch, item._pos = self, b
         return item
 
     def items(self) -> list["Item"]:
-        """All items (float cameras converted), with one unbind per key rather than one index per item."""
-        cols = [(k, self.float(k).unbind(0) if k in self.to_float else v.unbind(0) if not isinstance(v, list) else v)
-                for k, v in self.tensors.items()]
+        """All items, with one unbind per key rather than one index per item."""
+        cols = [(k, v if isinstance(v, list) else v.unbind(0)) for k, v in self.tensors.items()]
         out = []
         for b in range(self.size):
             item = Item((k, c[b]) for k, c in cols)
@@ -182,7 +147,7 @@ class ItemBatch(Sequence):
 
 def deliver(batch: Batch) -> dict:
     """What a Batch becomes when it leaves the dataset: in a DataLoader worker, what crosses to the main
-    process (float cameras as uint8, converted there); in the main process, the collated dict."""
+    process (`Batch.for_transport`); in the main process, the collated dict."""
     return batch.for_transport() if runtime.in_worker() else batch.collated()
 
 
@@ -236,18 +201,14 @@ class _SharedBlocks:
 _SHARED = _SharedBlocks()
 
 
-def make_batch(build: Callable[[str], dict], camera_keys: Sequence[str], return_uint8: bool = False,
-               sharing: TensorSharing | None = None) -> Batch:
-    """The Batch of `build(frame_dtype)` (a FrameEngine.batch: tensors placed by `memory.place`). Frames are
-    made float32 where they are handed out, in the decoding pass; a DataLoader worker makes them uint8 (a
-    quarter of the bytes to share), which become float32 when the main process receives them (`UnitFloat`).
-    In a worker, the batch's block is shared as `sharing` says (default "auto")."""
-    worker = runtime.in_worker()
-    if worker:
+def make_batch(build: Callable[[str], dict], return_uint8: bool = False, sharing: TensorSharing | None = None) -> Batch:
+    """The Batch of `build(frame_dtype)` (a `gather`: tensors placed by `memory.place`), frames float32 in
+    [0, 1] (uint8 with `return_uint8`) converted in the decoding pass, in whatever process builds it. In a
+    DataLoader worker, the batch's block is shared as `sharing` says (default "auto")."""
+    if runtime.in_worker():
         (sharing or TensorSharing()).before_batch(_SHARED.sent)
         _SHARED.sent += 1
-    tensors = build("uint8" if return_uint8 or worker else "float32")
-    return Batch(tensors, to_float={k for k in camera_keys if k in tensors} if worker and not return_uint8 else set())
+    return Batch(build("uint8" if return_uint8 else "float32"))
 
 
 def unbatch(batch: Batch, transforms: Callable | None = None, camera_keys: Sequence[str] = ()) -> Sequence[dict]:

@@ -1,14 +1,16 @@
 """Where a batch's tensors live: recycled frame buffers in the process that hands batches out, one
-shared-memory block in a DataLoader worker.
+shared-memory block in a DataLoader worker, handed to the main process without a copy.
 
 Frames are the bulk of a batch (2 cameras at 480x640, batch 32: 59 MB as uint8, 236 MB as float32). Asking the
 allocator for that much every batch costs more than filling it: large allocations are fresh pages from the
 kernel, each faulted in and zeroed on first write (~150 ms for 236 MB on this 2-core machine, against ~30 ms
 for writing warm memory). So the main process hands out frames from a `FramePool` of buffers it recycles as
 soon as nothing outside the pool holds them (no view, no numpy array, no item of theirs alive), keeping at
-most two batches of frames idle. A DataLoader worker writes the whole batch into one shared-memory block,
-frames as uint8 (a quarter of the bytes of float32); the main process converts them into its pool
-(`collate.UnitFloat`).
+most two batches of frames idle. A DataLoader worker writes the whole batch, frames already in the user's dtype,
+into one shared-memory block, a slot of its `SlotRing` reused batch after batch; the main process hands the
+batch out as views of that slot (`receive`: no copy, no conversion in the one process every batch passes
+through) and gives the slot back to its worker once nothing holds any of those views (`release_received`,
+the same test as the frame pool's).
 
 `place` is the one entry point: given the arrays a batch already has and the shapes it still needs, it
 returns all of them as tensors in the right memory for this process.
@@ -26,7 +28,6 @@ import numpy as np
 import torch
 
 from .. import runtime
-from ..video.output import unit_float_into
 
 POOL_MIN_BYTES = 1 << 20  # smaller arrays come from the allocator: its free lists serve them warm already
 
@@ -135,12 +136,14 @@ FREE, IN_FLIGHT = 0, 1
 class SlotRing:
     """A DataLoader worker's shared-memory blocks, reused across batches: a fresh block costs its pages on
     every batch (~45 ms for the 59 MB of uint8 frames of 2 cameras at 480x640, batch 32, against ~6 ms
-    for writing warm memory). A slot is taken for a batch (byte 0 = IN_FLIGHT) and only the main process's
-    `receive` sets it FREE again, after it has copied everything out: a batch that leaves the worker any
-    other way (a user's own collate function) keeps its slot forever, and once `slots` are taken every
-    further batch gets a fresh block, as without the ring. Never waits."""
+    for writing warm memory). A slot is taken for a batch (byte 0 = IN_FLIGHT) and only the main process
+    sets it FREE again, once no tensor of the batch it received in it is alive (`release_received`): a batch
+    that leaves the worker any other way (a user's own collate function) keeps its slot forever, and once
+    `slots` are taken every further batch gets a fresh block, as without the ring. Never waits. The default
+    covers a DataLoader's steady state: `prefetch_factor` (2) batches queued, one being built, and the one or
+    two the training loop holds."""
 
-    def __init__(self, slots: int = 3):
+    def __init__(self, slots: int = 5):
         self.max_slots = slots
         self.slots: list[torch.Tensor] = []  # uint8 tensors over each whole slot
         runtime.after_fork(self)
@@ -217,25 +220,55 @@ def _views(block: torch.Tensor, arrays: dict, offsets: dict[str, int], base: int
     return out
 
 
-def receive(block: torch.Tensor, layout: list, to_float: frozenset | set) -> dict:
+def receive(block: torch.Tensor, layout: list) -> dict:
     """In the main process: a batch a worker sent in a ring slot (`block`; `layout`: (key, byte offset, shape,
-    numpy dtype) per tensor, or (key, None, value, None) for values sent as they are), copied out into this
-    process's memory -- the cameras of `to_float` converted to float32 in [0, 1] on the way (bit-identical to
-    ``x.float() / 255``) -- then the slot handed back to its worker (byte 0 = FREE)."""
-    raw = block.numpy()
-    tensors = [(k, off, shape, np.dtype(dt)) for k, off, shape, dt in layout if off is not None]
-    outs = POOL.take([Empty(tuple(shape), np.dtype(np.float32) if k in to_float else dt) for k, _, shape, dt in tensors])
-    got = {}
-    for (k, off, shape, dt), out in zip(tensors, outs):
-        src = raw[off:off + math.prod(shape) * dt.itemsize].view(dt).reshape(shape)
-        if k in to_float:
-            unit_float_into(src, out.numpy())
+    numpy dtype) per tensor, or (key, None, value, None) for values sent as they are), as tensors over the slot
+    (no copy), each on a storage of its own (a slice of the slot's: `torch.save`, pickle and deepcopy see one
+    storage per tensor). The slot goes back to its worker once none of them is alive (`release_received`)."""
+    release_received()
+    storage = block.untyped_storage()
+    out = {}
+    for k, off, shape, dt in layout:
+        if off is None:
+            out[k] = shape
+            continue
+        dt = np.dtype(dt)
+        nbytes = math.prod(shape) * dt.itemsize
+        dtype = torch.from_numpy(np.empty(0, dt)).dtype
+        out[k] = torch.empty(0, dtype=dtype).set_(storage[off:off + nbytes], 0, tuple(shape))
+    RECEIVED.hold(block)
+    return out
+
+
+def release_received() -> None:
+    """Hand back to their workers the slots whose batch nothing holds any more (byte 0 = FREE): the only
+    tensor left on the slot's storage is the one kept here (`_holders`, as the frame pool tests its buffers)."""
+    kept = []
+    for block in RECEIVED.held:
+        if _holders(block) == _ALONE:
+            block[0] = FREE
+            RECEIVED.handed_back.append(block)
         else:
-            np.copyto(out.numpy(), src)
-        got[k] = out
-    raw[0] = FREE
-    _RECEIVED.append(block)  # keeps its mapping: the worker's next batch in this slot maps no new pages
-    return {k: (got[k] if off is not None else shape) for k, off, shape, _ in layout}
+            kept.append(block)
+    RECEIVED.held[:] = kept
 
 
-_RECEIVED: deque = deque(maxlen=6)  # the last slots received (2 workers x 3 slots)
+class _Received:
+    """The main process's slots received (`held`: their batch may be alive) and the last ones handed back (their
+    mappings stay, so a worker's next batch in a slot maps no new pages here). Without torch's storage use count
+    (`runtime.storage_use_count`) no slot is held: it stays taken, and its worker goes on with fresh blocks."""
+
+    def __init__(self):
+        self.held: list[torch.Tensor] = []
+        self.handed_back: deque = deque(maxlen=10)  # 2 workers x 5 slots
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:  # a forked worker holds none of its parent's slots
+        self.held, self.handed_back = [], deque(maxlen=10)
+
+    def hold(self, block: torch.Tensor) -> None:
+        if _ALONE[0] is not None:
+            self.held.append(block)
+
+
+RECEIVED = _Received()

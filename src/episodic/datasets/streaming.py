@@ -180,7 +180,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         entries, episodes = self.epochs.slots(np.asarray(plan.episodes, dtype=np.int64), st.epoch, st.seed)
         consumer = Consumer(self.item_layout, self.entry, entries, episodes, plan.frames, self.options, self.counters,
                             self.decoders, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"), self.tally)
-        make = partial(make_batch, camera_keys=self.camera_keys, return_uint8=self.return_uint8, sharing=it.sharing)
+        make = partial(make_batch, return_uint8=self.return_uint8, sharing=it.sharing)
         batches = iterate_consumer(consumer, order, it.chunk_size, self.counters, t_start, make)
         while True:
             t0 = time.perf_counter()
