@@ -41,7 +41,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from .storage import open_source
-    from .tools.info import summary
+    from .tools.dataset_info import summary
 
     src = open_source(args.path)
     print(summary(src.load_metadata()))
@@ -122,7 +122,7 @@ def _chart(command: str, output: str | None, default: str, draw: Callable[[str],
 
 
 def _bench_summarize(args: argparse.Namespace) -> int:
-    from .tools.bench.report import load_results, summary_table  # no torch: summarizing reads JSON files only
+    from .tools.bench.tables import load_results, summary_table  # no torch: summarizing reads JSON files only
     from .tools.plots import bench_summary_chart
 
     rows = load_results(args.results)

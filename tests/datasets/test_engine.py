@@ -198,7 +198,7 @@ def test_image_features_gathered_from_several_parts(small_root, copy_of):
 def test_frame_errors_name_the_episode_camera_and_batch_shape(small_root):
     from dataclasses import replace
 
-    from episodic.datasets.frames import flat_frames, run_jobs
+    from episodic.datasets.decode import flat_frames, run_jobs
     from episodic.datasets.gather import gather
     from episodic.format.errors import DatasetFormatError, FrameTimestampError
 

@@ -13,7 +13,7 @@ import pytest
 from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixturePreflightError
 from episodic.mixture import MixtureSpec, build_sampler, preflight
-from episodic.mixture import fetch as fetch_module
+from episodic.mixture import entry_sources as fetch_module
 from episodic.mixture.synthetic import mixture_spec
 from episodic.mixture.weights import raw_weights, shares
 

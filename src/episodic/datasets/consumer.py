@@ -36,7 +36,7 @@ from ..storage.resolve import reopen
 from ..storage.source import Source
 from ..tabular import Columns, load_columns
 from ..video import DecoderCache
-from .frames import EntryFrames
+from .decode import EntryFrames
 from .gather import Rows, gather, positions_by_value
 from .item_layout import ItemLayout
 from .item_spec import ItemSpec

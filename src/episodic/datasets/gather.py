@@ -19,7 +19,7 @@ import numpy as np
 
 from ..format.errors import DatasetFormatError
 from ..tabular import Columns, window_rows
-from .frames import EntryFrames, FrameJob, flat_frames, run_jobs
+from .decode import EntryFrames, FrameJob, flat_frames, run_jobs
 from .item_layout import TEXT_KINDS, Field, ItemLayout, item_dtype
 from .memory import Empty, place
 

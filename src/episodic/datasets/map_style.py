@@ -21,7 +21,7 @@ from ..video import DecoderCache
 from ..video.decoder import default_cache_size
 from .access import BatchAccess
 from .facts import DatasetFacts
-from .frames import EntryFrames, camera_files
+from .decode import EntryFrames, camera_files
 from .gather import Rows, gather
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes

@@ -31,7 +31,7 @@ from ..tabular import UnknownTasks, load_columns
 from ..video import DecoderCache
 from ..video.decoder import DECODER_BUDGET_BYTES, DEFAULT_MIN_OPEN, default_cache_size
 from .consumer import StreamEntry
-from .frames import EntryFrames, camera_files
+from .decode import EntryFrames, camera_files
 from .gather import Rows
 from .item_spec import ItemSpec
 

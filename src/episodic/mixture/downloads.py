@@ -31,7 +31,7 @@ from typing import Callable
 from ..progress import bar
 from ..storage import hub
 from ..storage.copies import DatasetCopy, metadata_fingerprint
-from .fetch import hub_dir, source_kind
+from .entry_sources import hub_dir, source_kind
 from .files import entry_files
 from .report import PreflightReport
 from .spec import MixtureEntry

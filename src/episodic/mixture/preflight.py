@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 
 from .entry_checks import check_entry
-from .fetch import DEFAULT_CONCURRENCY, fetch_all
+from .entry_sources import DEFAULT_CONCURRENCY, fetch_all
 from .report import EntryReport, PreflightReport, Problem
 from .spec import ON_ERROR, MixtureSpec, load_spec
 from .weights import raw_weights, shares

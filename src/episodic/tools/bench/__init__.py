@@ -9,10 +9,10 @@
 Importing this package imports no torch, so `episodic bench-summarize` does not either.
 """
 
-from .config import (DEMO_EPISODES, SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root,
+from .options import (DEMO_EPISODES, SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root,
                      parse_cameras, resolve_cameras)
 from .lerobot_compare import default_lerobot_python, lerobot_side_script, ratios, run_lerobot
-from .report import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
+from .tables import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
 from .runner import counter_deltas, environment, make_loader, run_bench
 
 __all__ = [

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from .config import BenchConfig
+from .options import BenchConfig
 
 DEFAULT_LEROBOT_PYTHON = Path(".bench") / "lerobot-venv" / "bin" / "python"
 

@@ -38,7 +38,7 @@ import numpy as np
 from ... import runtime
 from ...counters import FIELDS
 from ...progress import bar as progress_bar
-from .config import SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root, resolve_cameras
+from .options import SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root, resolve_cameras
 
 
 # ---------------------------------------------------------------------------------------------- environment

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from .config import SCHEMA, BenchError
+from .options import SCHEMA, BenchError
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
