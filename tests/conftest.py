@@ -47,7 +47,7 @@ def multifile_root(tmp_path_factory) -> Path:
 def synthetic(tmp_path_factory):
     """12 tiny heterogeneous datasets written by episodic's writer (`mixture.synthetic`: v3.0 and, every 4th from
     the third, v2.1; 1-4 cameras of 4 sizes, dims 6-14, fps 10-50), each 2-4 episodes of 5-16 frames."""
-    from episodic.mixture.synthetic import write_synthetic_datasets
+    from episodic.testing.synthetic import write_synthetic_datasets
 
     return write_synthetic_datasets(tmp_path_factory.mktemp("mixture"), 12, seed=1)
 

@@ -16,7 +16,7 @@ from episodic.datasets.mixture import MixtureDataset
 from episodic.format.errors import EpisodeIndexError, MissingFileError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.layout import camera_key
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 SIZE = (24, 40)  # the synthetic cameras are 16x32, 24x32, 32x32 and 32x48
 

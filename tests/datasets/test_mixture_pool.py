@@ -16,7 +16,7 @@ from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 from support import add_image_feature
 
 SIZE = (24, 40)
@@ -99,7 +99,7 @@ def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthet
 
 def test_entries_without_cameras(synthetic, tmp_path):
     """A tabular-only entry among entries with cameras (its frames zeros, padding), and a mixture without any."""
-    from episodic.mixture.synthetic import write_synthetic_datasets
+    from episodic.testing.synthetic import write_synthetic_datasets
 
     tabular = write_synthetic_datasets(tmp_path / "tabular", 2, seed=4, cameras=(0, 0))
     spec = mixture_spec([*synthetic[:3], tabular[0]], delta_timestamps={"action": [0.0, 0.1]})

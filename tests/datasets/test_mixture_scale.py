@@ -11,7 +11,7 @@ import pytest
 
 from episodic.datasets.mixture import MixtureDataset
 from episodic.mixture import preflight
-from episodic.mixture.synthetic import mixture_spec, write_synthetic_datasets
+from episodic.testing.synthetic import mixture_spec, write_synthetic_datasets
 from episodic.tools.rss import PeakRSS, tree_rss_bytes
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.consumer import Consumer, iterate_consumer
 from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.mixture import MixtureSpec, preflight
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 from episodic.order.mixture_state import SpecChangeError
 from episodic.order.pool_order import PoolOrder
 

@@ -14,8 +14,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from episodic.format import load_metadata
 from episodic.mixture import MixtureSpec
-from episodic.mixture.entry_checks import selected_episodes
-from episodic.mixture.synthetic import mixture_spec
+from episodic.mixture.checking.entry_checks import selected_episodes
+from episodic.testing.synthetic import mixture_spec
 from support import FaultServer
 
 WORKER = Path(__file__).with_name("startup_worker.py")

@@ -1,7 +1,7 @@
 """One rank of a mixture start-up, launched by torchrun or as a plain process (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT in the environment) from test_startup.py (not a test module).
 
-Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs `episodic.mixture.startup.prepare`
+Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs `episodic.mixture.startup.distributed.prepare`
 on the real gloo process group and writes what it got to <out>/rank<r>.json: the result's figures, roots and report
 (entries, episode lengths, where each entry is read from), or the error's type, message and fields.
 With --tamper-handover, a rank that reads a handed-over report first overwrites the file with a pickle that would
@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from episodic.format.errors import MixtureStartupError
 from episodic.mixture import preflight
-from episodic.mixture.startup import prepare
+from episodic.mixture.startup.distributed import prepare
 
 
 class Payload:
@@ -37,8 +37,8 @@ def tamper(marker: str) -> None:
     """Before this rank reads the handed-over report, every file in the hand-over directory becomes a payload."""
     import pickle
 
-    import episodic.mixture.startup as startup
-    from episodic.mixture.handover import handover_dir
+    import episodic.mixture.startup.distributed as startup
+    from episodic.mixture.startup.handover import handover_dir
 
     real = startup.read_report
 

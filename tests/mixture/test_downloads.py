@@ -16,8 +16,8 @@ import pytest
 from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixtureStartupError
 from episodic.mixture import preflight
-from episodic.mixture.startup import prepare
-from episodic.mixture.synthetic import mixture_spec
+from episodic.mixture.startup.distributed import prepare
+from episodic.testing.synthetic import mixture_spec
 from startup_helpers import data_gets, expected, http_spec
 from support import assert_items_equal
 
@@ -133,7 +133,7 @@ def test_a_missing_file_is_named_with_its_entry(synthetic, served, tmp_path, mon
 _HUB_SCRIPT = """
 import json, sys
 from episodic.mixture import preflight
-from episodic.mixture.startup import prepare
+from episodic.mixture.startup.distributed import prepare
 report = preflight(json.loads(sys.argv[1]))
 result = prepare(report, concurrency=2)
 print(json.dumps({"roots": list(result.roots), "missing": result.files_missing, "fetched": result.files_fetched}))

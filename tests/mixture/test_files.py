@@ -6,7 +6,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from episodic.format import load_metadata
 from episodic.mixture import MixtureSpec, preflight
-from episodic.mixture.files import entry_files, needed_files
+from episodic.mixture.startup.files import entry_files, needed_files
 
 
 def test_files_of_selected_episodes_and_mapped_cameras(multifile_root):

@@ -15,9 +15,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from episodic.format import load_metadata
 from episodic.format.errors import MixtureStartupError
-from episodic.mixture import MixtureSpec, handover, load_spec, preflight, prepare
-from episodic.mixture.handover import handover_dir, read_report, remove_report, spec_digest, write_report
-from episodic.mixture.synthetic import mixture_spec
+from episodic.mixture import MixtureSpec, load_spec, preflight, prepare
+from episodic.mixture.startup import handover
+from episodic.mixture.startup.handover import handover_dir, read_report, remove_report, spec_digest, write_report
+from episodic.testing.synthetic import mixture_spec
 from episodic.storage.cache import copy_dir
 from episodic.storage.copies import metadata_fingerprint
 

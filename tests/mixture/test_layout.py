@@ -6,7 +6,7 @@ import pytest
 from episodic.format.errors import MixtureLayoutError
 from episodic.mixture import preflight
 from episodic.mixture.layout import MixtureLayout, camera_key
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 
 def test_layout_of_a_mixture(synthetic):
@@ -71,11 +71,11 @@ def test_one_camera_size_needs_no_image_size(synthetic):
 
 def _doc_examples() -> dict[str, str]:
     """The spec examples as the docs print them: the first ```yaml block of docs/mixtures.md and the ``::`` block
-    of the `episodic.mixture.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
+    of the `episodic.mixture.checking.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
     import re
     from pathlib import Path
 
-    import episodic.mixture.spec as spec_module
+    import episodic.mixture.checking.spec as spec_module
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "mixtures.md").read_text()
     block = re.search(r"```yaml\n(.*?)```", doc, re.S).group(1)

@@ -7,7 +7,7 @@ from episodic import EpisodicDataset
 from episodic.mixture import preflight
 from episodic.mixture.layout import MixtureLayout, camera_key
 from episodic.mixture.norm_stats import PAD_STATS, entry_stats, pooled_stats
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 
 def _setup(synthetic):

@@ -7,7 +7,7 @@ import pytest
 
 from episodic.format.errors import MixturePreflightError, MixtureSpecError
 from episodic.mixture import MixtureSpec, preflight
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 
 def test_training_config_with_ref_mapping_and_weights(tmp_path, synthetic):

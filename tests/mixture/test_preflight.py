@@ -13,9 +13,9 @@ import pytest
 from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixturePreflightError
 from episodic.mixture import MixtureSpec, build_sampler, preflight
-from episodic.mixture import entry_sources as fetch_module
-from episodic.mixture.synthetic import mixture_spec
-from episodic.mixture.weights import raw_weights, shares
+from episodic.mixture.checking import entry_sources as fetch_module
+from episodic.testing.synthetic import mixture_spec
+from episodic.mixture.checking.weights import raw_weights, shares
 
 
 def test_facts_of_every_entry(synthetic):

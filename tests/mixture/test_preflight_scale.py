@@ -8,7 +8,7 @@ import pytest
 
 from episodic.format.errors import MixturePreflightError
 from episodic.mixture import MixtureSpec, build_sampler, preflight
-from episodic.mixture.synthetic import mixture_spec, write_synthetic_datasets
+from episodic.testing.synthetic import mixture_spec, write_synthetic_datasets
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from episodic.format.errors import MixtureSpecError
-from episodic.mixture.refs import MAX_NESTING, MAX_NODES, resolve_refs
+from episodic.mixture.checking.refs import MAX_NESTING, MAX_NODES, resolve_refs
 
 
 def write(path, obj):

@@ -9,7 +9,7 @@ import pytest
 from episodic.cli import main
 from episodic.mixture import build_sampler, preflight
 from episodic.mixture.shares import order_counts, share_table
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 from support import assert_picture, read_png
 
 

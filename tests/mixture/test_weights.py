@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from episodic.mixture import MixtureEntry, MixtureSpec, Weighting
-from episodic.mixture.weights import raw_weights, shares
+from episodic.mixture.checking.weights import raw_weights, shares
 
 FRAMES = [100, 400, 900, 0]
 EPISODES = [1, 4, 3, 0]

@@ -95,8 +95,8 @@ def test_metadata_read_already_is_written_without_a_request(remote, tmp_path):
     not there) are written as they are; only a file not among them is asked for. Bytes that do not give the
     fingerprint checked are refused."""
     from episodic.format.errors import MissingFileError
-    from episodic.mixture.entry_sources import fetch_entry
-    from episodic.mixture.spec import MixtureEntry
+    from episodic.mixture.checking.entry_sources import fetch_entry
+    from episodic.mixture.checking.spec import MixtureEntry
 
     srv, url, root = remote
     got = fetch_entry(MixtureEntry(source=url), keep_files=True)

@@ -18,7 +18,7 @@ import pytest
 
 from episodic.cli import main
 from episodic.mixture import build_sampler, preflight
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 INSTALL = 'pip install "episodic[plot]"'
 

@@ -25,7 +25,7 @@ import torch
 
 from ..counters import Counters, Tally
 from ..mixture.layout import MixtureLayout
-from ..mixture.report import PreflightReport
+from ..mixture.checking.report import PreflightReport
 from ..mixture.sampling import build_sampler
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
@@ -43,7 +43,7 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
     """`spec` as a preflight report: a report as it is, else preflight of the spec (object, dict or file)."""
     if isinstance(spec, PreflightReport):
         return spec
-    from ..mixture.preflight import preflight
+    from ..mixture.checking import preflight
 
     return preflight(spec, on_error=on_error, concurrency=concurrency)
 

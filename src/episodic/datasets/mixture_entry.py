@@ -24,9 +24,9 @@ import numpy as np
 from .. import config
 from ..counters import Counters
 from ..format.errors import EpisodeIndexError
-from ..mixture.entry_checks import selected_episodes
+from ..mixture.checking.entry_checks import selected_episodes
 from ..mixture.layout import EntryLayout, MixtureLayout
-from ..mixture.report import PreflightReport
+from ..mixture.checking.report import PreflightReport
 from ..tabular import UnknownTasks, load_columns
 from ..video import DecoderCache
 from ..video.decoder import DECODER_BUDGET_BYTES, DEFAULT_MIN_OPEN, default_cache_size

@@ -10,11 +10,11 @@
   a hang.
 """
 
-from .preflight import preflight
-from .report import EntryReport, PreflightReport, Problem
+from .checking import preflight
+from .checking.report import EntryReport, PreflightReport, Problem
 from .sampling import build_sampler
-from .spec import MixtureEntry, MixtureSpec, Weighting, load_spec
-from .startup import StartupResult, prepare
+from .checking.spec import MixtureEntry, MixtureSpec, Weighting, load_spec
+from .startup.distributed import StartupResult, prepare
 
 __all__ = ["EntryReport", "MixtureEntry", "MixtureSpec", "PreflightReport", "Problem", "StartupResult", "Weighting",
            "build_sampler", "load_spec", "preflight", "prepare"]

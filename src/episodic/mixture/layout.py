@@ -34,7 +34,7 @@ import numpy as np
 from ..format.errors import MixtureLayoutError
 from ..format.timebase import frames_to_seconds
 from ..video.output import RESIZE_MODES, check_image_size
-from .report import PreflightReport
+from .checking.report import PreflightReport
 
 __all__ = ["EntryLayout", "MixtureLayout", "camera_key"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..order.frames import EpisodeFrames
 from ..order.mixture_sampler import MixtureSampler
-from .entry_checks import selected_episodes
-from .report import PreflightReport
+from .checking.entry_checks import selected_episodes
+from .checking.report import PreflightReport
 
 __all__ = ["build_sampler"]
 

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..format.errors import MixtureSpecError
+from ...format.errors import MixtureSpecError
 
 __all__ = ["REF_KEY", "MAX_FILE_BYTES", "MAX_NESTING", "MAX_NODES", "load_document", "resolve_refs"]
 

@@ -41,15 +41,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import config
-from ..format.errors import EpisodicError, MixtureStartupError
-from ..format.paths import inside
-from ..storage.atomic import atomic_write_bytes
-from ..storage.copies import metadata_fingerprint
-from ..storage.source import open_source
+from ... import config
+from ...format.errors import EpisodicError, MixtureStartupError
+from ...format.paths import inside
+from ...storage.atomic import atomic_write_bytes
+from ...storage.copies import metadata_fingerprint
+from ...storage.source import open_source
 from .downloads import local_root
-from .report import EntryReport, PreflightReport, Problem
-from .spec import ON_ERROR, RESERVED_ROLES, MixtureSpec
+from ..checking.report import EntryReport, PreflightReport, Problem
+from ..checking.spec import ON_ERROR, RESERVED_ROLES, MixtureSpec
 
 __all__ = ["MAX_BYTES", "handover_dir", "read_report", "remove_report", "spec_digest", "write_report"]
 

@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError
-from ..format.metadata import DatasetMetadata, load_metadata
-from ..progress import bar
-from ..storage.source import Source, is_url, open_source
+from ...format.errors import DatasetFormatError, EpisodicError, MissingFileError
+from ...format.metadata import DatasetMetadata, load_metadata
+from ...progress import bar
+from ...storage.source import Source, is_url, open_source
 from .spec import MixtureEntry
 
 __all__ = ["Fetched", "fetch_all", "fetch_entry", "hub_dir", "source_kind"]
@@ -47,7 +47,7 @@ def source_kind(source: str) -> str:
 
 def hub_dir(entry: MixtureEntry) -> Path:
     """Where a Hub entry's dataset is read from: the entry's ``root``, else `storage.hub.hub_root`."""
-    from ..storage.hub import hub_root
+    from ...storage.hub import hub_root
 
     return Path(entry.root).expanduser() if entry.root else hub_root(entry.source, entry.revision)
 
@@ -80,7 +80,7 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False, keep_files: bool
     kind = source_kind(entry.source)
     try:
         if kind == "hub":
-            from ..storage.hub import download
+            from ...storage.hub import download
 
             local = hub_dir(entry)
             if refresh_hub or not (local / "meta" / "info.json").exists():

@@ -22,7 +22,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from ..storage.source import is_url
+from ...storage.source import is_url
 from .spec import MixtureEntry, MixtureSpec, Weighting, checked_spec, raise_problems
 
 __all__ = ["from_opentau"]

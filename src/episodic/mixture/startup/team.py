@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from .. import config, runtime
-from ..format.errors import MixtureStartupError
+from ... import config, runtime
+from ...format.errors import MixtureStartupError
 
 __all__ = ["Team", "claims_download", "leaders"]
 

@@ -59,9 +59,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..format.errors import MixtureSpecError
-from ..storage.source import is_url
-from ..tabular.values import ON_UNKNOWN_TASK
+from ...format.errors import MixtureSpecError
+from ...storage.source import is_url
+from ...tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
 

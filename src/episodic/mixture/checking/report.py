@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.errors import MixturePreflightError
+from ...format.errors import MixturePreflightError
 from .spec import MixtureSpec
 
 __all__ = ["EntryReport", "PreflightReport", "Problem"]

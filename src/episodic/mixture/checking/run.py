@@ -27,7 +27,7 @@ __all__ = ["preflight"]
 
 
 def _error_text(e: BaseException) -> str:
-    from ..format.errors import EpisodicError
+    from ...format.errors import EpisodicError
 
     return str(e) if isinstance(e, EpisodicError) else f"unexpected {type(e).__name__}: {e}"
 
@@ -44,7 +44,7 @@ def preflight(spec, on_error: str | None = None, concurrency: int = DEFAULT_CONC
     on_error = spec.on_error if on_error is None else on_error
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    from ..checks import check_number
+    from ...checks import check_number
 
     check_number("concurrency", concurrency, 1, 256, integer=True)
     fetched = fetch_all(list(spec.entries), concurrency, progress, refresh_hub, cancel, keep_files)

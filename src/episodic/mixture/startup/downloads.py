@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..progress import bar
-from ..storage import hub
-from ..storage.copies import DatasetCopy, metadata_fingerprint
-from .entry_sources import hub_dir, source_kind
+from ...progress import bar
+from ...storage import hub
+from ...storage.copies import DatasetCopy, metadata_fingerprint
+from ..checking.entry_sources import hub_dir, source_kind
 from .files import entry_files
-from .report import PreflightReport
-from .spec import MixtureEntry
+from ..checking.report import PreflightReport
+from ..checking.spec import MixtureEntry
 
 __all__ = ["DownloadFailure", "EntryPlan", "NodeDownload", "local_root", "plan_entry"]
 
@@ -100,7 +100,7 @@ def local_root(entry: MixtureEntry, copies_dir: str | Path | None = None) -> str
     (`storage.cache.copy_dir` under `copies_dir`). Works from the spec alone: no request, nothing read."""
     kind = source_kind(entry.source)
     if kind == "url":
-        from ..storage.cache import copy_dir
+        from ...storage.cache import copy_dir
 
         path = copy_dir(entry.source, copies_dir)
     else:
@@ -111,7 +111,7 @@ def local_root(entry: MixtureEntry, copies_dir: str | Path | None = None) -> str
 def _copy_dir(base: str | Path | None, source) -> Path | None:
     if base is None:
         return None
-    from ..storage.cache import copy_dir
+    from ...storage.cache import copy_dir
 
     return copy_dir((source.location or source.url("")), base)
 

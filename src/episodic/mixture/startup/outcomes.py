@@ -17,7 +17,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from ..format.errors import MixturePreflightError, MixtureStartupError
+from ...format.errors import MixturePreflightError, MixtureStartupError
 from .downloads import DownloadFailure, NodeDownload
 
 __all__ = ["local_cause", "outcome", "raise_checks", "raise_failures", "raise_loads", "raise_mismatch", "told"]

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..format.metadata import DatasetMetadata
-from .entry_checks import selected_episodes
-from .report import PreflightReport
+from ...format.metadata import DatasetMetadata
+from ..checking.entry_checks import selected_episodes
+from ..checking.report import PreflightReport
 
 __all__ = ["entry_files", "needed_files"]
 

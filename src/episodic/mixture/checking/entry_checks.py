@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..format.metadata import DatasetMetadata
-from ..format.timebase import frames_to_seconds, seconds_to_frames
-from ..tabular.windows import delta_offsets
+from ...format.metadata import DatasetMetadata
+from ...format.timebase import frames_to_seconds, seconds_to_frames
+from ...tabular.windows import delta_offsets
 from .report import EntryReport, Problem
 from .spec import RESERVED_ROLES, MixtureEntry, MixtureSpec
 
