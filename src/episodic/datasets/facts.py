@@ -45,7 +45,7 @@ class MixtureFacts:
 
     def entry_stats(self) -> list[dict]:
         """Each entry's normalisation statistics under the shared keys (`mixture.norm_stats`), entry order."""
-        return entry_stats(self.layout, self.report.metadata)
+        return entry_stats(self.layout, self.report)
 
     def pooled_stats(self, group_of: Callable | None = None) -> dict:
         """Statistics pooled over the entries of each group (default: the entry's group / robot type)."""
