@@ -230,18 +230,27 @@ def _stats(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise SystemExit("episodic stats: --workers must be >= 1")
+    from .format.errors import EpisodicError
+
     cache = not args.no_cache
-    if is_spec(args.target):
-        if args.keys or args.episodes:
-            raise SystemExit("episodic stats: --keys and --episodes apply to a dataset; a mixture spec selects its "
-                             "entries' episodes and keys itself")
-        result = mixture_stats(args.target, group_by=args.group_by, workers=args.workers, progress=not args.quiet,
-                               cache=cache)
-    else:
-        keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
-        episodes = _episodes_arg(args.episodes) if args.episodes else None
-        result = dataset_stats(args.target, keys=keys, episodes=episodes, workers=args.workers,
-                               progress=not args.quiet, cache=cache)
+    try:
+        if is_spec(args.target):
+            if args.keys or args.episodes:
+                raise SystemExit("episodic stats: --keys and --episodes apply to a dataset; a mixture spec selects "
+                                 "its entries' episodes and keys itself")
+            result = mixture_stats(args.target, group_by=args.group_by, workers=args.workers,
+                                   progress=not args.quiet, cache=cache)
+        else:
+            keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+            episodes = _episodes_arg(args.episodes) if args.episodes else None
+            result = dataset_stats(args.target, keys=keys, episodes=episodes, workers=args.workers,
+                                   progress=not args.quiet, cache=cache)
+    except EpisodicError as e:  # every problem (spec, preflight, failed entries) on its own line
+        lines = str(e).splitlines() or [""]
+        print(f"episodic stats: error: {printable(lines[0])}", file=sys.stderr)
+        for line in lines[1:]:
+            print(printable(line), file=sys.stderr)
+        return 2
     for line in stats_table(result).splitlines():  # names and keys come from specs and datasets
         print(printable(line))
     if args.json:

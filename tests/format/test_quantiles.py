@@ -20,12 +20,12 @@ def _reference(x: np.ndarray) -> dict:
     return out
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 513, 514, 5000])
-def test_column_stats_equal_numpy(n):
+@pytest.mark.parametrize("n,threads", [(1, 1), (2, 1), (7, 2), (513, 1), (514, 3), (5000, 4)])
+def test_column_stats_equal_numpy(n, threads):
     rng = np.random.default_rng(n)
     x = np.concatenate([rng.normal(3, 2, (n, 3)), rng.standard_t(2, (n, 2)) * 100, rng.integers(-5, 5, (n, 1))],
                        axis=1).astype(np.float32)
-    ks = column_stats(x, block_bytes=8 * n * 2)  # blocks of two dimensions: the block loop is exercised
+    ks = column_stats(x, block_bytes=8 * n * 2, threads=threads)  # blocks of <= two dimensions, on threads
     want = _reference(x)
     for name, v in want.items():
         np.testing.assert_allclose(ks.stats[name], v, rtol=1e-12, atol=1e-12, err_msg=name)

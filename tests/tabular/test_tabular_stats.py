@@ -182,3 +182,37 @@ def test_remote_dataset_keyed_by_version_token(dataset, tmp_path):
         assert second.from_cache
         later = srv.requests[n:]
         assert not [p for m, p, _ in later if m == "GET" and "/data/" in p], later
+
+
+def _in_daemon(root, queue):
+    res = compute_stats([_job(root, ["action"], [0]), _job(root, ["action"], [1])], workers=2, cache=False)
+    queue.put([float(r.keys["action"].stats["mean"][0]) for r in res])
+
+
+def test_a_daemonic_caller_computes_in_its_own_process(dataset):
+    """A DataLoader worker (a daemonic process) may not start a pool: it computes the jobs itself."""
+    import multiprocessing as mp
+
+    root, written = dataset
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_in_daemon, args=(root, queue), daemon=True)
+    p.start()
+    got = queue.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0
+    assert np.allclose(got, [written[0]["action"][:, 0].astype(np.float64).mean(),
+                             written[1]["action"][:, 0].astype(np.float64).mean()], rtol=1e-12)
+
+
+def test_unwritable_cache_and_bad_selections(dataset, tmp_path, caplog):
+    root, written = dataset
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("x")
+    with caplog.at_level("WARNING"):
+        res = compute_stats([_job(root, ["action"], [3])], cache=blocker / "stats")
+    assert res[0].computed == ("action",) and "statistics not cached" in caplog.text
+    _check_against_numpy(res[0], written, [3], keys=("action",))
+    for bad in ([3, 1], [2, 2], [0, 9]):
+        with pytest.raises(ValueError, match="ascending, distinct and in 0..8"):
+            compute_stats([_job(root, ["action"], bad)], cache=False)

@@ -89,3 +89,15 @@ def test_mixture_statistics_per_entry_and_group_then_cached(synthetic, tmp_path,
     assert "6 entries (6 from the cache)" in again and "0 frames computed" in again
     with pytest.raises(SystemExit, match="apply to a dataset"):
         main(["stats", str(path), "--keys", "action"])
+
+
+def test_mixture_problems_one_a_line(synthetic, tmp_path, capsys):
+    spec = mixture_spec(synthetic[:3])
+    spec["entries"][1]["roles"]["state"] = "observation.stat"
+    spec["entries"][2]["episodes"] = [0, 99]
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    assert main(["stats", str(path), "-q"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("episodic stats: error: ") and "preflight failed" in err[0]
+    assert any("roles.state" in line for line in err[1:]) and any("episodes" in line for line in err[1:])

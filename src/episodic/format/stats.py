@@ -98,12 +98,13 @@ class KeyStats:
         return cls(stats, np.frombuffer(data, dtype="<f8").reshape(shape).astype(np.float64))
 
 
-def column_stats(values: np.ndarray, block_bytes: int = 64 << 20) -> KeyStats:
+def column_stats(values: np.ndarray, block_bytes: int = 32 << 20, threads: int = 1) -> KeyStats:
     """Exact statistics of each dimension of `values` ((N, ...) numeric, N >= 1; the dimensions after the first
     flattened to D): ``min``, ``max``, ``mean``, ``std`` (population, float64 accumulation), the `QUANTILES`
     (``np.quantile``'s default method, `quantiles.sorted_quantiles`), each of shape (D,), and ``count`` [N];
     with the dimensions' quantile sketch (`quantiles.sketch_of_sorted`). The dimensions are taken in blocks of
-    about `block_bytes` of float64, so a long column never needs a float64 copy of all of it."""
+    about `block_bytes` of float64 (so a long column never needs a float64 copy of all of it), `threads` blocks
+    at a time (numpy's sorts and reductions release the GIL)."""
     x = np.asarray(values)
     n = len(x)
     if n == 0:
@@ -111,18 +112,27 @@ def column_stats(values: np.ndarray, block_bytes: int = 64 << 20) -> KeyStats:
     x = x.reshape(n, -1)
     d = x.shape[1]
     out = {name: np.empty(d) for name in ("min", "max", "mean", "std", *QUANTILES)}
-    sketches = []
-    step = max(1, int(block_bytes) // (8 * n))
-    for lo in range(0, d, step):
-        hi = min(d, lo + step)
-        block = np.array(x[:, lo:hi].T, dtype=np.float64, order="C")  # (b, n): one dimension per row
+    step = max(1, min(int(block_bytes) // (8 * n), -(-d // max(1, int(threads)))))
+    blocks = [(lo, min(d, lo + step)) for lo in range(0, d, step)]
+
+    def one(span: tuple[int, int]) -> np.ndarray:
+        lo, hi = span
+        block = np.ascontiguousarray(x[:, lo:hi].astype(np.float64).T)  # (b, n): one dimension per row
         out["mean"][lo:hi] = block.mean(axis=1)
         out["std"][lo:hi] = block.std(axis=1)
         block.sort(axis=1)
         out["min"][lo:hi], out["max"][lo:hi] = block[:, 0], block[:, -1]
         for name, q in zip(QUANTILES, sorted_quantiles(block, list(QUANTILES.values()))):
             out[name][lo:hi] = q
-        sketches.append(sketch_of_sorted(block))
+        return sketch_of_sorted(block)
+
+    if threads > 1 and len(blocks) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(int(threads), len(blocks))) as pool:
+            sketches = list(pool.map(one, blocks))
+    else:
+        sketches = [one(b) for b in blocks]
     out["count"] = np.array([n], dtype=np.int64)
     return KeyStats(out, np.concatenate(sketches, axis=0) if sketches else np.zeros((0, 1)))
 

@@ -4,7 +4,10 @@ cached by content. numpy and pyarrow only (no torch).
 A `StatsJob` is one dataset (its `Source` and metadata), an episode selection (default: every episode) and the
 keys (numeric features: state, action, any float/int/bool vector; `numeric_keys`). `compute_stats` runs the jobs
 whose statistics are not in the cache (`tabular.stats_cache`) on a pool of `workers` processes (default: the
-usable cores; one job, or one worker: in this process), with a progress bar over the jobs (`progress.bar`),
+usable cores; the default start method, fork on Linux: a training script needs no ``__main__`` guard; one job,
+one worker, or a daemonic caller such as a DataLoader worker: in this process; one job alone: its dimensions on
+`workers` threads),
+with a progress bar over the jobs (`progress.bar`),
 stores each result in the cache as it arrives, and returns one `SelectionStats` per job: per key, the exact
 statistics of the selected rows (`format.stats.column_stats`: min, max, mean, std, count and the quantiles
 q01..q99, equal to numpy's on the concatenated rows) and their quantile sketch (pooling with other selections:
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import multiprocessing as mp
 import os
 import time
 from collections.abc import Sequence
@@ -64,8 +68,14 @@ class StatsJob:
     label: str = ""
 
     def selected(self) -> np.ndarray:
+        """The selected episodes, ascending: ValueError naming the dataset when they are not, or do not exist."""
         n = len(self.meta.episodes)
-        return np.arange(n, dtype=np.int64) if self.episodes is None else np.asarray(self.episodes, dtype=np.int64)
+        if self.episodes is None:
+            return np.arange(n, dtype=np.int64)
+        sel = np.asarray(self.episodes, dtype=np.int64).reshape(-1)
+        if sel.size and (sel[0] < 0 or sel[-1] >= n or (np.diff(sel) <= 0).any()):
+            raise ValueError(f"{self.label or self.meta.root}: episodes must be ascending, distinct and in 0..{n - 1}")
+        return sel
 
 
 @dataclass(eq=False)
@@ -104,8 +114,9 @@ def _check_finite(meta: DatasetMetadata, columns, key: str, values: np.ndarray) 
 
 
 def selection_stats(meta: DatasetMetadata, episodes: np.ndarray, keys: Sequence[str], open_file=None,
-                    read_bytes: int = READ_BYTES) -> dict[str, KeyStats]:
-    """`keys`' statistics over `episodes` of `meta`, from the data files (no cache): see the module docstring."""
+                    read_bytes: int = READ_BYTES, threads: int = 1) -> dict[str, KeyStats]:
+    """`keys`' statistics over `episodes` of `meta`, from the data files (no cache), `threads` dimensions at a
+    time: see the module docstring."""
     feats = meta.info.features
     for key in keys:
         if key not in feats or feats[key].is_camera or feats[key].dtype == "string":
@@ -131,18 +142,19 @@ def selection_stats(meta: DatasetMetadata, episodes: np.ndarray, keys: Sequence[
         for key in group:
             values = columns.arrays[key]
             _check_finite(meta, columns, key, values)
-            out[key] = column_stats(values)
+            out[key] = column_stats(values, threads=threads)
         del columns
     return out
 
 
-def _run_job(job: StatsJob, keys: tuple[str, ...]) -> tuple[dict[str, KeyStats], float]:
+def _run_job(job: StatsJob, keys: tuple[str, ...], threads: int = 1) -> tuple[dict[str, KeyStats], float]:
     """A job's `keys` computed (in a worker process or this one): the source reopened for this process."""
     t0 = time.perf_counter()
     source = job.source
     meta = replace(job.meta, fs=source.fs)
     open_file = None if source.is_local else source.open_for_read
-    return selection_stats(meta, job.selected(), keys, open_file=open_file), time.perf_counter() - t0
+    stats = selection_stats(meta, job.selected(), keys, open_file=open_file, threads=threads)
+    return stats, time.perf_counter() - t0
 
 
 def _portable(job: StatsJob) -> StatsJob:
@@ -189,9 +201,12 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         res.keys = {k: res.keys[k] for k in jobs[i].keys}  # the job's key order
         res.computed, res.seconds = keys, seconds
         if store is not None:
-            for key in keys:
-                if key in digests:
-                    store.put(digests[key], key, stats[key], str(jobs[i].meta.root))
+            try:
+                for key in keys:
+                    if key in digests:
+                        store.put(digests[key], key, stats[key], str(jobs[i].meta.root))
+            except OSError as e:  # a read-only or full cache: the statistics are still returned
+                logger.warning("%s: statistics not cached (%s)", store.root, e)
 
     def failed(i: int, e: BaseException) -> None:
         if not isinstance(e, (EpisodicError, OSError, ValueError)):
@@ -200,12 +215,14 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         failures.append(str(e) if str(e).startswith(label) or str(e).startswith(str(jobs[i].meta.root))
                         else f"{label}: {e}")
 
-    n_workers = min(workers or usable_cores(), len(todo))
+    cores = workers or usable_cores()
+    # a daemonic process (a DataLoader worker) may not start a pool: it computes here
+    n_workers = 1 if mp.current_process().daemon else min(cores, len(todo))
     with bar(total=len(todo), enabled=progress and bool(todo), desc="statistics", unit="dataset") as pb:
-        if n_workers <= 1:
+        if n_workers <= 1:  # here; one job alone takes the cores as threads over its dimensions
             for i, keys, digests in todo:
                 try:
-                    done(i, keys, digests, _run_job(jobs[i], keys))
+                    done(i, keys, digests, _run_job(jobs[i], keys, cores if len(todo) == 1 else 1))
                 except Exception as e:  # noqa: BLE001  reported with the others
                     failed(i, e)
                 pb.update(1)
