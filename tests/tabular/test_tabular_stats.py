@@ -216,3 +216,19 @@ def test_unwritable_cache_and_bad_selections(dataset, tmp_path, caplog):
     for bad in ([3, 1], [2, 2], [0, 9]):
         with pytest.raises(ValueError, match="ascending, distinct and in 0..8"):
             compute_stats([_job(root, ["action"], bad)], cache=False)
+
+
+def test_a_missing_data_file_is_named(dataset, tmp_path):
+    """A data file that is not on disk (e.g. a Hub entry whose data was never downloaded): its path, whether the
+    cache is asked first (the file's identity) or not (the read)."""
+    from episodic.format.errors import MissingFileError
+
+    root, _ = dataset
+    meta = open_source(root).load_metadata()
+    rel = meta.data_file_of(4)
+    (root / rel).unlink()
+    for cache in (tmp_path / "cache", False):
+        with pytest.raises(MissingFileError, match=rf"{rel}: data file not found"):
+            compute_stats([_job(root, ["action"], [4])], cache=cache)
+    with pytest.raises(DatasetFormatError, match=rf"1 of 2 selection\(s\):\n  - .*{rel}: data file not found"):
+        compute_stats([_job(root, ["action"], [4]), _job(root, ["action"], [0])], cache=tmp_path / "cache")

@@ -167,19 +167,32 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
     """Every job's statistics (see the module docstring), in job order. `cache`: True (episodic's cache
     directory), a directory, or False (compute everything, store nothing). Jobs that fail do not stop the
     others (whose results are cached); then one `DatasetFormatError` lists every failure, each job's label
-    first."""
+    first (a single job's error is raised as it is: e.g. `MissingFileError` naming the data file)."""
     if workers is not None:
         check_number("workers", workers, 1, 1024, integer=True)
     store = None if cache is False else StatsCache(None if cache is True else cache)
     results: list[SelectionStats | None] = [None] * len(jobs)
     todo: list[tuple[int, tuple[str, ...], dict[str, str]]] = []  # job, keys to compute, key -> digest
+    failures: list[tuple[str, BaseException]] = []
+
+    def failed(i: int, e: BaseException) -> None:
+        if not isinstance(e, (EpisodicError, OSError, ValueError)):
+            raise e
+        label = jobs[i].label or str(jobs[i].meta.root)
+        text = str(e) if str(e).startswith((label, str(jobs[i].meta.root))) else f"{label}: {e}"
+        failures.append((text, e))
+
     for i, job in enumerate(jobs):
         sel = job.selected()
         frames = int(job.meta.episodes.length[sel].sum()) if len(sel) else 0
         got: dict[str, KeyStats] = {}
         digests: dict[str, str] = {}
         if store is not None and len(sel):
-            files = data_file_identities(job.meta, sel, getattr(job.source, "policy", None))
+            try:
+                files = data_file_identities(job.meta, sel, getattr(job.source, "policy", None))
+            except Exception as e:  # noqa: BLE001  reported with the others
+                failed(i, e)
+                continue
             selection = selection_digest(job.meta, sel, files)
             for key in job.keys:
                 if key in job.meta.info.features:
@@ -191,8 +204,6 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         results[i] = SelectionStats(got, frames, len(sel), cached=tuple(got), label=job.label)
         if missing:
             todo.append((i, missing, digests))
-
-    failures: list[str] = []
 
     def done(i: int, keys: tuple[str, ...], digests: dict[str, str], value: tuple[dict, float]) -> None:
         stats, seconds = value
@@ -207,13 +218,6 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
                         store.put(digests[key], key, stats[key], str(jobs[i].meta.root))
             except OSError as e:  # a read-only or full cache: the statistics are still returned
                 logger.warning("%s: statistics not cached (%s)", store.root, e)
-
-    def failed(i: int, e: BaseException) -> None:
-        if not isinstance(e, (EpisodicError, OSError, ValueError)):
-            raise e
-        label = jobs[i].label or str(jobs[i].meta.root)
-        failures.append(str(e) if str(e).startswith(label) or str(e).startswith(str(jobs[i].meta.root))
-                        else f"{label}: {e}")
 
     cores = workers or usable_cores()
     # a daemonic process (a DataLoader worker) may not start a pool: it computes here
@@ -238,9 +242,9 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
                         failed(i, e)
                     pb.update(1)
     if len(failures) == 1 and len(jobs) == 1:
-        raise DatasetFormatError(failures[0])
+        raise failures[0][1]
     if failures:
         more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
         raise DatasetFormatError(f"statistics failed for {len(failures)} of {len(jobs)} selection(s):\n  - "
-                                 + "\n  - ".join(failures[:10]) + more)
+                                 + "\n  - ".join(text for text, _ in failures[:10]) + more)
     return results

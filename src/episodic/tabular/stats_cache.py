@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
+from ..format.errors import MissingFileError
 from ..format.metadata import DatasetMetadata
 from ..format.quantiles import SKETCH_SIZE
 from ..format.stats import KeyStats
@@ -48,7 +49,11 @@ def data_file_identities(meta: DatasetMetadata, episodes: np.ndarray, policy: An
         rel = table.data_files[int(fid)]
         path = meta.path(rel)
         if is_local(meta.fs):
-            st = os.stat(path)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise MissingFileError(f"{path}: data file not found (a Hub dataset's data files must be on disk: "
+                                       "episodic.mixture.prepare or episodic.storage.hub.download fetch them)") from None
             out.append([rel, int(st.st_size), int(st.st_mtime_ns)])
         else:
             out.append([rel, version_token(file_info(meta.fs, path, meta.fs.unstrip_protocol(path), policy))])
