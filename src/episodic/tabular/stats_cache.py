@@ -52,8 +52,8 @@ def data_file_identities(meta: DatasetMetadata, episodes: np.ndarray, policy: An
             try:
                 st = os.stat(path)
             except FileNotFoundError:
-                raise MissingFileError(f"{path}: data file not found (a Hub dataset's data files must be on disk: "
-                                       "episodic.mixture.prepare or episodic.storage.hub.download fetch them)") from None
+                hint = "a Hub dataset's data files must be on disk: episodic.mixture.prepare or storage.hub.download"
+                raise MissingFileError(f"{path}: data file not found ({hint})") from None
             out.append([rel, int(st.st_size), int(st.st_mtime_ns)])
         else:
             out.append([rel, version_token(file_info(meta.fs, path, meta.fs.unstrip_protocol(path), policy))])
