@@ -16,6 +16,7 @@ directory for every cold run; the data files read once before, so every run find
   mix400, cold     `tools.stats.mixture_stats` (preflight of the spec, every entry's state and action from the
                    data, pooled per group) with --workers processes
   mix400, cached   the same again: every entry from the cache
+  cold, 1 proc.    the cold runs with --workers 1 (one process; for the big dataset, no threads either)
 Frames/s = the frames whose statistics were computed / the seconds of the computation. CPU seconds (this process
 and the pool's workers, user + system) are given beside: on a shared machine they vary less than wall times.
 
@@ -125,12 +126,15 @@ def main() -> None:
     runs: dict[str, list[float]] = {}
     for _ in range(a.repeats):
         cache = tempfile.mkdtemp(prefix="episodic-stats-cache-")
+        solo = tempfile.mkdtemp(prefix="episodic-stats-cache-")  # cold runs with one process (and no threads)
         try:
             for name, call in (("big_cold", lambda: compute_stats([job], workers=a.workers, cache=cache)),
                                ("big_cached", lambda: compute_stats([job], workers=a.workers, cache=cache)),
+                               ("big_cold_1", lambda: compute_stats([job], workers=1, cache=solo)),
                                ("big_numpy", lambda: numpy_reference(big)),
                                ("mix_cold", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
-                               ("mix_cached", lambda: mixture_stats(spec, workers=a.workers, cache=cache))):
+                               ("mix_cached", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
+                               ("mix_cold_1", lambda: mixture_stats(spec, workers=1, cache=solo))):
                 t0, c0 = time.perf_counter(), _cpu()
                 got = call()
                 runs.setdefault(name, []).append(time.perf_counter() - t0)
@@ -139,28 +143,35 @@ def main() -> None:
                     runs.setdefault(name + "_stats", []).append(got["seconds"])
                     cached = sum(e["cached"] for e in got["entries"])
                     assert cached == (400 if name == "mix_cached" else 0), (name, cached)
-                    out["mix400"] = {"entries": len(got["entries"]), "groups": len(got["groups"]),
-                                     "frames": got["frames"]}
+                    mix = {"entries": len(got["entries"]), "groups": len(got["groups"]), "frames": got["frames"]}
                 elif name != "big_numpy":
                     assert got[0].from_cache == (name == "big_cached")
                     frames = got[0].frames
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+            shutil.rmtree(solo, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     out["seconds"] = med
     out["big"] = {"frames": frames, "keys": len(job.keys), "dims": STATE + ACTION + 5,
-                  "cold_frames_per_s": frames / med["big_cold"], "numpy_frames_per_s": frames / med["big_numpy"]}
-    out["mix400"]["cold_frames_per_s"] = out["mix400"]["frames"] / med["mix_cold_stats"]
-    print(f"big: {frames:,} frames, {len(job.keys)} keys ({STATE + ACTION + 5} dims): cold {med['big_cold']:.2f} s "
-          f"({frames / med['big_cold']:,.0f} frames/s, CPU {med['big_cold_cpu']:.2f} s); cached "
-          f"{med['big_cached'] * 1e3:.1f} ms; numpy reference {med['big_numpy']:.2f} s "
-          f"({frames / med['big_numpy']:,.0f} frames/s, CPU {med['big_numpy_cpu']:.2f} s)")
-    m = out["mix400"]
-    print(f"mix400: {m['entries']} entries, {m['frames']:,} frames, {m['groups']} groups: cold {med['mix_cold']:.2f} s "
-          f"(CPU {med['mix_cold_cpu']:.2f} s) "
-          f"(statistics {med['mix_cold_stats']:.2f} s: {m['cold_frames_per_s']:,.0f} frames/s; the rest is the "
-          f"preflight); cached {med['mix_cached']:.2f} s (CPU {med['mix_cached_cpu']:.2f} s; statistics "
-          f"{med['mix_cached_stats']:.2f} s, every entry from the cache)")
+                  **{f"{k}_frames_per_s": frames / med[f"big_{k}"] for k in ("cold", "cold_1", "numpy")}}
+    out["mix400"] = {**mix, **{f"{k}_frames_per_s": mix["frames"] / med[f"mix_{k}_stats"] for k in ("cold", "cold_1")}}
+    b, m = out["big"], out["mix400"]
+    print(f"big: {frames:,} frames, {len(job.keys)} keys ({b['dims']} dims)\n"
+          f"  cold           {med['big_cold']:6.2f} s  {b['cold_frames_per_s']:>11,.0f} frames/s  CPU "
+          f"{med['big_cold_cpu']:.2f} s\n"
+          f"  cold, 1 proc.  {med['big_cold_1']:6.2f} s  {b['cold_1_frames_per_s']:>11,.0f} frames/s  CPU "
+          f"{med['big_cold_1_cpu']:.2f} s\n"
+          f"  numpy          {med['big_numpy']:6.2f} s  {b['numpy_frames_per_s']:>11,.0f} frames/s  CPU "
+          f"{med['big_numpy_cpu']:.2f} s\n"
+          f"  cached         {med['big_cached'] * 1e3:6.1f} ms")
+    print(f"mix400: {m['entries']} entries, {m['frames']:,} frames, {m['groups']} groups (whole call = preflight of the "
+          f"spec + statistics)\n"
+          f"  cold           {med['mix_cold']:6.2f} s  statistics {med['mix_cold_stats']:.2f} s  "
+          f"{m['cold_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_cpu']:.2f} s\n"
+          f"  cold, 1 proc.  {med['mix_cold_1']:6.2f} s  statistics {med['mix_cold_1_stats']:.2f} s  "
+          f"{m['cold_1_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_1_cpu']:.2f} s\n"
+          f"  cached         {med['mix_cached']:6.2f} s  statistics {med['mix_cached_stats']:.2f} s  (every entry from "
+          f"the cache)  CPU {med['mix_cached_cpu']:.2f} s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -117,9 +117,9 @@ def test_second_run_reads_only_the_cache(tmp_path):
     # another selection of the same dataset is not in the cache
     with pytest.raises(DatasetFormatError, match="not a readable parquet file"):
         compute_stats([_job(roots[0], ["action"], [0, 1])], cache=cache)
-    # the cache is JSON files (no pickle)
+    # the cache is JSON files (no pickle), one per selection
     files = list(cache.rglob("*.json"))
-    assert len(files) == 6 and all(f.read_bytes().startswith(b"{") for f in files)
+    assert len(files) == 3 and all(f.read_bytes().startswith(b"{") for f in files)
 
 
 def test_a_changed_data_file_recomputes_its_dataset_only(tmp_path):
@@ -140,6 +140,19 @@ def test_a_changed_data_file_recomputes_its_dataset_only(tmp_path):
     results = compute_stats(jobs, cache=cache)
     assert not any(r.from_cache for r in results)
     assert all(r.from_cache for r in compute_stats(jobs, cache=cache))
+
+
+def test_keys_computed_later_join_their_selection(dataset, tmp_path):
+    root, written = dataset
+    cache = tmp_path / "cache"
+    assert compute_stats([_job(root, ["action"], [1, 2])], cache=cache)[0].computed == ("action",)
+    res = compute_stats([_job(root, ["observation.state", "action"], [1, 2])], cache=cache)[0]
+    assert res.cached == ("action",) and res.computed == ("observation.state",)
+    assert list(res.keys) == ["observation.state", "action"]
+    res = compute_stats([_job(root, ["action", "observation.state"], [1, 2])], cache=cache)[0]
+    assert res.from_cache and list(res.keys) == ["action", "observation.state"]
+    _check_against_numpy(res, written, [1, 2], keys=("observation.state", "action"))
+    assert len(list(cache.rglob("*.json"))) == 1
 
 
 def test_non_finite_values_are_named_by_file_episode_frame_and_dimension(tmp_path):

@@ -4,14 +4,12 @@ cached by content. numpy and pyarrow only (no torch).
 A `StatsJob` is one dataset (its `Source` and metadata), an episode selection (default: every episode) and the
 keys (numeric features: state, action, any float/int/bool vector; `numeric_keys`). `compute_stats` runs the jobs
 whose statistics are not in the cache (`tabular.stats_cache`) on a pool of `workers` processes (default: the
-usable cores; the default start method, fork on Linux: a training script needs no ``__main__`` guard; one job,
-one worker, or a daemonic caller such as a DataLoader worker: in this process; one job alone: its dimensions on
-`workers` threads),
-with a progress bar over the jobs (`progress.bar`),
-stores each result in the cache as it arrives, and returns one `SelectionStats` per job: per key, the exact
-statistics of the selected rows (`format.stats.column_stats`: min, max, mean, std, count and the quantiles
-q01..q99, equal to numpy's on the concatenated rows) and their quantile sketch (pooling with other selections:
-`format.quantiles`).
+usable cores; the default start method, fork on Linux, so a training script needs no ``__main__`` guard), or in
+this process (one job, one worker, or a daemonic caller such as a DataLoader worker; one job alone takes its
+dimensions on `workers` threads), with a progress bar over the jobs (`progress.bar`). The process that computed a
+job stores it in the cache. One `SelectionStats` per job: per key, the exact statistics of the selected rows
+(`format.stats.column_stats`: min, max, mean, std, count and the quantiles q01..q99, equal to numpy's on the
+concatenated rows) and their quantile sketch (pooling with other selections: `format.quantiles`).
 
 A job reads only the data files holding its episodes (only their row groups, when a file has one per episode:
 `tabular.columns.load_columns`, which checks the bookkeeping values as the loaders do), a few keys at a time
@@ -40,7 +38,7 @@ from ..format.stats import KeyStats, column_stats
 from ..progress import bar
 from ..runtime import usable_cores
 from .columns import load_columns
-from .stats_cache import StatsCache, data_file_identities, key_digest, selection_digest
+from .stats_cache import StatsCache, data_file_identities, selection_digest
 from .values import UnknownTasks
 
 __all__ = ["READ_BYTES", "SelectionStats", "StatsJob", "compute_stats", "numeric_keys", "selection_stats"]
@@ -147,19 +145,39 @@ def selection_stats(meta: DatasetMetadata, episodes: np.ndarray, keys: Sequence[
     return out
 
 
-def _run_job(job: StatsJob, keys: tuple[str, ...], threads: int = 1) -> tuple[dict[str, KeyStats], float]:
-    """A job's `keys` computed (in a worker process or this one): the source reopened for this process."""
+def _run_job(job: StatsJob, keys: tuple[str, ...], threads: int = 1, store: StatsCache | None = None,
+             digest: str | None = None) -> tuple[dict[str, KeyStats], float]:
+    """A job's `keys` computed (in a worker process or this one: the source reopened for this process) and stored
+    in `store` under `digest` (a cache that cannot be written: logged, the statistics still returned)."""
     t0 = time.perf_counter()
     source = job.source
     meta = replace(job.meta, fs=source.fs)
     open_file = None if source.is_local else source.open_for_read
     stats = selection_stats(meta, job.selected(), keys, open_file=open_file, threads=threads)
-    return stats, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if store is not None and digest is not None:
+        try:
+            store.put(digest, meta, stats)
+        except OSError as e:  # a read-only or full cache
+            logger.warning("%s: statistics not cached (%s)", store.root, e)
+    return stats, seconds
 
 
 def _portable(job: StatsJob) -> StatsJob:
-    """The job as it travels to a worker: metadata without its filesystem (the source brings this process's)."""
-    return replace(job, meta=replace(job.meta, fs=None))
+    """The job as it travels to a worker: metadata without its filesystem (the source brings this process's) and
+    without what reading columns never uses (statistics, the episodes' extra columns)."""
+    return replace(job, meta=replace(job.meta, fs=None, stats={}, episodes=replace(job.meta.episodes, extra=None)))
+
+
+def _run_jobs(tasks: list[tuple[StatsJob, tuple[str, ...], StatsCache | None, str | None]]) -> list:
+    """Several jobs in a worker process, one after the other: each one's result, or the exception it raised."""
+    out: list = []
+    for job, keys, store, digest in tasks:
+        try:
+            out.append(_run_job(job, keys, 1, store, digest))
+        except Exception as e:  # noqa: BLE001  the parent reports it with the others
+            out.append(e)
+    return out
 
 
 def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progress: bool = False,
@@ -172,7 +190,7 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         check_number("workers", workers, 1, 1024, integer=True)
     store = None if cache is False else StatsCache(None if cache is True else cache)
     results: list[SelectionStats | None] = [None] * len(jobs)
-    todo: list[tuple[int, tuple[str, ...], dict[str, str]]] = []  # job, keys to compute, key -> digest
+    todo: list[tuple[int, tuple[str, ...], str | None]] = []  # job, keys to compute, its selection's digest
     failures: list[tuple[str, BaseException]] = []
 
     def failed(i: int, e: BaseException) -> None:
@@ -186,61 +204,56 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         sel = job.selected()
         frames = int(job.meta.episodes.length[sel].sum()) if len(sel) else 0
         got: dict[str, KeyStats] = {}
-        digests: dict[str, str] = {}
+        digest = None
         if store is not None and len(sel):
             try:
                 files = data_file_identities(job.meta, sel, getattr(job.source, "policy", None))
             except Exception as e:  # noqa: BLE001  reported with the others
                 failed(i, e)
                 continue
-            selection = selection_digest(job.meta, sel, files)
-            for key in job.keys:
-                if key in job.meta.info.features:
-                    digests[key] = key_digest(selection, job.meta, key)
-                    hit = store.get(digests[key], key)
-                    if hit is not None:
-                        got[key] = hit
+            digest = selection_digest(job.meta, sel, files)
+            got = store.get(digest, job.meta, job.keys)
         missing = tuple(k for k in job.keys if k not in got)
         results[i] = SelectionStats(got, frames, len(sel), cached=tuple(got), label=job.label)
         if missing:
-            todo.append((i, missing, digests))
+            todo.append((i, missing, digest))
 
-    def done(i: int, keys: tuple[str, ...], digests: dict[str, str], value: tuple[dict, float]) -> None:
+    def done(i: int, keys: tuple[str, ...], value: tuple[dict, float]) -> None:
         stats, seconds = value
         res = results[i]
         res.keys.update(stats)
         res.keys = {k: res.keys[k] for k in jobs[i].keys}  # the job's key order
         res.computed, res.seconds = keys, seconds
-        if store is not None:
-            try:
-                for key in keys:
-                    if key in digests:
-                        store.put(digests[key], key, stats[key], str(jobs[i].meta.root))
-            except OSError as e:  # a read-only or full cache: the statistics are still returned
-                logger.warning("%s: statistics not cached (%s)", store.root, e)
 
     cores = workers or usable_cores()
     # a daemonic process (a DataLoader worker) may not start a pool: it computes here
     n_workers = 1 if mp.current_process().daemon else min(cores, len(todo))
     with bar(total=len(todo), enabled=progress and bool(todo), desc="statistics", unit="dataset") as pb:
         if n_workers <= 1:  # here; one job alone takes the cores as threads over its dimensions
-            for i, keys, digests in todo:
+            for i, keys, digest in todo:
                 try:
-                    done(i, keys, digests, _run_job(jobs[i], keys, cores if len(todo) == 1 else 1))
+                    done(i, keys, _run_job(jobs[i], keys, cores if len(todo) == 1 else 1, store, digest))
                 except Exception as e:  # noqa: BLE001  reported with the others
                     failed(i, e)
                 pb.update(1)
-        else:
+        else:  # each worker stores what it computed; jobs go in chunks, about 4 per worker (small jobs, few hand-overs)
+            size = max(1, len(todo) // (4 * n_workers))
+            chunks = [todo[k:k + size] for k in range(0, len(todo), size)]
             with cf.ProcessPoolExecutor(max_workers=n_workers) as pool:
-                futures = {pool.submit(_run_job, _portable(jobs[i]), keys): (i, keys, digests)
-                           for i, keys, digests in todo}
+                futures = {pool.submit(_run_jobs, [(_portable(jobs[i]), keys, store, digest)
+                                                   for i, keys, digest in chunk]): chunk for chunk in chunks}
                 for fut in cf.as_completed(futures):
-                    i, keys, digests = futures[fut]
+                    chunk = futures[fut]
                     try:
-                        done(i, keys, digests, fut.result())
-                    except Exception as e:  # noqa: BLE001
-                        failed(i, e)
-                    pb.update(1)
+                        answers = fut.result()
+                    except Exception as e:  # noqa: BLE001  the worker itself died: every job of the chunk failed
+                        answers = [e] * len(chunk)
+                    for (i, keys, _), answer in zip(chunk, answers):
+                        if isinstance(answer, BaseException):
+                            failed(i, answer)
+                        else:
+                            done(i, keys, answer)
+                        pb.update(1)
     if len(failures) == 1 and len(jobs) == 1:
         raise failures[0][1]
     if failures:

@@ -1,8 +1,9 @@
-"""The content cache of computed statistics (`tabular.stats`): one JSON file per (dataset, episode selection, key)
-under ``<episodic cache>/stats/`` (`config.cache_dir`), named by the SHA-256 of what decides the result:
+"""The content cache of computed statistics (`tabular.stats`): one JSON file per (dataset, episode selection) under
+``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
+key's feature description: dtype and shape, checked when read), named by the SHA-256 of what decides the result:
 
 - the code's version (`STATS_CODE_VERSION`) and the quantile sketch's size;
-- the dataset (its root: the local directory or the URL) and the key's feature description (dtype, shape);
+- the dataset (its root: the local directory or the URL);
 - the selection: the selected episodes, their lengths and global index ranges;
 - every data file holding a selected episode: its path in the dataset and, for a local file, its size and
   modification time (ns); for a remote one, the version token its server gives (`storage.fetch.version_token`:
@@ -10,9 +11,10 @@ under ``<episodic cache>/stats/`` (`config.cache_dir`), named by the SHA-256 of 
 
 So a re-run with nothing changed opens no data file, and a changed data file (or selection, or feature)
 invalidates the statistics of the selections that read it, and only those. Index selections (``state_indices``)
-are applied to the cached statistics afterwards: they are not part of the key. Files are JSON (never a pickle:
-`format.stats.KeyStats.to_json`), written atomically (`storage.atomic`); a file that cannot be read back (damaged,
-of another version) is a miss, recomputed and replaced.
+are applied to the cached statistics afterwards: they are not part of the key. Keys computed later for the same
+selection are added to its file. Files are JSON (never a pickle: `format.stats.KeyStats.to_json`), written
+atomically (`storage.atomic`); a file that cannot be read back (damaged, of another version) is a miss, recomputed
+and replaced.
 """
 
 from __future__ import annotations
@@ -73,15 +75,13 @@ def selection_digest(meta: DatasetMetadata, episodes: np.ndarray, files: list[li
     return h.hexdigest()
 
 
-def key_digest(selection: str, meta: DatasetMetadata, key: str) -> str:
-    """The cache key of `key`'s statistics over the selection of digest `selection`."""
+def _feature(meta: DatasetMetadata, key: str) -> list:
     feature = meta.info.features[key]
-    text = json.dumps([selection, key, feature.dtype, list(feature.shape)])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return [feature.dtype, list(feature.shape)]
 
 
 class StatsCache:
-    """The cache's directory (default ``<episodic cache>/stats``); `get` and `put` by key digest."""
+    """The cache's directory (default ``<episodic cache>/stats``); `get` and `put` by selection digest."""
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else config.cache_dir() / "stats"
@@ -89,25 +89,42 @@ class StatsCache:
     def path(self, digest: str) -> Path:
         return self.root / digest[:2] / f"{digest}.json"
 
-    def get(self, digest: str, key: str) -> KeyStats | None:
-        """The statistics stored under `digest`, or None (not there, or not readable back: logged)."""
+    def _read(self, digest: str) -> dict:
+        """The file's keys (key -> its JSON object), {} when there is none or it is not usable (logged)."""
         path = self.path(digest)
         try:
             raw = json.loads(path.read_bytes())
         except FileNotFoundError:
-            return None
+            return {}
         except (OSError, ValueError) as e:
             logger.warning("%s: statistics cache file not readable (%s): computing again", path, e)
-            return None
-        try:
-            if not isinstance(raw, dict) or raw.get("version") != STATS_CODE_VERSION or raw.get("key") != key:
-                raise ValueError(f"not the statistics of {key!r} of version {STATS_CODE_VERSION}")
-            return KeyStats.from_json(raw)
-        except (ValueError, TypeError) as e:
-            logger.warning("%s: statistics cache file not usable (%s): computing again", path, e)
-            return None
+            return {}
+        if not (isinstance(raw, dict) and raw.get("version") == STATS_CODE_VERSION
+                and isinstance(raw.get("keys"), dict)):
+            logger.warning("%s: not a statistics cache file of version %d: computing again", path, STATS_CODE_VERSION)
+            return {}
+        return raw["keys"]
 
-    def put(self, digest: str, key: str, stats: KeyStats, dataset: str) -> None:
-        """Store `stats` under `digest` (atomically: a reader sees the old file or the new one)."""
-        body = {"version": STATS_CODE_VERSION, "key": key, "dataset": dataset, **stats.to_json()}
+    def get(self, digest: str, meta: DatasetMetadata, keys) -> dict[str, KeyStats]:
+        """The statistics of `keys` of `meta` stored under `digest` (those present and usable)."""
+        stored = self._read(digest)
+        out: dict[str, KeyStats] = {}
+        for key in keys:
+            raw = stored.get(key)
+            if raw is None or key not in meta.info.features:
+                continue
+            try:
+                if not isinstance(raw, dict) or raw.get("feature") != _feature(meta, key):
+                    raise ValueError(f"another feature description than {_feature(meta, key)}")
+                out[key] = KeyStats.from_json(raw)
+            except (ValueError, TypeError) as e:
+                logger.warning("%s: statistics of %r not usable (%s): computing again", self.path(digest), key, e)
+        return out
+
+    def put(self, digest: str, meta: DatasetMetadata, stats: dict[str, KeyStats]) -> None:
+        """Store `stats` under `digest`, with the keys the file holds already (atomically: a reader sees the old
+        file or the new one)."""
+        keys = self._read(digest)
+        keys.update({key: {"feature": _feature(meta, key), **ks.to_json()} for key, ks in stats.items()})
+        body = {"version": STATS_CODE_VERSION, "dataset": str(meta.root), "keys": keys}
         atomic_write_bytes(self.path(digest), json.dumps(body, separators=(",", ":")).encode())
