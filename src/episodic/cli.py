@@ -356,7 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the statistics as JSON")
     p.add_argument("--workers", type=int, default=None, help="processes computing entries side by side (default: "
                                                              "the usable cores)")
-    p.add_argument("--group-by", choices=["group", "robot_type", "fps", "all"], default="group",
+    from .tools.stats import GROUP_BY
+
+    p.add_argument("--group-by", choices=GROUP_BY, default="group",
                    help="how a mixture's entries are pooled (default: the entry's group, else its robot type)")
     p.add_argument("--keys", default=None, help="dataset: comma list of features (default: every numeric one)")
     p.add_argument("--episodes", default=None, help="dataset: episodes, e.g. 0,3,5-9 (default: all)")
