@@ -213,6 +213,56 @@ def _mixture_shares(args: argparse.Namespace) -> int:
                                            title=f"{printable(report.spec.origin)}: target vs realised shares"))
 
 
+def _episodes_arg(text: str) -> list[int]:
+    """'0,3,5-9' -> [0, 3, 5, 6, 7, 8, 9]."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        try:
+            out += list(range(int(lo), int(hi) + 1)) if sep else [int(part)]
+        except ValueError:
+            raise SystemExit(f"episodic stats: --episodes takes indices and ranges like 0,3,5-9, got {text!r}") from None
+    return out
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from .tools.stats import dataset_stats, is_spec, mixture_stats, stats_table, to_json
+
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit("episodic stats: --workers must be >= 1")
+    from .format.errors import EpisodicError
+
+    cache = not args.no_cache
+    try:
+        if is_spec(args.target):
+            if args.keys or args.episodes:
+                raise SystemExit("episodic stats: --keys and --episodes apply to a dataset; a mixture spec selects "
+                                 "its entries' episodes and keys itself")
+            result = mixture_stats(args.target, group_by=args.group_by, workers=args.workers,
+                                   progress=not args.quiet, cache=cache)
+        else:
+            keys = [k.strip() for k in args.keys.split(",") if k.strip()] if args.keys else None
+            episodes = _episodes_arg(args.episodes) if args.episodes else None
+            result = dataset_stats(args.target, keys=keys, episodes=episodes, workers=args.workers,
+                                   progress=not args.quiet, cache=cache)
+    except EpisodicError as e:  # every problem (spec, preflight, failed entries) on its own line
+        lines = str(e).splitlines() or [""]
+        print(f"episodic stats: error: {printable(lines[0])}", file=sys.stderr)
+        for line in lines[1:]:
+            print(printable(line), file=sys.stderr)
+        return 2
+    for line in stats_table(result).splitlines():  # names and keys come from specs and datasets
+        print(printable(line))
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(to_json(result), indent=1).encode())
+        print(f"statistics: {printable(args.json)}")
+    return 0
+
+
 _NEEDS_PLOT = "; needs matplotlib (pip install \"episodic[plot]\"): without it the PNG is skipped with a " \
               "one-line note, exit status 1 when -o names it"
 
@@ -293,6 +343,28 @@ def build_parser() -> argparse.ArgumentParser:
                                    "episodic.lerobot.train.")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_lerobot_train)
+    p = sub.add_parser("stats", help="normalisation statistics computed from the data (a dataset, or a mixture's "
+                                      "entries and groups), in parallel, cached",
+                       description="Exact mean/std/min/max/count and quantiles q01..q99 of numeric features, "
+                                   "computed from the data files (cameras are not computed). DATASET: every numeric "
+                                   "feature (--keys) of its episodes (--episodes). SPEC (a mixture spec file): each "
+                                   "entry's state and action over its selected episodes with its index selections, "
+                                   "under the mixture's shared keys, and pooled per group. Results are cached by "
+                                   "content under the episodic cache: a re-run with nothing changed reads only the "
+                                   "cache. Prints a table; --json writes LeRobot's stats layout.")
+    p.add_argument("target", metavar="DATASET|SPEC", help="dataset directory or fsspec URL, or a mixture spec file")
+    p.add_argument("--json", metavar="OUT", help="write the statistics as JSON")
+    p.add_argument("--workers", type=int, default=None, help="processes computing entries side by side (default: "
+                                                             "the usable cores)")
+    from .tools.stats import GROUP_BY
+
+    p.add_argument("--group-by", choices=GROUP_BY, default="group",
+                   help="how a mixture's entries are pooled (default: the entry's group, else its robot type)")
+    p.add_argument("--keys", default=None, help="dataset: comma list of features (default: every numeric one)")
+    p.add_argument("--episodes", default=None, help="dataset: episodes, e.g. 0,3,5-9 (default: all)")
+    p.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_stats)
     p = sub.add_parser("mixture", help="weighted mixtures of datasets")
     msub = p.add_subparsers(dest="mixture_command", required=True)
     p = msub.add_parser("check", help="preflight a mixture spec: every entry's metadata read and checked, no data",

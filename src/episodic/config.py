@@ -2,7 +2,7 @@
 
 | variable | meaning | default |
 |---|---|---|
-| `EPISODIC_CACHE` | root of episodic's cache (remote files, tabular memory maps, streaming mirrors, demo data) | `$XDG_CACHE_HOME/episodic` |
+| `EPISODIC_CACHE` | root of episodic's cache (remote files, tabular memory maps, streaming mirrors, computed statistics, demo data) | `$XDG_CACHE_HOME/episodic` |
 | `XDG_CACHE_HOME` | the user's cache root, when `EPISODIC_CACHE` is unset | `~/.cache` |
 | `HF_LEROBOT_HOME` | where Hub datasets are downloaded (LeRobot's variable): `<it>/<repo_id>` | under the episodic cache |
 | `EPISODIC_DECODE_THREADS` | video decode threads per process | the process's share of the cores |

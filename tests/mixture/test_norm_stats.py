@@ -2,8 +2,10 @@
 group, checked against statistics computed directly from the entries' data."""
 
 import numpy as np
+import pytest
 
 from episodic import EpisodicDataset
+from episodic.format.stats import QUANTILES
 from episodic.mixture import preflight
 from episodic.mixture.layout import MixtureLayout, camera_key
 from episodic.mixture.norm_stats import PAD_STATS, entry_stats, pooled_stats
@@ -77,3 +79,123 @@ def test_pooled_stats_equal_the_stats_of_the_pooled_data(synthetic):
     everything = pooled_stats(layout, per_entry, group_of=lambda e: "all")["all"]["action"]
     x = np.concatenate([_column(d, "action")[:, 0] for d in synthetic])
     assert np.isclose(everything["mean"][0], x.mean()) and np.isclose(everything["std"][0], x.std(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- statistics computed from the data
+def _rows(d, key, episodes=None, indices=None):
+    """`key`'s rows of the selected episodes, read with pyarrow straight from the dataset's parquet files (an
+    independent reader), float64, with `indices` applied."""
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.concat_tables([pq.read_table(p, columns=[key, "episode_index", "index"])
+                              for p in sorted(Path(d.path, "data").rglob("*.parquet"))])
+    eps = table.column("episode_index").to_numpy()
+    order = np.argsort(table.column("index").to_numpy(), kind="stable")
+    keep = order[np.isin(eps[order], episodes)] if episodes is not None else order
+    x = np.stack(table.column(key).to_numpy(zero_copy_only=False)[keep]).astype(np.float64)
+    return x if indices is None else x[:, indices]
+
+
+def _selection_spec(synthetic):
+    spec = mixture_spec(synthetic)
+    spec["entries"][1]["state_indices"] = [3, 1, 0]
+    spec["entries"][2]["episodes"] = [0, 1]
+    spec["entries"][3]["exclude_episodes"] = [0]
+    spec["entries"][3]["action_indices"] = [5, 0]
+    spec["entries"][4]["episodes"] = list(range(synthetic[4].episodes))  # every episode: stats.json applies
+    return spec
+
+
+def _selected(d, entry):
+    eps = np.arange(d.episodes)
+    if "episodes" in entry:
+        eps = np.asarray(entry["episodes"])
+    return eps[~np.isin(eps, entry.get("exclude_episodes", []))]
+
+
+def test_entry_stats_come_from_the_data_where_stats_json_does_not_describe_the_selection(synthetic, tmp_path):
+    spec = _selection_spec(synthetic)
+    report = preflight(spec)
+    layout = MixtureLayout.from_report(report, image_size=(32, 32))
+    per_entry = entry_stats(layout, report, cache=tmp_path)
+    D, A = layout.state_dim, layout.action_dim
+    for e, st, raw in zip(layout.entries, per_entry, spec["entries"]):
+        d = synthetic[e.index]
+        subset = "episodes" in raw and e.index != 4 or "exclude_episodes" in raw
+        assert st.origin == {**{camera_key(r): "stats.json" for r in e.cameras},
+                             "observation.state": "data" if subset else "stats.json",
+                             "action": "data" if subset else "stats.json"}, e.name
+        if not subset:  # stats.json, as before (the whole dataset's)
+            want = np.asarray(report.metadata[e.index].stats["action"]["mean"], dtype=np.float64)
+            sel = e.action_indices if e.action_indices is not None else slice(None)
+            assert np.array_equal(st["action"]["mean"][:e.action_dim], want[sel])
+            continue
+        eps = _selected(d, raw)
+        for shared, key, indices, dim in (("observation.state", e.state_key, e.state_indices, D),
+                                          ("action", "action", e.action_indices, A)):
+            x = _rows(d, key, eps, indices)
+            s = st[shared]
+            n = x.shape[1]
+            np.testing.assert_allclose(s["mean"][:n], x.mean(0), rtol=1e-12)
+            np.testing.assert_allclose(s["std"][:n], x.std(0), rtol=1e-12, atol=1e-15)
+            assert np.array_equal(s["min"][:n], x.min(0)) and np.array_equal(s["max"][:n], x.max(0))
+            for name, q in QUANTILES.items():
+                assert np.array_equal(s[name][:n], np.quantile(x, q, axis=0)), (e.name, shared, name)
+                assert (s[name][n:] == PAD_STATS[name]).all()
+            assert int(s["count"][0]) == len(x) and s["mean"].shape == (dim,)
+            assert st.sketches[shared][1].shape[0] == n
+    # stats.json only: the old rule, no data read
+    only = entry_stats(layout, report, source="stats.json")
+    assert all(set(o.origin.values()) == {"stats.json"} for o in only)
+    with pytest.raises(ValueError, match="source must be one of"):
+        entry_stats(layout, report, source="parquet")
+
+
+def test_pooled_stats_from_the_data_equal_numpy_on_the_pooled_rows(synthetic, tmp_path):
+    """Every entry from the data (`source="data"`): pooled mean/std/min/max and quantiles equal numpy's on the
+    concatenated rows of each group's entries, dimension by dimension over the entries where it is real."""
+    spec = _selection_spec(synthetic)
+    report = preflight(spec)
+    layout = MixtureLayout.from_report(report, image_size=(32, 32))
+    per_entry = entry_stats(layout, report, source="data", cache=tmp_path, workers=2)
+    for group_of in (None, lambda e: "all"):
+        pooled = pooled_stats(layout, per_entry, group_of)
+        for g, stats in pooled.items():
+            members = [e for e in layout.entries if (group_of or (lambda x: x.group))(e) == g]
+            for shared, key_of, idx_of in (("observation.state", lambda e: e.state_key, lambda e: e.state_indices),
+                                           ("action", lambda e: "action", lambda e: e.action_indices)):
+                cols = [_rows(synthetic[e.index], key_of(e), _selected(synthetic[e.index], spec["entries"][e.index]),
+                              idx_of(e)) for e in members]
+                s = stats[shared]
+                for j in range(len(s["mean"])):
+                    real = [c[:, j] for c in cols if c.shape[1] > j]
+                    if not real:
+                        assert s["q50"][j] == PAD_STATS["q50"] and s["std"][j] == 1
+                        continue
+                    x = np.concatenate(real)
+                    assert np.isclose(s["mean"][j], x.mean(), rtol=1e-12, atol=1e-12), (g, shared, j)
+                    assert np.isclose(s["std"][j], x.std(), rtol=1e-9, atol=1e-12), (g, shared, j)
+                    assert s["min"][j] == x.min() and s["max"][j] == x.max()
+                    for name, q in QUANTILES.items():  # every entry small: the sketches hold every value
+                        assert s[name][j] == np.quantile(x, q), (g, shared, j, name)
+
+
+def test_mixture_dataset_normalises_with_the_computed_statistics(synthetic, tmp_path, monkeypatch):
+    """`MixtureDataset.entry_stats()` / `pooled_stats()` take the data's statistics for an entry that selects
+    episodes (stats.json describes the whole dataset), computed once: the second call reads the cache."""
+    from episodic import MixtureDataset
+
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    spec = _selection_spec(synthetic)
+    ds = MixtureDataset(spec, image_size=(32, 32), cache_dir=tmp_path / "mmap")
+    first = ds.entry_stats()
+    assert first[2].origin["action"] == "data" and not first[2].cached
+    x = _rows(synthetic[2], "action", [0, 1])
+    assert np.array_equal(first[2]["action"]["q10"][:x.shape[1]], np.quantile(x, 0.1, axis=0))
+    second = ds.entry_stats()
+    assert second[2].cached == ("observation.state", "action") and second[3].cached
+    assert np.array_equal(first[2]["action"]["mean"], second[2]["action"]["mean"])
+    assert set(ds.pooled_stats()) == {e.group for e in ds.layout.entries}

@@ -45,8 +45,9 @@ class MixtureFacts:
         return int(sum(len(f.episodes) for f in self.sampler.entries))
 
     def entry_stats(self) -> list[dict]:
-        """Each entry's normalisation statistics under the shared keys (`mixture.norm_stats`), entry order."""
-        return entry_stats(self.layout, self.report.metadata)
+        """Each entry's normalisation statistics under the shared keys, entry order: stats.json where it describes the
+        entry's selection, else computed from the data, once (cached by content; `mixture.norm_stats`)."""
+        return entry_stats(self.layout, self.report)
 
     def pooled_stats(self, group_of: Callable | None = None) -> dict:
         """Statistics pooled over the entries of each group (default: the entry's group / robot type)."""

@@ -1,10 +1,16 @@
-"""Per-episode statistics and their aggregation (the contents of stats.json and the `stats/...` columns)."""
+"""Statistics in LeRobot's layout (the contents of stats.json and the `stats/...` columns): per episode
+(`array_stats`, what the writer stores), exact statistics of a whole column (`column_stats`, with its quantile
+sketch: `format.quantiles`) and their aggregation (`aggregate_stats`)."""
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import base64
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from .quantiles import sketch_of_sorted, sorted_quantiles
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
@@ -35,6 +41,100 @@ def array_stats(values: np.ndarray, image: bool = False) -> dict[str, np.ndarray
     for name, q in zip(QUANTILES, qs):
         out[name] = reshape(q)
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class KeyStats:
+    """One key's exact statistics over some rows (`column_stats`): `stats` in LeRobot's layout with the feature's
+    dimensions flattened (``min``, ``max``, ``mean``, ``std``, the `QUANTILES`: shape (D,); ``count``: [N]) and
+    `sketch`, the dimensions' quantile sketch (D, m) (`format.quantiles`), what pooling with other rows needs."""
+
+    stats: dict[str, np.ndarray]
+    sketch: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(np.asarray(self.stats["count"]).reshape(-1)[0])
+
+    def select(self, indices: Sequence[int] | None) -> "KeyStats":
+        """The statistics of the dimensions `indices` (in that order; None: all)."""
+        if indices is None:
+            return self
+        idx = np.asarray(indices, dtype=np.int64)
+        return KeyStats({n: (v if n == "count" else np.asarray(v)[idx]) for n, v in self.stats.items()},
+                        self.sketch[idx])
+
+    def shaped(self, shape: Sequence[int]) -> dict[str, np.ndarray]:
+        """`stats` with each statistic in the feature's `shape` (as stats.json has them)."""
+        return {n: (np.asarray(v) if n == "count" else np.asarray(v).reshape(tuple(shape)))
+                for n, v in self.stats.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-serialisable: statistics as lists, the sketch as little-endian float64 bytes in base64."""
+        sketch = np.ascontiguousarray(self.sketch, dtype="<f8")
+        return {"stats": {n: np.asarray(v).tolist() for n, v in self.stats.items()},
+                "sketch": {"shape": list(sketch.shape), "float64": base64.b64encode(sketch.tobytes()).decode()}}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "KeyStats":
+        """Back from `to_json`'s form, checked: ValueError when anything is missing or does not fit."""
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("stats"), Mapping) \
+                or not isinstance(raw.get("sketch"), Mapping):
+            raise ValueError("expected an object with 'stats' and 'sketch'")
+        names = ("min", "max", "mean", "std", "count", *QUANTILES)
+        missing = [n for n in names if n not in raw["stats"]]
+        if missing:
+            raise ValueError(f"missing statistics {missing}")
+        stats = {n: np.asarray(raw["stats"][n], dtype=np.int64 if n == "count" else np.float64) for n in names}
+        dims = stats["mean"].shape
+        if len(dims) != 1 or any(stats[n].shape != dims for n in names if n != "count") \
+                or stats["count"].shape != (1,) or stats["count"][0] < 1:
+            raise ValueError("statistics of inconsistent shapes")
+        shape = raw["sketch"].get("shape")
+        data = base64.b64decode(str(raw["sketch"].get("float64", "")), validate=True)
+        if not (isinstance(shape, list) and len(shape) == 2 and shape[0] == dims[0] and isinstance(shape[1], int)
+                and 1 <= shape[1] and len(data) == 8 * shape[0] * shape[1]):
+            raise ValueError(f"a sketch of shape {shape!r} and {len(data)} bytes does not fit {dims[0]} dimensions")
+        return cls(stats, np.frombuffer(data, dtype="<f8").reshape(shape).astype(np.float64))
+
+
+def column_stats(values: np.ndarray, block_bytes: int = 32 << 20, threads: int = 1) -> KeyStats:
+    """Exact statistics of each dimension of `values` ((N, ...) numeric, N >= 1; the dimensions after the first
+    flattened to D): ``min``, ``max``, ``mean``, ``std`` (population, float64 accumulation), the `QUANTILES`
+    (``np.quantile``'s default method, `quantiles.sorted_quantiles`), each of shape (D,), and ``count`` [N];
+    with the dimensions' quantile sketch (`quantiles.sketch_of_sorted`). The dimensions are taken in blocks of
+    about `block_bytes` of float64 (so a long column never needs a float64 copy of all of it), `threads` blocks
+    at a time (numpy's sorts and reductions release the GIL)."""
+    x = np.asarray(values)
+    n = len(x)
+    if n == 0:
+        raise ValueError("column_stats: no values")
+    x = x.reshape(n, -1)
+    d = x.shape[1]
+    out = {name: np.empty(d) for name in ("min", "max", "mean", "std", *QUANTILES)}
+    step = max(1, min(int(block_bytes) // (8 * n), -(-d // max(1, int(threads)))))
+    blocks = [(lo, min(d, lo + step)) for lo in range(0, d, step)]
+
+    def one(span: tuple[int, int]) -> np.ndarray:
+        lo, hi = span
+        block = np.ascontiguousarray(x[:, lo:hi].astype(np.float64).T)  # (b, n): one dimension per row
+        out["mean"][lo:hi] = block.mean(axis=1)
+        out["std"][lo:hi] = block.std(axis=1)
+        block.sort(axis=1)
+        out["min"][lo:hi], out["max"][lo:hi] = block[:, 0], block[:, -1]
+        for name, q in zip(QUANTILES, sorted_quantiles(block, list(QUANTILES.values()))):
+            out[name][lo:hi] = q
+        return sketch_of_sorted(block)
+
+    if threads > 1 and len(blocks) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(int(threads), len(blocks))) as pool:
+            sketches = list(pool.map(one, blocks))
+    else:
+        sketches = [one(b) for b in blocks]
+    out["count"] = np.array([n], dtype=np.int64)
+    return KeyStats(out, np.concatenate(sketches, axis=0) if sketches else np.zeros((0, 1)))
 
 
 def aggregate_stats(per_episode: Iterable[Mapping[str, Mapping[str, np.ndarray]]]) -> Stats:
