@@ -4,16 +4,16 @@ dataset and on a 400-entry mixture, first run (cold cache) vs re-run (cache only
 The data (written once with episodic's writer, reused when present under --data):
   big       ONE tabular dataset of --episodes episodes of --length frames (300,000 frames by default), state 32
             and action 24 float32 dimensions (random walks), data files of 100 MB.
-  mix400    400 tiny heterogeneous datasets (`episodic.mixture.synthetic`, no cameras: statistics never read
+  mix400    400 tiny heterogeneous datasets (`episodic.testing.synthetic`, no cameras: statistics never read
             them), and a spec over them in which every 5th entry selects episodes and every 7th indexes its state.
 
 Measured in this process, --repeats times interleaved (medians reported; the statistics cache in a fresh
 directory for every cold run; the data files read once before, so every run finds them in the page cache):
-  big, cold        `tabular.stats.compute_stats` of every numeric feature (7 keys) over every episode
+  big, cold        `tabular.column_stats.compute_stats` of every numeric feature (7 keys) over every episode
   big, numpy       the reference: the same columns read with pyarrow, then np.mean/std/min/max/quantile (what the
                    tests compare with), for scale
   big, cached      the same call again (reads only the cache)
-  mix400, cold     `tools.stats.mixture_stats` (preflight of the spec, every entry's state and action from the
+  mix400, cold     `tools.stats_command.mixture_stats` (preflight of the spec, every entry's state and action from the
                    data, pooled per group) with --workers processes
   mix400, cached   the same again: every entry from the cache
   cold, 1 proc.    the cold runs with --workers 1 (one process; for the big dataset, no threads either)
@@ -55,7 +55,7 @@ def write_big(root: str, episodes: int, length: int) -> None:
 
 
 def write_mix(root: str) -> str:
-    from episodic.mixture.synthetic import mixture_spec, write_synthetic_datasets
+    from episodic.testing.synthetic import mixture_spec, write_synthetic_datasets
 
     spec_path = os.path.join(root, "spec.json")
     if os.path.exists(spec_path):
@@ -109,8 +109,8 @@ def main() -> None:
 
     from episodic.runtime import usable_cores
     from episodic.storage import open_source
-    from episodic.tabular.stats import StatsJob, compute_stats, numeric_keys
-    from episodic.tools.stats import mixture_stats
+    from episodic.tabular.column_stats import StatsJob, compute_stats, numeric_keys
+    from episodic.tools.stats_command import mixture_stats
 
     big = os.path.join(a.data, "big")
     t0 = time.perf_counter()

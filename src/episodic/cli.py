@@ -226,7 +226,7 @@ def _episodes_arg(text: str) -> list[int]:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from .tools.stats import dataset_stats, is_spec, mixture_stats, stats_table, to_json
+    from .tools.stats_command import dataset_stats, is_spec, mixture_stats, stats_table, to_json
 
     if args.workers is not None and args.workers < 1:
         raise SystemExit("episodic stats: --workers must be >= 1")
@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the statistics as JSON")
     p.add_argument("--workers", type=int, default=None, help="processes computing entries side by side (default: "
                                                              "the usable cores)")
-    from .tools.stats import GROUP_BY
+    from .tools.stats_command import GROUP_BY
 
     p.add_argument("--group-by", choices=GROUP_BY, default="group",
                    help="how a mixture's entries are pooled (default: the entry's group, else its robot type)")

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodic.format.stats import QUANTILES
-from episodic.mixture.synthetic import mixture_spec, write_synthetic_datasets
-from episodic.tools.stats import mixture_stats
+from episodic.testing.synthetic import mixture_spec, write_synthetic_datasets
+from episodic.tools.stats_command import mixture_stats
 
 pytestmark = pytest.mark.slow
 

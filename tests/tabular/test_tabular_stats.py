@@ -13,7 +13,7 @@ import pytest
 from episodic.format.errors import DatasetFormatError
 from episodic.format.stats import QUANTILES
 from episodic.storage import open_source
-from episodic.tabular.stats import StatsJob, compute_stats, numeric_keys
+from episodic.tabular.column_stats import StatsJob, compute_stats, numeric_keys
 from episodic.writer import DatasetWriter
 
 FEATURES = {"observation.state": {"dtype": "float32", "shape": [14]}, "action": {"dtype": "float32", "shape": [7]},

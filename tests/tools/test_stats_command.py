@@ -13,7 +13,7 @@ import pytest
 
 from episodic.cli import main
 from episodic.format.stats import QUANTILES
-from episodic.mixture.synthetic import mixture_spec
+from episodic.testing.synthetic import mixture_spec
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ Where an entry's statistics come from (`entry_stats`, ``source``):
 - ``"auto"`` (default): an entry's ``meta/stats.json`` when it describes the entry's rows, i.e. the entry
   selects every episode (no ``episodes`` subset, no ``exclude_episodes``) and stats.json has the key with mean,
   std, min, max and the quantiles q01..q99; else computed from the entry's selected rows
-  (`tabular.stats.compute_stats`: exact, in parallel, cached by content, so only the first use reads data).
+  (`tabular.column_stats.compute_stats`: exact, in parallel, cached by content, so only the first use reads data).
 - ``"stats.json"``: stats.json alone, whatever episodes the entry selects (no data file read; a key it lacks is
   left out).
 - ``"data"``: computed from the data for every entry (what ``episodic stats SPEC`` does).
@@ -82,7 +82,7 @@ def _vector(raw: dict, indices: Sequence[int] | None, dim: int, count: int) -> d
 
 
 def _selected(entry, total: int) -> np.ndarray:
-    from .entry_checks import selected_episodes
+    from .checking.entry_checks import selected_episodes
 
     return selected_episodes(entry, total)
 
@@ -106,7 +106,7 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
     """Each entry's statistics under the shared keys (one per `layout.entries`, same order), from `report` (the
     `PreflightReport` the layout was built from; a sequence of `DatasetMetadata` (spec entry i's at i) is taken
     as ``source="stats.json"``: without the spec the selection is unknown). `source`, and the rules: see the
-    module docstring; `workers`, `progress`, `cache`: `tabular.stats.compute_stats`'s."""
+    module docstring; `workers`, `progress`, `cache`: `tabular.column_stats.compute_stats`'s."""
     if source not in STATS_SOURCES:
         raise ValueError(f"source must be one of {STATS_SOURCES}, got {source!r}")
     if hasattr(report, "metadata") and hasattr(report, "spec"):
@@ -115,7 +115,7 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
         metadata, spec_entries, sources, source = report, None, (), "stats.json"
     jobs, job_of = [], {}
     if source != "stats.json":
-        from ..tabular.stats import StatsJob
+        from ..tabular.column_stats import StatsJob
 
         for e in layout.entries:
             meta, spec_entry = metadata[e.index], spec_entries[e.index]
@@ -126,7 +126,7 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
                 jobs.append(StatsJob(sources[e.index], meta, keys, _selected(spec_entry, len(meta.episodes)), e.name))
     computed = []
     if jobs:
-        from ..tabular.stats import compute_stats
+        from ..tabular.column_stats import compute_stats
 
         computed = compute_stats(jobs, workers=workers, progress=progress, cache=cache)
     out = []

@@ -1,4 +1,4 @@
-"""The content cache of computed statistics (`tabular.stats`): one JSON file per (dataset, episode selection) under
+"""The content cache of computed statistics (`tabular.column_stats`): one JSON file per (dataset, episode selection) under
 ``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
 key's feature description: dtype and shape, checked when read), named by the SHA-256 of what decides the result:
 

@@ -1,5 +1,5 @@
 """`episodic stats DATASET|SPEC`: normalisation statistics computed from the data, per dataset or per mixture
-entry and group, cached by content (`tabular.stats`), as a compact table and as JSON in LeRobot's stats layout.
+entry and group, cached by content (`tabular.column_stats`), as a compact table and as JSON in LeRobot's stats layout.
 
 - A dataset (directory or fsspec URL): every numeric feature (or `keys`) over its episodes (or `episodes`);
   the JSON's ``stats`` is what a stats.json of those episodes holds (cameras aside).
@@ -37,7 +37,7 @@ def dataset_stats(location: str, *, keys: list[str] | None = None, episodes: Any
     from ..checks import episode_list
     from ..format.errors import DatasetFormatError
     from ..storage import open_source
-    from ..tabular.stats import StatsJob, compute_stats, numeric_keys
+    from ..tabular.column_stats import StatsJob, compute_stats, numeric_keys
 
     source = open_source(location)
     meta = source.load_metadata()
