@@ -263,6 +263,21 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reencode(args: argparse.Namespace) -> int:
+    from .tools.reencode import reencode
+
+    result = reencode(args.src, args.dst, vcodec=args.vcodec, gop=args.gop, crf=args.crf, workers=args.workers,
+                      progress=not args.quiet, fsync=not args.no_fsync)
+    print(printable(result.summary()))
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(result.to_json(), indent=1).encode())
+    return 0
+
+
 _NEEDS_PLOT = "; needs matplotlib (pip install \"episodic[plot]\"): without it the PNG is skipped with a " \
               "one-line note, exit status 1 when -o names it"
 
@@ -365,6 +380,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_stats)
+    from .tools.reencode import REENCODE_CODECS
+
+    p = sub.add_parser("reencode", help="a copy of a dataset with its videos encoded again (H.264 or HEVC, for "
+                                         "GPU decoding where NVDEC has no AV1); the original is never modified",
+                       description="Copy the dataset in SRC to DST with every video re-encoded frame for frame "
+                                   "(each frame at the original's time, so episodes and timestamps are unchanged), "
+                                   "every other file copied byte for byte and info.json's video settings updated. "
+                                   "Files are encoded in parallel; an interrupted run is resumed by running it "
+                                   "again; a DST that already holds a verified copy is left as it is.")
+    p.add_argument("src", help="the dataset directory to copy (never modified)")
+    p.add_argument("dst", help="the new dataset directory (absent or empty, or an interrupted copy to resume)")
+    p.add_argument("--vcodec", choices=REENCODE_CODECS, required=True)
+    p.add_argument("--gop", type=int, default=2, help="frames from one key frame to the next (default 2, as LeRobot)")
+    p.add_argument("--crf", type=int, default=30, help="constant rate factor, lower is better (default 30)")
+    p.add_argument("--workers", type=int, default=None, help="files encoded side by side (default: the usable cores)")
+    p.add_argument("--no-fsync", action="store_true", help="do not flush each file to the disk before its rename")
+    p.add_argument("--json", metavar="OUT", help="write what was done as JSON")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_reencode)
     p = sub.add_parser("mixture", help="weighted mixtures of datasets")
     msub = p.add_subparsers(dest="mixture_command", required=True)
     p = msub.add_parser("check", help="preflight a mixture spec: every entry's metadata read and checked, no data",
