@@ -278,6 +278,21 @@ def _reencode(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from .tools.doctor import doctor
+
+    report = doctor(args.dataset, decode=not args.no_decode)
+    for line in report.lines():  # dataset names and paths escaped for the terminal
+        print(printable(line))
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(report.to_json(), indent=1, default=str).encode())
+    return 0
+
+
 _NEEDS_PLOT = "; needs matplotlib (pip install \"episodic[plot]\"): without it the PNG is skipped with a " \
               "one-line note, exit status 1 when -o names it"
 
@@ -399,6 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write what was done as JSON")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_reencode)
+    p = sub.add_parser("doctor", help="where this machine can decode video (CPU, GPU/NVDEC per codec) and why",
+                       description="Versions (episodic, torch, PyAV and its FFmpeg, PyNvVideoCodec), GPUs and what "
+                                   "their NVDEC decodes per codec (asked of the driver), whether a container exposes "
+                                   "the video driver; with DATASET, each camera's codec, pixel format and size, one "
+                                   "frame decoded per available backend with its time, and which backend "
+                                   "decode_device='cuda' would use for it and why.")
+    p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (optional)")
+    p.add_argument("--no-decode", action="store_true", help="do not decode a frame per camera")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    p.set_defaults(func=_doctor)
     p = sub.add_parser("mixture", help="weighted mixtures of datasets")
     msub = p.add_subparsers(dest="mixture_command", required=True)
     p = msub.add_parser("check", help="preflight a mixture spec: every entry's metadata read and checked, no data",

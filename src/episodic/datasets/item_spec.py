@@ -27,7 +27,10 @@ class ItemSpec:
     ``on_unknown_task="raise"``), handed to `load_columns` wherever its rows are read.
 
     String features (`text_keys`, shape [1]) come out as LeRobot's do: a `str` per item, a list of `str` per
-    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape."""
+    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape.
+
+    `gpu_keys` (set with `dataclasses.replace` by a dataset built with ``decode_device="cuda"``): the item keys
+    whose frames `gather` leaves to the GPU (`gpu_frames`), as references to where they are."""
 
     data_keys: tuple[str, ...]
     video_keys: tuple[str, ...]
@@ -38,6 +41,7 @@ class ItemSpec:
     frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
     text_keys: tuple[str, ...] = ()  # data keys of string features
     unknown_tasks: UnknownTasks | None = field(default=None, compare=False, repr=False)
+    gpu_keys: tuple[str, ...] = ()  # item keys whose frames are decoded on the GPU (`gather` writes references)
 
     @classmethod
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,

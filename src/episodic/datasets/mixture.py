@@ -31,7 +31,9 @@ from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
 from .access import BatchAccess
 from .facts import MixtureFacts
+from ..video.output import FrameOutput
 from .gather import gather
+from .gpu_frames import gpu_setup
 from .item_layout import mixture_layout
 from .loader import MapLoader
 from .mixture_entry import MMAP_MIN_BYTES, EntryEngines
@@ -63,13 +65,15 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
             memory-mapped).
         decoder_cache_size: open video decoders per process, shared by all entries (default: one per video file
             of the mapped cameras, within an estimated 512 MB per process: `EntryEngines.decoder_cache_size`).
+        decode_device, cpu_fallback, gpu_decoders: as in `EpisodicDataset` (every entry's cameras are checked).
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
                  resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
                  mmap_min_bytes: int = MMAP_MIN_BYTES, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
-                 drop_n_last_frames: int = 0):
+                 drop_n_last_frames: int = 0, decode_device: str = "cpu", cpu_fallback=False,
+                 gpu_decoders: int | None = None):
         self.report = load_report(spec, on_error, concurrency)
         self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
         self.item_layout = mixture_layout(self.layout)
@@ -81,6 +85,9 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
         if decoder_cache_size is None:
             decoder_cache_size = self.engines.decoder_cache_size()
         self.decoders = self.engines.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        gpu_keys, self.gpu = gpu_setup(self.item_layout, self.engines.entries(), decode_device, cpu_fallback,
+                                       gpu_decoders, FrameOutput(size=image_size, resize_mode=resize_mode), self.counters)
+        self.engines.decode_on_gpu(gpu_keys)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms

@@ -70,6 +70,7 @@ class EntryEngines:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else config.cache_dir()
         self.mmap_min_bytes = int(mmap_min_bytes)
         self._specs: dict[int, ItemSpec] = {}
+        self.gpu_keys: tuple[str, ...] = ()  # item keys decoded on the GPU (`decode_on_gpu`)
         self._rows: dict[int, Rows] = {}
         for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
             if getattr(source, "cache", None) is not None:
@@ -80,9 +81,18 @@ class EntryEngines:
 
     def spec(self, slot: int) -> ItemSpec:
         if slot not in self._specs:
-            self._specs[slot] = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout,
-                                                self.on_unknown_task)
+            spec = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout, self.on_unknown_task)
+            self._specs[slot] = replace(spec, gpu_keys=self.gpu_keys) if self.gpu_keys else spec
         return self._specs[slot]
+
+    def entries(self) -> list[tuple]:
+        """(metadata, item spec, source, selected episodes) of every entry (what `gpu_frames.gpu_setup` checks)."""
+        return [(self.metadata[s], self.spec(s), self.sources[s], self.selected[s]) for s in range(len(self))]
+
+    def decode_on_gpu(self, keys: tuple[str, ...]) -> None:
+        """Every entry's items leave `keys` to the GPU (before any rows are built)."""
+        self.gpu_keys = tuple(keys)
+        self._specs = {s: replace(spec, gpu_keys=self.gpu_keys) for s, spec in self._specs.items()}
 
     def stream_entry(self, slot: int) -> StreamEntry:
         """What a streaming consumer reads of entry `slot`: its metadata, item spec and source."""
