@@ -36,6 +36,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 from episodic import EpisodicDataset  # noqa: E402
 from episodic.datasets.streaming import StreamingLeRobotDataset  # noqa: E402
 from episodic.format.errors import GpuDecodeError  # noqa: E402
+from episodic.testing.synthetic import camera_frames  # noqa: E402
 from episodic.writer import DatasetWriter  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -96,34 +97,6 @@ else:
     EPISODES, LENGTH = 8, 150
 
 
-_FRAMES: dict = {}
-
-
-def frames_of(h: int, w: int, n: int, seed: int) -> np.ndarray:
-    """A fixed camera: static low-frequency texture, four moving blobs, sensor noise (uint8 (n, h, w, 3)); two
-    such cameras per size, made once (episodes share them: the decode cost is the content's, not its identity)."""
-    key = (h, w, n, seed % 2)
-    if key in _FRAMES:
-        return _FRAMES[key]
-    rng = np.random.default_rng(seed % 2)
-    bg = (np.kron(rng.random((h // 16 + 1, w // 16 + 1, 3)), np.ones((16, 16, 1)))[:h, :w] * 180 + 30).astype(np.float32)
-    noise = rng.normal(0, 3, (4, h, w, 3)).astype(np.float32)
-    out = np.empty((n, h, w, 3), np.uint8)
-    for t in range(n):
-        img = bg + noise[t % 4]
-        for k in range(4):
-            r = int((h / 16) * (1 + k / 3))
-            cx = int(w / 2 + (w / 3) * np.sin(0.05 * (t + 40 * (seed % 2)) + k * 1.7))
-            cy = int(h / 2 + (h / 3) * np.cos(0.04 * (t + 40 * (seed % 2)) + k))
-            y0, y1, x0, x1 = max(cy - r, 0), min(cy + r, h), max(cx - r, 0), min(cx + r, w)
-            yy, xx = np.ogrid[y0:y1, x0:x1]
-            img[y0:y1, x0:x1][((xx - cx) ** 2 + (yy - cy) ** 2) < r * r] = [200 - 40 * k, 60 + 40 * k, 90 + 30 * k]
-        np.clip(img, 0, 255, out=img)
-        out[t] = img
-    _FRAMES[key] = out
-    return out
-
-
 def write(name: str, h: int, w: int, cams: int, vcodec: str, episodes: int, length: int, file_mb: float = 200):
     root = DATA / name
     if (root / "meta" / "info.json").exists():
@@ -134,7 +107,7 @@ def write(name: str, h: int, w: int, cams: int, vcodec: str, episodes: int, leng
     with DatasetWriter(root, fps=30, features=feats, vcodec=vcodec, gop=2, crf=30, overwrite=True, fsync=False,
                        video_files_size_in_mb=file_mb) as wr:
         for e in range(episodes):
-            ep = {k: frames_of(h, w, length, seed=10 * e + i) for i, k in enumerate(keys)}
+            ep = {k: camera_frames(h, w, length, seed=i % 2) for i, k in enumerate(keys)}
             ep["observation.state"] = np.random.default_rng(e).random((length, 6), dtype=np.float32)
             ep["action"] = np.random.default_rng(e + 100).random((length, 6), dtype=np.float32)
             wr.add_episode(ep, task="pick")
