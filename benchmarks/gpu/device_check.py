@@ -257,7 +257,7 @@ def cell(root: str, mode: str, device: str, cams: int) -> dict:
     if device == "cuda":
         out["gpu"] = ds.gpu.stats()
     it.close()
-    del it, loader
+    loader = None  # its workers stop
     return out
 
 

@@ -22,6 +22,7 @@ import torch
 from episodic import EpisodicDataset
 from episodic.datasets import gpu_frames as G
 from episodic.datasets.decode import FILES_KEY
+from episodic.datasets.nvdec_sessions import SessionPool
 from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset, StreamingMixtureDataset
 from episodic.demo import write_demo_dataset
@@ -292,7 +293,7 @@ class CountingBackend:
 
 def test_session_pool_is_bounded_and_reuses_sessions():
     backend = CountingBackend()
-    pool = G.SessionPool(backend, 3)
+    pool = SessionPool(backend, 3)
     paths = [f"f{i % 5}" for i in range(40)]
 
     def work(path):

@@ -18,7 +18,7 @@ No silent CPU fallback: at construction every camera's codec, pixel format and s
 codec, GPU and the fix (`episodic reencode`), unless `cpu_fallback` names it (True: any camera): then it is
 logged once and decoded on the main process's CPU by PyAV (the CPU path's pixels), its frames counted
 (`gpu_fallback_frames`). The decode library is PyNvVideoCodec (`pip install "episodic[gpu]"`), chosen by
-measurement on a lent H200 (see docs/gpu.md); `NvdecBackend` is the one class that calls it.
+measurement on a lent H200 (see docs/gpu.md); `nvdec_sessions.NvdecBackend` is the one class that calls it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Sequence
@@ -43,9 +43,9 @@ from ..video.output import FrameOutput
 from ..video.stream_probe import StreamFacts, probe_stream
 from .decode import FILES_KEY
 from .device import frames_to_float
+from .nvdec_sessions import NvdecBackend, SessionPool
 
-__all__ = ["CameraSource", "GpuFrames", "NvdecBackend", "SessionPool", "check_decode_device",
-           "fit_frames", "gpu_setup"]
+__all__ = ["CameraSource", "GpuFrames", "check_decode_device", "fit_frames", "gpu_setup"]
 
 log = logging.getLogger(__name__)
 
@@ -122,97 +122,6 @@ def fit_frames(frames: torch.Tensor, output: FrameOutput) -> torch.Tensor:
     return out
 
 
-class NvdecBackend:
-    """PyNvVideoCodec's SimpleDecoder: planar RGB (CHW) uint8 frames in device memory, by frame index."""
-
-    def __init__(self, gpu_id: int):
-        try:
-            import PyNvVideoCodec as nvc
-        except ImportError as e:
-            raise GpuDecodeError(f"decode_device='cuda' needs PyNvVideoCodec: pip install \"episodic[gpu]\" ({e})") from None
-        self.nvc, self.gpu_id = nvc, gpu_id
-        self.name = f"PyNvVideoCodec {getattr(nvc, '__version__', '?')}"
-
-    def open(self, path: str):
-        return self.nvc.SimpleDecoder(path, gpu_id=self.gpu_id, use_device_memory=True,
-                                      output_color_type=self.nvc.OutputColorType.RGBP)
-
-    def reopen(self, session, path: str):
-        session.reconfigure_decoder(path)
-        return session
-
-    def frames(self, session, indices: list[int]) -> torch.Tensor:
-        got = session.get_batch_frames_by_index(indices)
-        if len(got) != len(indices):  # the library skips indices it cannot seek to, with a warning only
-            raise VideoDecodeError(f"NVDEC returned {len(got)} frames for the {len(indices)} asked for")
-        return torch.stack([torch.from_dlpack(f) for f in got])
-
-    def close(self, session) -> None:
-        pass  # freed with the object
-
-
-class SessionPool:
-    """At most `size` decoder sessions of `backend`, each used by one thread at a time; a session idle on the
-    file asked for is taken first, else a new one while fewer than `size` exist, else the least recently used
-    idle one is reconfigured for the file (`backend.reopen`), else the caller waits."""
-
-    def __init__(self, backend, size: int):
-        self.backend, self.size = backend, int(size)
-        self._idle: OrderedDict[str, list] = OrderedDict()  # path -> idle sessions on it
-        self._count = 0
-        self._cond = threading.Condition()
-        self.opened = self.reopened = 0
-
-    def acquire(self, path: str):
-        reuse = None
-        with self._cond:
-            while True:
-                same = self._idle.get(path)
-                if same:
-                    session = same.pop()
-                    if not same:
-                        del self._idle[path]
-                    return session
-                if self._count < self.size:
-                    self._count += 1
-                    break
-                if self._idle:
-                    old, sessions = next(iter(self._idle.items()))  # the least recently used file's
-                    reuse = sessions.pop()
-                    if not sessions:
-                        del self._idle[old]
-                    break
-                self._cond.wait()
-        try:
-            if reuse is not None:
-                session = self.backend.reopen(reuse, path)
-                self.reopened += 1
-            else:
-                session = self.backend.open(path)
-                self.opened += 1
-        except BaseException:
-            self.drop()
-            raise
-        return session
-
-    def drop(self) -> None:
-        """A session that failed is not reused: its place is freed."""
-        with self._cond:
-            self._count -= 1
-            self._cond.notify()
-
-    def release(self, path: str, session) -> None:
-        with self._cond:
-            self._idle.setdefault(path, []).append(session)
-            self._idle.move_to_end(path)
-            self._cond.notify()
-
-    def discard(self) -> None:
-        with self._cond:
-            self._idle.clear()
-            self._count = 0
-
-
 class GpuFrames:
     """A dataset's GPU decoding (see the module docstring): built in the main process at construction, which
     checks every camera in `cameras`; `complete(batch)` turns a batch's frame references into frames on
@@ -258,10 +167,10 @@ class GpuFrames:
         gpu_keys = set(self.shapes) - self.fallback
         self.sessions = SessionPool(open_backend(gpu_id), self.decoders) if gpu_keys else None
         self._cpu = DecoderCache(max_open=32, counters=Counters())
-        self._threads: ThreadPoolExecutor | None = None
-        self._ahead: ThreadPoolExecutor | None = None
         # batches decoded side by side by a loader: enough to give every session a file
         self.prefetch = max(1, self.decoders // max(1, len(self.shapes)))
+        self._threads = ThreadPoolExecutor(max_workers=self.decoders, thread_name_prefix="episodic-gpu")
+        self._ahead = ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch")
         self._cpu_lock = threading.Lock()  # the CPU fallback's decoder cache is not thread-safe
         self._forked = False
         runtime.after_fork(self)
@@ -313,8 +222,6 @@ class GpuFrames:
 
     def _decode(self, requests: dict) -> dict:
         """Each (fallback, path, frames) request's frames (K, 3, H, W) uint8 on the device, files side by side."""
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(max_workers=self.decoders, thread_name_prefix="episodic-gpu")
         gpu = [(k, v) for k, v in requests.items() if not k[0]]
         futures = {k: self._threads.submit(self._gpu_file, k[1], v) for k, v in gpu}
         with self._cpu_lock:  # the cache is not thread-safe
@@ -361,8 +268,6 @@ class GpuFrames:
     def ahead(self, batches: Iterator[dict], finish: Callable[[dict], dict]) -> Iterator[dict]:
         """`finish(batch)` of each of `batches`, in order, with up to `self.prefetch` batches decoded ahead on
         threads: one batch holds a file or two per camera, too few to keep every NVDEC engine busy."""
-        if self._ahead is None:
-            self._ahead = ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch")
         pending: deque = deque()
         for batch in batches:
             pending.append(self._ahead.submit(finish, batch))

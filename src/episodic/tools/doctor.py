@@ -188,7 +188,7 @@ def _time_gpu(path: str) -> dict:
     try:
         import torch
 
-        from ..datasets.gpu_frames import NvdecBackend
+        from ..datasets.nvdec_sessions import NvdecBackend
 
         backend = NvdecBackend(0)
         t0 = time.perf_counter()
