@@ -12,11 +12,12 @@ import numpy as np
 from ..checks import check_number, episode_list
 from ..format.errors import DatasetFormatError, EpisodeIndexError
 from ..format.metadata import DatasetMetadata
+from ..order.eval_split import SIDES, EvalSplit, split_episodes
 from ..tabular import UNKNOWN_TASK, UnknownTasks, delta_offsets
 from ..tabular.values import unknown_task_rows
 from ..video.output import FrameOutput
 
-__all__ = ["ItemSpec", "select_episodes"]
+__all__ = ["ItemSpec", "listed_episodes", "select_episodes"]
 
 @dataclass(frozen=True)
 class ItemSpec:
@@ -93,8 +94,29 @@ class ItemSpec:
         return {k: v.tolist() for k, v in self.offsets.items()}
 
 
-def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
-    """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in)."""
+def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None, eval_split: EvalSplit | None = None,
+                    split: str = "train") -> np.ndarray:
+    """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in); with an
+    `eval_split`, those of side `split` ("train" or "eval") of it (`order.eval_split.split_episodes`: the list
+    order as given decides LeRobot's rule). ValueError when the side has no episode."""
+    listed = listed_episodes(meta, episodes)
+    if split not in SIDES:
+        raise ValueError(f"split must be one of {', '.join(SIDES)}, got {split!r}")
+    if eval_split is None:
+        if split == "eval":
+            raise ValueError(f"{meta.root}: split='eval' needs an eval_split (which episodes are held out)")
+        return np.sort(listed)
+    train, held = split_episodes(eval_split, listed, meta.episodes.first_tasks(listed))
+    side = train if split == "train" else held
+    if not len(side):
+        raise ValueError(f"{meta.root}: eval_split {eval_split.to_dict()} leaves no {split} episode of the "
+                         f"{len(listed)} selected ({len(train)} train, {len(held)} held out)")
+    return side
+
+
+def listed_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
+    """The episodes as listed (repeats dropped, first occurrence kept), every one checked to be in the dataset;
+    all of them ascending when `episodes` is None."""
     n = len(meta.episodes)
     if episodes is None:
         return np.arange(n, dtype=np.int64)
@@ -102,4 +124,5 @@ def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np
     bad = sel[(sel < 0) | (sel >= n)]
     if len(bad):
         raise EpisodeIndexError(f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})")
-    return np.unique(sel)
+    _, first = np.unique(sel, return_index=True)
+    return sel[np.sort(first)]

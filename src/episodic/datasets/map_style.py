@@ -13,6 +13,7 @@ import torch
 from .. import config
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata
+from ..order.eval_split import EvalSplit
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
@@ -26,9 +27,10 @@ from .gather import Rows, gather
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import MapLoader
+from .sides import SplitSides, checked_split
 
 
-class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
+class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot-format dataset, one batch at a time.
 
     `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
@@ -55,6 +57,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         on_unknown_task: rows whose task_index the tasks table lacks (metadata drift): "warn" (default: loaded,
             their items' task is "", one `UnknownTaskWarning` naming the episodes and task indices) or "raise"
             (DatasetFormatError naming the file, episode and frame). `episodic validate` reports them either way.
+        eval_split: episodes held out for evaluation (`order.eval_split.EvalSplit`, a fraction, or a dict of its
+            fields; per task, by episode); `split`: which side this dataset is, "train" (default) or "eval".
+            `eval_dataset()` builds the other side (its own order and state; `datasets.sides`).
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -64,7 +69,10 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", _source: Source | None = None):
+                 on_unknown_task: str = "warn", eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train", _source: Source | None = None):
+        self.remember(locals())
+        self.eval_split, self.split = checked_split(eval_split, split), split
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
@@ -79,7 +87,8 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
                                    on_unknown_task=on_unknown_task)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
-        columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
+        columns = load_columns(self.meta, select_episodes(self.meta, episodes, self.eval_split, split),
+                               list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
                                open_file=None if self.source.is_local else self.source.open_for_read,
                                unknown_tasks=self.spec.unknown_tasks)
@@ -167,7 +176,9 @@ class LeRobotDataset(EpisodicDataset):
                  storage_options: dict | None = None, cache_dir: str | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn"):
+                 on_unknown_task: str = "warn", eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train"):
+        self.remember(locals())
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
@@ -177,7 +188,7 @@ class LeRobotDataset(EpisodicDataset):
         super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
-                         on_unknown_task=on_unknown_task, _source=source)
+                         on_unknown_task=on_unknown_task, eval_split=eval_split, split=split, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),

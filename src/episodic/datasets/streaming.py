@@ -26,6 +26,7 @@ from ..counters import Counters, Tally
 from ..format.metadata import DatasetMetadata
 from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
+from ..order.eval_split import EvalSplit
 from ..order.pool_order import PoolOrder
 from ..order.shard import ConsumerId, resolve_topology
 from ..order.stream_keys import consumer_rng
@@ -44,6 +45,7 @@ from .item_spec import ItemSpec, select_episodes
 from .loader import Iteration, StreamingLoader
 from .mixture import load_report
 from .mixture_entry import EntryEngines
+from .sides import SplitSides, checked_split
 from .stream_options import UNSET, StreamOptions, stream_options
 
 __all__ = ["StreamingDataset", "StreamingLeRobotDataset", "StreamingMixtureDataset"]
@@ -194,7 +196,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
                 yield from unbatch(batch, self.image_transforms, self.camera_keys)
 
 
-class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
+class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
 
     Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Use
@@ -209,7 +211,8 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
     fields (not both). `mirror_max_bytes` was called `cache_max_bytes` (still accepted, with a
     DeprecationWarning). `on_unknown_task` as in `EpisodicDataset`
     (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
-    a row, naming what it read; each DataLoader worker process warns at most once).
+    a row, naming what it read; each DataLoader worker process warns at most once). `eval_split`, `split` and
+    `eval_dataset()` as in `EpisodicDataset` (the same episodes on each side).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -223,7 +226,10 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
                  fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
                  video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
+                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET,
+                 eval_split: EvalSplit | float | dict | None = None, split: str = "train"):
+        self.remember(locals())
+        self.eval_split, self.split = checked_split(eval_split, split), split
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
@@ -243,7 +249,7 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
         self.tolerance_s = tolerance_s
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
                                    on_unknown_task=on_unknown_task)
-        self.selected = select_episodes(self.meta, episodes)
+        self.selected = select_episodes(self.meta, episodes, self.eval_split, split)
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         super().__init__(DatasetEpochs(self.meta, self.selected), single_layout(self.spec, self.meta.info.features),
                          [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
