@@ -24,7 +24,6 @@ import torch
 from .. import config, runtime
 from ..counters import Counters, Tally
 from ..format.metadata import DatasetMetadata
-from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
 from ..order.eval_split import EvalSplit
 from ..order.pool_order import PoolOrder
@@ -43,7 +42,7 @@ from .facts import DatasetFacts, MixtureFacts
 from .item_layout import ItemLayout, mixture_layout, single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import Iteration, StreamingLoader
-from .mixture import load_report
+from .mixture import mixture_side
 from .mixture_entry import EntryEngines
 from .sides import SplitSides, checked_split
 from .stream_options import UNSET, StreamOptions, stream_options
@@ -266,7 +265,7 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
         return len(self.selected)
 
 
-class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
+class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
     """Items of a weighted mixture, streamed episode by episode from all entries: whole episodes of every entry
     per epoch (`epochs.MixtureEpochs`), everything else as a single dataset streams (plan, exact and elastic
     resume, `loader()`), items in the mixture's layout, each equal to `MixtureDataset`'s for the same frame.
@@ -274,7 +273,8 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
     `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
     `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
     `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole). `on_change`: what `load_state_dict`
-    does with a state saved under another mixture ("continue" or "refuse").
+    does with a state saved under another mixture ("continue" or "refuse"). `split` and `eval_dataset()` as in
+    `MixtureDataset`.
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = UNSET,
@@ -284,14 +284,14 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
                  prefetch_threads: int = UNSET, tabular_block: int = UNSET, mirror_max_bytes: int = UNSET,
                  decoder_cache_size: int | None = UNSET, fetch_policy: FetchPolicy | None = None,
                  on_error: str | None = None, concurrency: int = 16, on_change: str = "continue",
-                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
+                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET, split: str = "train"):
+        self.remember(locals())
         options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
                                  prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
                                  tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
                                  decoder_cache_size=decoder_cache_size,
                                  fetch=UNSET if fetch_policy is None else fetch_policy)
-        self.report = load_report(spec, on_error, concurrency)
-        self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         counters = Counters()

@@ -27,7 +27,7 @@ resize (``resize_mode``: ``stretch``, the default, or ``letterbox``; `episodic.v
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -130,6 +130,15 @@ class MixtureLayout:
         return cls(cameras=cameras, image_size=size if cameras else None, resize_mode=resize_mode,
                    state_dim=max(e.state_dim for e in entries), action_dim=max(e.action_dim for e in entries),
                    windows=windows, entries=tuple(entries))
+
+    def restricted(self, indices: Sequence[int]) -> "MixtureLayout":
+        """The same keys, shapes and windows with only the entries of spec indices `indices`, re-numbered in order
+        (one side of an eval split, where an entry may have no episode: its items keep the mixture's layout)."""
+        keep = set(int(i) for i in indices)
+        entries = [e for e in self.entries if e.index in keep]
+        if len(entries) == len(self.entries):
+            return self
+        return replace(self, entries=tuple(replace(e, slot=i) for i, e in enumerate(entries)))
 
     # ------------------------------------------------------------------ keys
     @property

@@ -1,6 +1,7 @@
 """Check one mixture entry against its dataset's metadata: every problem collected, none raised.
 
-Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left), every
+Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left to train on
+after the spec's ``eval_split``: the sizes are the training side's, the held-out ones recorded apart), every
 role's key (exists, is a camera for camera roles, a numeric vector for ``state``/``action``, text for
 ``task``), state/action index selections inside the vector and the result within the mixture's
 ``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps (rounded to the
@@ -19,11 +20,12 @@ import numpy as np
 
 from ...format.metadata import DatasetMetadata
 from ...format.timebase import frames_to_seconds, seconds_to_frames
+from ...order.eval_split import split_episodes
 from ...tabular.windows import delta_offsets
 from .report import EntryReport, Problem
 from .spec import RESERVED_ROLES, MixtureEntry, MixtureSpec
 
-__all__ = ["check_entry", "default_camera_roles", "selected_episodes"]
+__all__ = ["check_entry", "default_camera_roles", "entry_sides", "listed_episodes", "selected_episodes"]
 
 NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "bool")
@@ -43,16 +45,34 @@ def default_camera_roles(camera_keys: Sequence[str], style: str) -> dict[str, st
     return out
 
 
-def selected_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
-    """The entry's episodes (ascending): ``episodes`` (default all) minus ``exclude_episodes``, those outside
-    ``0..total-1`` left out (preflight reports them)."""
-    selected = np.arange(total, dtype=np.int64)
+def listed_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
+    """The entry's episodes in the order its ``episodes`` lists them (repeats dropped; default all, ascending),
+    minus ``exclude_episodes``, those outside ``0..total-1`` left out (preflight reports them)."""
+    listed = np.arange(total, dtype=np.int64)
     if entry.episodes is not None:
         req = np.asarray(entry.episodes, dtype=np.int64).reshape(-1)
-        selected = np.unique(req[(req >= 0) & (req < total)])
+        req = req[(req >= 0) & (req < total)]
+        _, first = np.unique(req, return_index=True)
+        listed = req[np.sort(first)]
     if entry.exclude_episodes:
-        selected = selected[~np.isin(selected, np.asarray(entry.exclude_episodes, dtype=np.int64))]
-    return selected
+        listed = listed[~np.isin(listed, np.asarray(entry.exclude_episodes, dtype=np.int64))]
+    return listed
+
+
+def selected_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
+    """The entry's episodes (ascending): ``episodes`` (default all) minus ``exclude_episodes``, those outside
+    ``0..total-1`` left out (preflight reports them). Both sides of an eval split (`entry_sides` splits them)."""
+    return np.sort(listed_episodes(entry, total))
+
+
+def entry_sides(spec: MixtureSpec, entry: MixtureEntry, meta: DatasetMetadata) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held out) episodes of the entry, each ascending, under the spec's ``eval_split``
+    (`order.eval_split.split_episodes` on its listed episodes and their first tasks); without one, (selected,
+    none)."""
+    listed = listed_episodes(entry, len(meta.episodes))
+    if spec.eval_split is None:
+        return np.sort(listed), np.zeros(0, np.int64)
+    return split_episodes(spec.eval_split, listed, meta.episodes.first_tasks(listed))
 
 
 def _closest(key: str, candidates: Sequence[str]) -> tuple[str, ...]:
@@ -77,10 +97,13 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         if bad.size:
             add(fieldname, f"{bad.size} episode(s) out of range {bad.tolist()[:10]}: the dataset has {total} "
                            f"episodes (0..{total - 1})")
-    selected = selected_episodes(entry, total)
+    selected, held = entry_sides(spec, entry, meta)
     lengths = meta.episodes.length[selected] if selected.size else np.zeros(0, np.int64)
     frames = int(lengths.sum())
-    if selected.size == 0:
+    if selected.size == 0 and held.size:
+        add("eval_split", f"the eval split {spec.eval_split.to_dict()} holds out all {held.size} selected episode(s): "
+                          f"none is left to train on")
+    elif selected.size == 0:
         add("episodes", "no episode selected")
     elif frames == 0:
         add("episodes", "the selected episodes have no frames")
@@ -157,7 +180,8 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
     elif task_key == "task":
         tasks = meta.episodes.tasks
         known = set(meta.tasks)
-        missing = [int(e) for e in selected.tolist() if not any(t in known for t in (tasks[e] or []))]
+        both = np.sort(np.concatenate([selected, held])).tolist()
+        missing = [int(e) for e in both if not any(t in known for t in (tasks[e] or []))]
         if missing:
             add("roles.task", f"{len(missing)} selected episode(s) have no task text in the tasks table (first: "
                               f"{missing[:5]}); their items get ''", "warning")
@@ -191,7 +215,8 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
     report = EntryReport(
         index=index, name=name, source=entry.source, version=info.codebase_version, fps=int(info.fps),
         robot_type=info.robot_type, group=entry.group if entry.group is not None else info.robot_type,
-        total_episodes=total, episodes=int(selected.size), frames=frames, cameras=cameras, camera_shapes=shapes,
+        total_episodes=total, episodes=int(selected.size), frames=frames, eval_episodes=int(held.size),
+        eval_frames=int(meta.episodes.length[held].sum()) if held.size else 0, cameras=cameras, camera_shapes=shapes,
         state_key=keys.get("state"), state_dim=dims.get("state", 0), action_key=keys.get("action"),
         action_dim=dims.get("action", 0), task_key=task_key, delta_offsets=offsets, tolerance_s=float(tol),
         delta_rounding_s=rounding)
