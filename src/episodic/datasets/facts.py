@@ -11,11 +11,14 @@ from .item_layout import features
 
 
 class DatasetFacts:
-    """`fps` and `features` (LeRobot's feature dicts) of a dataset with a `meta` (DatasetMetadata)."""
+    """`fps` and `features` (LeRobot's feature dicts) of a dataset with a `meta` (DatasetMetadata) and a `spec`
+    (ItemSpec)."""
 
     @property
     def fps(self) -> int:
-        return self.meta.fps
+        """The items' frame rate: the dataset's, or the `target_fps` its rows are resampled to."""
+        target = self.spec.target_fps
+        return self.meta.fps if target is None else target
 
     @property
     def features(self) -> dict:
@@ -31,6 +34,12 @@ class MixtureFacts:
     @property
     def features(self) -> dict:
         return features(self.item_layout)
+
+    @property
+    def fps(self) -> int | None:
+        """The mixture's control rate (``target_fps``: every entry's rows resampled to it); None without one
+        (each entry keeps its own)."""
+        return self.report.spec.target_fps
 
     @property
     def num_entries(self) -> int:

@@ -34,6 +34,7 @@ from ..order.stream_state import StreamState
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source
+from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from .collate import deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
@@ -211,7 +212,8 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     DeprecationWarning). `on_unknown_task` as in `EpisodicDataset`
     (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
     a row, naming what it read; each DataLoader worker process warns at most once). `eval_split`, `split` and
-    `eval_dataset()` as in `EpisodicDataset` (the same episodes on each side).
+    `eval_dataset()` as in `EpisodicDataset` (the same episodes on each side); `target_fps` and `resample` too
+    (episodes stream resampled: the plan, the pool and the resume count resampled frames).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -226,7 +228,8 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
                  video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET,
-                 eval_split: EvalSplit | float | dict | None = None, split: str = "train"):
+                 eval_split: EvalSplit | float | dict | None = None, split: str = "train",
+                 target_fps: int | None = None, resample: Mapping[str, str] | None = None):
         self.remember(locals())
         self.eval_split, self.split = checked_split(eval_split, split), split
         if video_decoder_cache_size is not None:
@@ -247,10 +250,11 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task)
+                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample))
         self.selected = select_episodes(self.meta, episodes, self.eval_split, split)
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
-        super().__init__(DatasetEpochs(self.meta, self.selected), single_layout(self.spec, self.meta.info.features),
+        super().__init__(DatasetEpochs(self.selected, self.spec.episode_lengths(self.meta)),
+                         single_layout(self.spec, self.meta.info.features),
                          [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
                          shuffle=shuffle, return_uint8=return_uint8, image_transforms=image_transforms, rank=rank,
                          world_size=world_size, cache_dir=cache_dir,
@@ -258,7 +262,7 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
 
     @property
     def num_frames(self) -> int:
-        return int(self.meta.episodes.length[self.selected].sum())
+        return int(self.spec.episode_lengths(self.meta)[self.selected].sum())
 
     @property
     def num_episodes(self) -> int:
@@ -303,11 +307,6 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
                          options, seed=seed, shuffle=shuffle, return_uint8=return_uint8,
                          image_transforms=image_transforms, rank=rank, world_size=world_size, cache_dir=cache_dir,
                          cameras=self.engines.camera_sizes(), tally=self.items_per_entry, counters=counters)
-
-    @property
-    def fps(self) -> None:
-        """A mixture has no single fps (each entry keeps its own)."""
-        return None
 
     @property
     def changes(self) -> list[str]:

@@ -4,7 +4,8 @@ Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dat
 after the spec's ``eval_split``: the sizes are the training side's, the held-out ones recorded apart), every
 role's key (exists, is a camera for camera roles, a numeric vector for ``state``/``action``, text for
 ``task``), state/action index selections inside the vector and the result within the mixture's
-``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps (rounded to the
+``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps, or the mixture's
+``target_fps`` (rounded to the
 nearest frame, the rounding recorded; with ``delta_rounding="exact"`` each must be on the grid within the
 entry's tolerance, LeRobot's rule),
 camera frame rates against the dataset's, task labels present, statistics present for state and action. A key that does not exist gets the closest
@@ -21,6 +22,7 @@ import numpy as np
 from ...format.metadata import DatasetMetadata
 from ...format.timebase import frames_to_seconds, seconds_to_frames
 from ...order.eval_split import split_episodes
+from ...tabular.resample import episode_lengths
 from ...tabular.windows import delta_offsets
 from .report import EntryReport, Problem
 from .spec import RESERVED_ROLES, MixtureEntry, MixtureSpec
@@ -98,8 +100,8 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             add(fieldname, f"{bad.size} episode(s) out of range {bad.tolist()[:10]}: the dataset has {total} "
                            f"episodes (0..{total - 1})")
     selected, held = entry_sides(spec, entry, meta)
-    lengths = meta.episodes.length[selected] if selected.size else np.zeros(0, np.int64)
-    frames = int(lengths.sum())
+    all_lengths = episode_lengths(meta, spec.target_fps)  # at the mixture's control rate, when it has one
+    frames = int(all_lengths[selected].sum())
     if selected.size == 0 and held.size:
         add("eval_split", f"the eval split {spec.eval_split.to_dict()} holds out all {held.size} selected episode(s): "
                           f"none is left to train on")
@@ -174,6 +176,12 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             add(f"roles.{role}", f"no statistics for {key!r} in the dataset's stats (normalising it needs them)",
                 "warning")
 
+    for role, rule in (spec.resample or {}).items():
+        key = keys.get(role)
+        if rule == "linear" and key is not None and not features[key].dtype.startswith("float"):
+            add(f"resample.{role}", f"{key!r} is {features[key].dtype}: 'linear' needs a float vector (use 'nearest' "
+                                    f"or 'previous')")
+
     task_key = None if "task" in removed else explicit.get("task", "task")
     if task_key is None:
         pass  # `task: null`: every item's task text is ""
@@ -192,7 +200,8 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         add("roles.task", f"no feature {task_key!r} in this dataset (use 'task' for the episodes' task text)",
             suggestions=_closest(task_key, ["task", *features]))
 
-    # ---- windows, on this entry's own fps grid
+    # ---- windows, on this entry's own fps grid (the mixture's control rate, when it has one)
+    grid = spec.target_fps if spec.target_fps is not None else info.fps
     tol = spec.entry_tolerance_s(entry)
     role_keys = {**cameras, **{r: k for r, k in keys.items() if k is not None}}
     offsets: dict[str, tuple[int, ...]] = {}
@@ -202,21 +211,21 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             continue  # a role this entry does not have: checked mixture-wide
         if spec.delta_rounding == "exact":
             try:
-                got = delta_offsets({role: list(seconds)}, info.fps, tol)[role]
+                got = delta_offsets({role: list(seconds)}, grid, tol)[role]
             except ValueError as e:
                 add(f"delta_timestamps.{role}", str(e).replace(f"delta_timestamps[{role!r}]: ", ""))
                 continue
         else:
             s = np.asarray(seconds, dtype=np.float64)
-            got = seconds_to_frames(s, info.fps)
-            rounding = max(rounding, float(np.abs(s - frames_to_seconds(got, info.fps)).max()))
+            got = seconds_to_frames(s, grid)
+            rounding = max(rounding, float(np.abs(s - frames_to_seconds(got, grid)).max()))
         offsets[role] = tuple(int(x) for x in got)
 
     report = EntryReport(
         index=index, name=name, source=entry.source, version=info.codebase_version, fps=int(info.fps),
         robot_type=info.robot_type, group=entry.group if entry.group is not None else info.robot_type,
         total_episodes=total, episodes=int(selected.size), frames=frames, eval_episodes=int(held.size),
-        eval_frames=int(meta.episodes.length[held].sum()) if held.size else 0, cameras=cameras, camera_shapes=shapes,
+        eval_frames=int(all_lengths[held].sum()), cameras=cameras, camera_shapes=shapes,
         state_key=keys.get("state"), state_dim=dims.get("state", 0), action_key=keys.get("action"),
         action_dim=dims.get("action", 0), task_key=task_key, delta_offsets=offsets, tolerance_s=float(tol),
         delta_rounding_s=rounding)

@@ -241,16 +241,22 @@ class PreflightReport:
 
     def table(self) -> str:
         """The entries one a line; with the spec's eval split, the episodes and frames held out ("held out") next
-        to the training side's (episodes, frames)."""
+        to the training side's (episodes, frames); with a ``target_fps``, frames are resampled ones and the fps
+        column reads ``own->target``."""
         split = self.spec.eval_split is not None
         heads = ("#", "entry", "status", "ver", "episodes", "frames", *(("held out",) if split else ()), "cameras",
                  "state/action", "fps", "weight", "share")
+        target = self.spec.target_fps
         rows = []
+
+        def fps(e: EntryReport) -> str:  # an entry's own rate, and the control rate its rows are resampled to
+            return str(e.fps) if target is None or target == e.fps or not e.fps else f"{e.fps}->{target}"
+
         for e in self.entries:
             cams = f"{len(e.cameras)} ({','.join(e.cameras)})" if e.cameras else "0"
             held = (f"{e.eval_episodes}/{e.eval_frames}",) if split else ()
             rows.append((str(e.index), e.name, e.status, e.version, str(e.episodes), str(e.frames), *held, cams,
-                         f"{e.state_dim}/{e.action_dim}", str(e.fps), f"{e.weight:.4g}", f"{100 * e.share:.3g}%"))
+                         f"{e.state_dim}/{e.action_dim}", fps(e), f"{e.weight:.4g}", f"{100 * e.share:.3g}%"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
         right = {0, 4, 5, *((6,) if split else ()), *(i + split for i in (8, 9, 10))}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...order.eval_split import SIDES
+from ...tabular.resample import episode_lengths
 from .entry_checks import entry_sides
 from .report import PreflightReport, Problem
 from .weights import raw_weights, shares
@@ -46,7 +47,8 @@ def side_report(report: PreflightReport, split: str) -> PreflightReport:
                                                                f"no part in it", "warning"))
         entries.append(replace(entry, episodes=tuple(side.tolist()), exclude_episodes=()))
         facts.append(replace(rep, status="ok" if side.size else "skipped", episodes=int(side.size),
-                             frames=int(meta.episodes.length[side].sum()), eval_episodes=0, eval_frames=0))
+                             frames=int(episode_lengths(meta, spec.target_fps)[side].sum()), eval_episodes=0,
+                             eval_frames=0))
     side_spec = replace(spec, entries=tuple(entries), eval_split=None,
                         samples_per_epoch=spec.samples_per_epoch if split == "train" else None)
     raw = raw_weights(side_spec, [r.frames for r in facts], [r.episodes for r in facts])
