@@ -304,3 +304,19 @@ def test_bad_resampling_options_are_named(roots):
         MixtureSpec.from_dict({"entries": [str(root)], "resample": {"action": "linear"}})
     spec = _spec(roots, 20)
     assert MixtureSpec.from_dict(spec.to_dict()).target_fps == 20
+
+
+def test_an_eval_split_at_a_control_rate(roots, tmp_path):
+    report = preflight(_spec(roots, 20, eval_split={"fraction": 0.4, "seed": 1}))
+    refs = {f: Reference(roots[f], f, 20) for f in RATES}
+    ds = MixtureDataset(report, return_uint8=True, cache_dir=tmp_path)
+    ev = ds.eval_dataset()
+    for f, rep in zip(RATES, report.entries):
+        per_episode = Counter(r["episode_index"] for r in refs[f].rows)  # resampled frames of each episode
+        assert rep.eval_episodes == 1 and rep.episodes == 2
+        assert rep.frames + rep.eval_frames == sum(per_episode.values())
+    seen = {(int(d), int(e)) for d, e in zip(ev.get_batch(np.arange(len(ev)))["dataset_index"],
+                                            ev.get_batch(np.arange(len(ev)))["episode_index"])}
+    assert len(seen) == 4 and ev.num_frames == sum(r.eval_frames for r in report.entries)
+    for i in range(0, len(ev), 3):
+        _check_mixture(ev[i], refs, report)
