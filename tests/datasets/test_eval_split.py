@@ -169,3 +169,20 @@ def test_eval_items_equal_the_full_datasets_items(root):
         want = full[int(item["index"])]
         assert all(torch.equal(want[k], item[k]) for k in want if k != "task") and want["task"] == item["task"]
     assert np.isin(held.rows.columns.episodes, np.arange(14)).all()
+
+
+@pytest.mark.parametrize("fixture", ["lerobot-0.4.4", "lerobot_multifile_av1"])
+@pytest.mark.parametrize("fraction", [0.1, 0.2, 0.35])
+def test_lerobot_rule_on_datasets_lerobot_wrote(fixture, fraction):
+    """LeRobot's own datasets (written by LeRobot 0.4.4's writer): its rule, computed here from their episodes
+    tables, holds out the same episodes as the dataset's eval side, map-style and streaming."""
+    from support import FIXTURES
+
+    root = FIXTURES / fixture / "dataset"
+    want_train, want_held = _lerobot_held_out(root, fraction)
+    assert want_held and want_train
+    split = EvalSplit(fraction, rule="lerobot")
+    ds = LeRobotDataset("x", root=root, eval_split=split, video_keys=[])
+    assert _episodes_of(ds) == want_train and _episodes_of(ds.eval_dataset()) == want_held
+    stream = StreamingLeRobotDataset("x", root=root, eval_split=split, split="eval", video_keys=[])
+    assert {int(i["episode_index"]) for i in stream} == want_held

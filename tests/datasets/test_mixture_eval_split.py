@@ -181,14 +181,14 @@ def test_mixture_shares_command_counts_a_side(spec_dict, report, tmp_path, capsy
     (tmp_path / "mix.json").write_text(json.dumps(spec_dict))
     out = tmp_path / "shares.json"
     assert main(["mixture", "shares", str(tmp_path / "mix.json"), "--samples", "3000", "--split", "eval", "--json",
-                 str(out), "-q"]) == 0
+                 str(out), "-o", str(tmp_path / "shares.png"), "-q"]) == 0
     table = json.loads(out.read_text())
     assert table["split"] == "eval" and table["items"] == 3000
     assert sum(e["episodes"] for e in table["entries"]) == sum(r.eval_episodes for r in report.entries)
     assert "eval side" in capsys.readouterr().out
     (tmp_path / "plain.json").write_text(json.dumps({k: v for k, v in spec_dict.items() if k != "eval_split"}))
     with pytest.raises(SystemExit, match="needs the mixture spec's eval_split"):
-        main(["mixture", "shares", str(tmp_path / "plain.json"), "--split", "eval", "-q"])
+        main(["mixture", "shares", str(tmp_path / "plain.json"), "--split", "eval", "-o", str(tmp_path / "x.png"), "-q"])
 
 
 def test_bad_eval_split_fields_are_named_all_at_once(spec_dict):
