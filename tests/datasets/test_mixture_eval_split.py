@@ -201,3 +201,15 @@ def test_bad_eval_split_fields_are_named_all_at_once(spec_dict):
     assert MixtureSpec.from_dict(spec.to_dict()).eval_split == spec.eval_split
     with pytest.raises(ValueError, match="needs the mixture spec's eval_split"):
         MixtureDataset({k: v for k, v in spec_dict.items() if k != "eval_split"}, split="eval", image_size=SIZE)
+
+
+def test_both_sides_normalise_with_the_training_sides_statistics(report, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPISODIC_CACHE", str(tmp_path / "cache"))
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    ev = ds.eval_dataset()
+    train_stats = {e.index: s for e, s in zip(ds.layout.entries, ds.entry_stats())}
+    for e, s in zip(ev.layout.entries, ev.entry_stats()):
+        want = train_stats[e.index]
+        assert int(want["action"]["count"][0]) == report.entries[e.index].frames  # the training side's rows
+        for stat in ("mean", "std", "min", "max"):
+            assert np.array_equal(s["action"][stat], want["action"][stat])
