@@ -44,16 +44,8 @@ Tasks: an entry's rows whose ``task_index`` its tasks table lacks (metadata drif
 one warning per entry naming the episodes and task indices (``on_unknown_task: warn``, the default); ``raise``
 refuses them (`DatasetFormatError` when the entry's rows are read). `preflight` warns from the metadata.
 
-Eval split: ``eval_split`` (a fraction, or ``{fraction, rule, seed}``: `order.eval_split.EvalSplit`) holds out
-episodes of every entry, per task (``stratified``, default: in proportion, keyed by the split's seed;
-``lerobot``: LeRobot 0.6's last ``ceil(n * fraction)`` per task, in the entry's ``episodes`` order). A mixture
-dataset is one side of it (``split="train"``, default, or ``"eval"``); preflight's sizes and shares are the
-training side's (`mixture.checking.split_sides`).
-
-Control rate: with ``target_fps`` every entry's rows are resampled to it where they are read
-(`tabular.resample`): ``state`` and ``action`` by their role's rule in ``resample`` (``nearest``, the default,
-``previous`` or ``linear``), cameras by the nearest frame; windows are then offsets on the target grid (the same
-steps and duration in every entry), and sizes, weights, the order and its resume count resampled frames.
+Eval split (``eval_split``: `order.eval_split.EvalSplit`) and control rate (``target_fps``, ``resample``:
+`tabular.resample`): docs/mixtures.md; preflight's sizes and shares are the training side's, in resampled frames.
 
 Weights: each entry's size under the rule (frames or episodes of its selected episodes, 1 for uniform,
 frames ** alpha for temperature) times its ``weight`` (default 1), normalised; ``explicit`` uses the weights
