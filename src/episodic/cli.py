@@ -184,21 +184,31 @@ def _mixture_check(args: argparse.Namespace) -> int:
 
 def _mixture_shares(args: argparse.Namespace) -> int:
     from .mixture import build_sampler, preflight
+    from .mixture.checking.split_sides import side_report
     from .mixture.shares import order_counts, share_table
     from .tools.plots import share_chart
 
     if args.samples < 1:
         raise SystemExit("episodic mixture shares: --samples must be >= 1")
-    report = preflight(args.spec, on_error=args.on_error, progress=not args.quiet)
+
+    full = preflight(args.spec, on_error=args.on_error, progress=not args.quiet)
+    try:
+        report = side_report(full, args.split)
+    except ValueError as e:
+        raise SystemExit(f"episodic mixture shares: {e}") from None
     sampler, used = build_sampler(report, seed=args.seed)
     counts = order_counts(sampler, args.samples, epoch=args.epoch)
     entries = [report.entries[i] for i in used]
-    table = share_table([e.name for e in entries], [e.group for e in entries], [e.share for e in entries], counts)
+    table = share_table([e.name for e in entries], [e.group for e in entries], [e.share for e in entries], counts,
+                        [(e.episodes, e.frames) for e in entries])
+    table["split"] = args.split if full.spec.eval_split is not None else None
     width = max([len(str(g["group"])) for g in table["groups"]] + [5])
     print(printable(f"{'group':<{width}}  entries  target    realised"))
     for g in table["groups"]:
         print(printable(f"{str(g['group']):<{width}}  {g['entries']:>7}  {g['target']:>8.3%}  {g['realised']:>8.3%}"))
     worst = max(table["entries"], key=lambda e: abs(e["realised"] - e["target"]))
+    side = f" (the {args.split} side of its eval split)" if table["split"] else ""
+    print(printable(f"{sum(e.episodes for e in entries)} episodes, {sum(e.frames for e in entries)} frames{side}"))
     print(printable(f"{len(entries)} entries, the first {args.samples:,} samples of epoch {args.epoch}'s order (seed "
                     f"{args.seed}): largest |realised - target| {table['max_abs_error']:.3%} ({worst['name']}), over "
                     f"groups {table['max_abs_error_groups']:.3%}"))
@@ -446,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=100_000, help="positions of the order counted (default 100000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0, help="epoch the count starts at (default 0)")
+    p.add_argument("--split", choices=["train", "eval"], default="train",
+                   help="with the spec's eval_split: the side whose order is counted (default train)")
     p.add_argument("--on-error", choices=["raise", "skip"], default=None)
     p.add_argument("-o", "--output", default=None, help="PNG to write (default mixture_shares.png)" + _NEEDS_PLOT)
     p.add_argument("--json", metavar="OUT", help="write the share table as JSON")

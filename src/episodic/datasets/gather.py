@@ -44,7 +44,7 @@ class Rows:
         indices are None when some row has no frame within tolerance)."""
         got = self._located.get(key)
         if got is None:
-            ts = self.columns.arrays["timestamp"].astype(np.float64)
+            ts = self.columns.camera_times().astype(np.float64)
             got = self._located[key] = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
         return got
 
@@ -268,7 +268,7 @@ def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs
         return
     cols = g.part.columns
     eps = cols.episodes[cols.episode_of_rows(g.rows)]
-    ts = cols.arrays["timestamp"][q].astype(np.float64)
+    ts = cols.camera_times()[q].astype(np.float64)
     for job in frames.jobs(src, eps, ts, dest, target, output):
         jobs[(id(job), None, None, None)] = [job]
 

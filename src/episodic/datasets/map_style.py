@@ -14,10 +14,12 @@ import torch
 from .. import config
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata
+from ..order.eval_split import EvalSplit
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
+from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from ..video.decoder import default_cache_size
 from .access import BatchAccess
@@ -28,9 +30,10 @@ from .gpu_frames import gpu_setup
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import MapLoader
+from .sides import SplitSides, checked_split
 
 
-class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
+class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot-format dataset, one batch at a time.
 
     `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
@@ -63,6 +66,12 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
             `GpuDecodeError` here, unless `cpu_fallback` names it (True: every camera). `gpu_decoders`: decoder
             sessions in flight (default: the GPU's NVDEC engines, at most 8). Batches come from `get_batch` and
             `loader()`; a plain DataLoader over the dataset needs num_workers=0.
+        eval_split: episodes held out for evaluation (`order.eval_split.EvalSplit`, a fraction, or a dict of its
+            fields; per task, by episode); `split`: which side this dataset is, "train" (default) or "eval".
+            `eval_dataset()` builds the other side (its own order and state; `datasets.sides`).
+        target_fps: rows resampled to this fps (an int): items, windows, lengths and the order are in its frames
+            (`tabular.resample`: cameras take the nearest frame); `resample`: {column: "nearest" | "previous" |
+            "linear"} per numeric column (default nearest).
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -73,7 +82,11 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None, _source: Source | None = None):
+                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
+                 _source: Source | None = None):
+        self.remember(locals())
+        self.eval_split, self.split = checked_split(eval_split, split), split
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
@@ -86,12 +99,14 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task)
+                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample))
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
-        columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
+        columns = load_columns(self.meta, select_episodes(self.meta, episodes, self.eval_split, split),
+                               list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
                                open_file=None if self.source.is_local else self.source.open_for_read,
                                unknown_tasks=self.spec.unknown_tasks)
+        columns = self.spec.resample(columns, self.meta)
         if decoder_cache_size is None:
             decoder_cache_size = default_cache_size(camera_files(self.meta, self.spec.video_keys, columns.episodes))
         self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
@@ -180,7 +195,9 @@ class LeRobotDataset(EpisodicDataset):
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None):
+                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None):
+        self.remember(locals())
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
@@ -191,7 +208,8 @@ class LeRobotDataset(EpisodicDataset):
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
                          on_unknown_task=on_unknown_task, decode_device=decode_device, cpu_fallback=cpu_fallback,
-                         gpu_decoders=gpu_decoders, _source=source)
+                         gpu_decoders=gpu_decoders, eval_split=eval_split, split=split, target_fps=target_fps,
+                         resample=resample, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),
