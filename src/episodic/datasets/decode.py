@@ -56,11 +56,10 @@ class EntryFrames:
         return hw
 
     def output(self, dtype) -> FrameOutput:
-        """The spec's frame output in `dtype` (uint8 or float32)."""
-        name = np.dtype(dtype).name
-        out = self._outputs.get(name)
+        """The spec's frame output in `dtype` (uint8 or float32: a name or a numpy dtype)."""
+        out = self._outputs.get(dtype)
         if out is None:
-            out = self._outputs[name] = replace(self.spec.frames, dtype=name)
+            out = self._outputs[dtype] = replace(self.spec.frames, dtype=np.dtype(dtype).name)
         return out
 
     def frame_shape(self, key: str) -> tuple[int, int, int]:

@@ -73,9 +73,13 @@ class _Group:
 
 def positions_by_value(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(value, ascending positions of it in `values`) for each distinct value, in ascending value order."""
+    if not len(values):
+        return []
     order = np.argsort(values, kind="stable")
-    bounds = np.flatnonzero(np.diff(values[order])) + 1
-    return [(int(values[r[0]]), r) for r in np.split(order, bounds)] if len(values) else []
+    ordered = values[order]
+    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(values)]
+    firsts = ordered[bounds[:-1]].tolist()
+    return [(v, order[a:b]) for v, a, b in zip(firsts, bounds[:-1], bounds[1:])]
 
 
 def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.ndarray, dtype: str) -> dict:
@@ -200,12 +204,10 @@ def _values(f: Field, g: _Group, src: str | None, out: np.ndarray, at, whole: bo
 def _text(f: Field, layout: ItemLayout, groups: list[_Group], n: int) -> list[str]:
     if len(groups) == 1 and f.kind != "name":
         return _texts(f, groups[0])
-    out = [""] * n
+    out = np.empty(n, dtype=object)
     for g in groups:
-        values = [layout.entry_name[g.part.entry]] * len(g.pos) if f.kind == "name" else _texts(f, g)
-        for p, t in zip(g.pos.tolist(), values):
-            out[p] = t
-    return out
+        out[g.pos] = layout.entry_name[g.part.entry] if f.kind == "name" else _texts(f, g)
+    return out.tolist()
 
 
 def _texts(f: Field, g: _Group) -> list[str]:
