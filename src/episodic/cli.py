@@ -339,7 +339,7 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true")
 
 
-def _relayout_parser(sub, name: str, help_text: str, description: str, row_group_mb: float | None) -> None:
+def _relayout_parser(sub, name: str, help_text: str, description: str) -> None:
     from .format.info import DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_FILE_MB, DEFAULT_VIDEO_FILE_MB
     from .tools.fleet.relayout_plan import VERIFY
 
@@ -354,9 +354,10 @@ def _relayout_parser(sub, name: str, help_text: str, description: str, row_group
                    help="video files of about this size (default %(default)s)")
     p.add_argument("--chunks-size", type=int, default=DEFAULT_CHUNKS_SIZE, help="files per chunk directory "
                                                                                 "(default %(default)s)")
-    p.add_argument("--row-group-mb", type=float, default=row_group_mb,
-                   help="row groups of whole episodes of about this size; 0: one per episode (default "
-                        + ("one per episode)" if row_group_mb is None else "%(default)s)"))
+    p.add_argument("--row-group-mb", type=float, default=None,
+                   help="whole episodes packed into row groups of up to this size, larger episodes split into "
+                        "pieces of about it; 0: one row group per episode (the default: episodic's streaming reader "
+                        "then fetches the fewest bytes)")
     p.add_argument("--verify", choices=VERIFY, default="structure",
                    help="the check before a new dataset counts as done: structure (episodic validate without "
                         "decoding, default), frames (also each episode's first and last frame), none")
@@ -474,14 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "original's. Crash-safe: a run stopped at any point is continued by running it again; a "
                      "finished result of the same source and options is skipped. The source is only read. SRC may "
                      "be a list of datasets (a text file or a mixture spec): one task per dataset, on local "
-                     "processes, a Ray cluster (--executor ray) or as one task of a SLURM array (--shard).", None)
+                     "processes, a Ray cluster (--executor ray) or as one task of a SLURM array (--shard).")
     _relayout_parser(sub, "repack", "a v3.0 dataset re-laid out: row groups and files of target sizes, chunk "
                                     "directories; items equal",
-                     "Write SRC anew at DST with row groups of whole episodes of about --row-group-mb (with a page "
-                     "index and page checksums), data and video files of about --data-file-mb / --video-file-mb "
+                     "Write SRC anew at DST with one row group per episode, or row groups of up to --row-group-mb "
+                     "(with a page index and page checksums either way), data and video files of about --data-file-mb / --video-file-mb "
                      "(many small files into few, or large ones split at episode boundaries) and --chunks-size files "
                      "per chunk directory; rows and frame packets copied, every item equal. Crash-safe and "
-                     "resumable like convert; SRC may be a list (see convert).", 32.0)
+                     "resumable like convert; SRC may be a list (see convert).")
     p = sub.add_parser("fleet", help="a tool over many datasets: convert, repack, validate, stats (local processes, "
                                      "Ray, or a SLURM array task)",
                        description="Run TOOL on every dataset of LIST (a text file of sources, one per line, or a "

@@ -2,7 +2,8 @@
 
 - `source_fingerprint(source, meta)`: SHA-256 of the dataset as loaded (info.json, every episode's length, index
   range, data file and video files and times, the tasks) and of every data and video file it names: a local
-  file's size and modification time, a remote one's version token (`storage.fetch.file_identity`: no data read).
+  file's size and modification time (or that it is missing), a remote one's version token
+  (`storage.fetch.file_identity`: no data read).
   A changed file, episode or setting changes it.
 - The done record: JSON naming the tool, its options, the source, the fingerprint and every file of the result
   with its size, written (atomically) after the result is complete. `check_record` says whether a record still
@@ -18,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from ...format.errors import MissingFileError
 from ...format.metadata import DatasetMetadata
 from ...storage.atomic import atomic_write_bytes
 from ...storage.fetch import file_identity
@@ -50,11 +50,10 @@ def source_fingerprint(source: Any, meta: DatasetMetadata) -> str:
             h.update(np.ascontiguousarray(arr).tobytes())
         files += cam.files
     for rel in files:
-        path = source.path(rel)
         try:
-            part([rel, file_identity(source.fs, path, getattr(source, "policy", None))])
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: file not found") from None
+            part([rel, file_identity(source.fs, source.path(rel), getattr(source, "policy", None))])
+        except FileNotFoundError:  # a fact about the source like any other (`validate` reports it)
+            part([rel, "missing"])
     return h.hexdigest()
 
 

@@ -33,10 +33,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...format.errors import DatasetFormatError, RelayoutError
+from ...format.errors import DatasetFormatError, MissingFileError, RelayoutError
 from ...format.metadata import DatasetMetadata
 from ...progress import bar
-from ...storage.atomic import atomic_write_bytes
+from ...storage.atomic import atomic_write_bytes, temp_files
 from ...writer.data_files import write_parquet
 from ...writer.lock import DirectoryLock
 from ...writer.remux import PacketRun, copy_runs, packet_table
@@ -130,8 +130,8 @@ def _write_data(root: str, item: dict, rows: _Rows, fsync: bool) -> None:
         nonlocal schema
         for group in item["row_groups"]:
             parts = []
-            for e in group:
-                t = rows.episode(e)
+            for e, lo, hi in group:
+                t = rows.episode(e).slice(lo, hi - lo)
                 if schema is None:
                     md = {k: v for k, v in (t.schema.metadata or {}).items() if k not in DROP_METADATA}
                     schema = t.schema.with_metadata(md)
@@ -199,6 +199,17 @@ def _journal(staging: str, digest: str, fingerprint: str) -> dict[str, int]:
     return done if same else {}
 
 
+def _require_files(source: Any, meta: DatasetMetadata) -> None:
+    """Every data and video file the metadata names is there (a local source; a remote one's missing file is
+    named when it is fetched)."""
+    if not source.is_local:
+        return
+    eps = meta.episodes
+    for rel in [*eps.data_files, *(f for cam in eps.cameras.values() for f in cam.files)]:
+        if not os.path.isfile(source.path(rel)):
+            raise MissingFileError(f"{source.path(rel)}: file not found")
+
+
 def _refuse_overlap(source: Any, root: str) -> None:
     if not source.is_local:
         return
@@ -217,6 +228,7 @@ def relayout(source: Any, output: str, options: RelayoutOptions, *, tool: str = 
     root = os.path.abspath(output)
     _refuse_overlap(source, root)
     meta = source.load_metadata()
+    _require_files(source, meta)
     fingerprint = source_fingerprint(source, meta)
     opts = options.to_json()
     state = _state(root)
@@ -244,6 +256,8 @@ def _run(source: Any, meta: DatasetMetadata, root: str, staging: str, options: R
     if check_record(record, tool, opts, fingerprint, root) is None:  # another process finished it meanwhile
         _finish_session(staging, lock)
         return {"status": "skipped", "detail": "done and verified", "episodes": len(meta.episodes)}
+    for path in temp_files(root):  # a killed run's partial file (never renamed into place)
+        os.unlink(path)
     plan = plan_layout(meta, _data_facts(source, meta), _units(source, meta, progress), options)
     kept = _journal(staging, plan.digest, fingerprint)
     if not kept:

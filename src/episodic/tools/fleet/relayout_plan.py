@@ -4,8 +4,9 @@ run that was stopped computes the same plan again and keeps the files it had fin
 
 - Data files: episodes in index order, rotated into a new file when the open one reaches `data_file_mb` (as the
   writer does: `writer.groups.Series`) or when the rows' schema changes (a file has one schema); inside a file,
-  one row group per episode (LeRobot's layout; ``row_group_mb=None``) or row groups of whole episodes of about
-  `row_group_mb` each (a reader that needs some episodes reads only the row groups holding them).
+  one row group per episode (LeRobot's layout; ``row_group_mb=None``), or whole episodes packed into row groups
+  of up to `row_group_mb` (an episode larger than that split into pieces of about it). Readers read the row
+  groups holding the episodes they need (`tabular.columns`): one per episode fetches the fewest bytes.
 - Video files, per camera: units in the order of their first episode, rotated at `video_file_mb` or when the
   stream's settings change (packets of other settings cannot share a file); each unit's packets are shifted to
   follow the previous unit's (`video_units.place_units`).
@@ -84,7 +85,7 @@ class DataFileFacts:
 
 @dataclass
 class Plan:
-    data: list[dict[str, Any]] = field(default_factory=list)  # {"rel", "chunk", "file", "row_groups": [[ep]]}
+    data: list[dict[str, Any]] = field(default_factory=list)  # {"rel", "chunk", "file", "row_groups": [[[e, lo, hi]]]}
     videos: list[dict[str, Any]] = field(default_factory=list)  # {"camera", "rel", "runs": [{src,start,stop,shift}]}
     episode_data: list[list[int]] = field(default_factory=list)  # per episode: [chunk, file]
     episode_videos: dict[str, list[list]] = field(default_factory=dict)  # camera -> per episode [chunk, file, from, to]
@@ -115,6 +116,32 @@ def _groups(series_adds, series: Series) -> list[tuple[Group, list]]:
     return list(made.values())
 
 
+def _row_groups(members: list[int], lengths: np.ndarray, per_ep: np.ndarray,
+                row_group_mb: float | None) -> list[list[list[int]]]:
+    """A data file's row groups, each a list of [episode, first row, end row] pieces: one per episode (None), or
+    whole episodes packed up to `row_group_mb` and an episode larger than that split into pieces of about it."""
+    if row_group_mb is None:
+        return [[[e, 0, int(lengths[e])]] for e in members]
+    target = row_group_mb * MB
+    groups: list[list[list[int]]] = [[]]
+    size = 0.0
+    for e in members:
+        n = int(lengths[e])
+        if per_ep[e] > target and n > 1:  # alone, in pieces of about the target
+            pieces = min(n, int(np.ceil(per_ep[e] / target)))
+            cuts = np.linspace(0, n, pieces + 1).round().astype(int)
+            groups += [[[e, int(a), int(b)]] for a, b in zip(cuts, cuts[1:])]
+            groups.append([])
+            size = 0.0
+            continue
+        if groups[-1] and size + per_ep[e] > target:
+            groups.append([])
+            size = 0.0
+        groups[-1].append([e, 0, n])
+        size += per_ep[e]
+    return [grp for grp in groups if grp]
+
+
 def plan_layout(meta: DatasetMetadata, data_facts: list[DataFileFacts], units: dict[str, list[Unit]],
                 options: RelayoutOptions) -> Plan:
     """The plan (module docstring). `data_facts[i]` describes ``meta.episodes.data_files[i]``; `units[camera]`
@@ -142,16 +169,10 @@ def plan_layout(meta: DatasetMetadata, data_facts: list[DataFileFacts], units: d
             series.add(e, int(lengths[e]), int(per_ep[e]))
 
     for g, members in _groups(add_data, Series(None, options.data_file_mb * MB, options.chunks_size)):
-        row_groups: list[list[int]] = []
-        size = 0.0
         for e in members:
-            if not row_groups or options.row_group_mb is None or size >= options.row_group_mb * MB:
-                row_groups.append([])
-                size = 0.0
-            row_groups[-1].append(e)
-            size += per_ep[e]
             plan.episode_data[e] = [g.chunk, g.file]
-        plan.data.append({"rel": g.rel, "chunk": g.chunk, "file": g.file, "row_groups": row_groups})
+        plan.data.append({"rel": g.rel, "chunk": g.chunk, "file": g.file,
+                          "row_groups": _row_groups(members, lengths, per_ep, options.row_group_mb)})
 
     # ---------------------------------------------------------------------------------------------- videos
     for camera in meta.video_keys:

@@ -178,6 +178,6 @@ class StatsTask(_ReportTask):
 
 
 CONVERT = RelayoutTask("convert", {})
-REPACK = RelayoutTask("repack", {"row_group_mb": 32.0})
+REPACK = RelayoutTask("repack", {})
 VALIDATE = ValidateTask()
 STATS = StatsTask()
