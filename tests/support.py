@@ -31,6 +31,32 @@ def lerobot_python() -> Path | None:
     return python if python.exists() else None
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+SUPPORTED = {"h264": True, "hevc": True, "av1": False}  # what an H100's driver answers (measured on an H200)
+
+
+class FakeNvdecDriver:
+    """The driver's capability query as an H100 (or, with av1=True, an L4) answers it."""
+
+    def __init__(self, name=H100, av1=False, engines=7, min_width=48):
+        self.gpu, self.av1, self.engines, self.min_width, self.asked = name, av1, engines, min_width, []
+
+    def count(self):
+        return 1
+
+    def name(self, i):
+        return self.gpu
+
+    def caps(self, i, codec, chroma, depth):
+        from episodic.video.nvdec_caps import CodecSupport
+
+        self.asked.append((codec, chroma, depth))
+        ok = (SUPPORTED.get(codec, False) or (codec == "av1" and self.av1)) and chroma == 420 and depth == 8
+        return CodecSupport(codec, chroma, depth, supported=ok, engines=self.engines if ok else 0,
+                            max_width=8192 if ok else 0, max_height=8192 if ok else 0,
+                            min_width=self.min_width if ok else 0, min_height=16 if ok else 0)
+
+
 def assert_items_equal(want: dict, got: dict) -> None:
     assert set(want) == set(got)
     for key, value in want.items():

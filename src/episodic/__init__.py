@@ -14,6 +14,7 @@ _LAZY = {
     "to_device": "episodic.datasets.device",
     "frames_to_float": "episodic.datasets.device",
     "EpisodeAwareSampler": "episodic.order",
+    "EvalSplit": "episodic.order",
     "load_metadata": "episodic.format",
     "DatasetFormatError": "episodic.format",
     "EpisodicError": "episodic.format",

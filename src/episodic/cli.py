@@ -184,21 +184,31 @@ def _mixture_check(args: argparse.Namespace) -> int:
 
 def _mixture_shares(args: argparse.Namespace) -> int:
     from .mixture import build_sampler, preflight
+    from .mixture.checking.split_sides import side_report
     from .mixture.shares import order_counts, share_table
     from .tools.plots import share_chart
 
     if args.samples < 1:
         raise SystemExit("episodic mixture shares: --samples must be >= 1")
-    report = preflight(args.spec, on_error=args.on_error, progress=not args.quiet)
+
+    full = preflight(args.spec, on_error=args.on_error, progress=not args.quiet)
+    try:
+        report = side_report(full, args.split)
+    except ValueError as e:
+        raise SystemExit(f"episodic mixture shares: {e}") from None
     sampler, used = build_sampler(report, seed=args.seed)
     counts = order_counts(sampler, args.samples, epoch=args.epoch)
     entries = [report.entries[i] for i in used]
-    table = share_table([e.name for e in entries], [e.group for e in entries], [e.share for e in entries], counts)
+    table = share_table([e.name for e in entries], [e.group for e in entries], [e.share for e in entries], counts,
+                        [(e.episodes, e.frames) for e in entries])
+    table["split"] = args.split if full.spec.eval_split is not None else None
     width = max([len(str(g["group"])) for g in table["groups"]] + [5])
     print(printable(f"{'group':<{width}}  entries  target    realised"))
     for g in table["groups"]:
         print(printable(f"{str(g['group']):<{width}}  {g['entries']:>7}  {g['target']:>8.3%}  {g['realised']:>8.3%}"))
     worst = max(table["entries"], key=lambda e: abs(e["realised"] - e["target"]))
+    side = f" (the {args.split} side of its eval split)" if table["split"] else ""
+    print(printable(f"{sum(e.episodes for e in entries)} episodes, {sum(e.frames for e in entries)} frames{side}"))
     print(printable(f"{len(entries)} entries, the first {args.samples:,} samples of epoch {args.epoch}'s order (seed "
                     f"{args.seed}): largest |realised - target| {table['max_abs_error']:.3%} ({worst['name']}), over "
                     f"groups {table['max_abs_error_groups']:.3%}"))
@@ -365,6 +375,36 @@ def _relayout_parser(sub, name: str, help_text: str, description: str) -> None:
     p.set_defaults(func=_relayout)
 
 
+def _reencode(args: argparse.Namespace) -> int:
+    from .tools.reencode import reencode
+
+    result = reencode(args.src, args.dst, vcodec=args.vcodec, gop=args.gop, crf=args.crf, workers=args.workers,
+                      progress=not args.quiet, fsync=not args.no_fsync)
+    print(printable(result.summary()))
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(result.to_json(), indent=1).encode())
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .tools.doctor import doctor
+
+    report = doctor(args.dataset, decode=not args.no_decode)
+    for line in report.lines():  # dataset names and paths escaped for the terminal
+        print(printable(line))
+    if args.json:
+        import json
+
+        from .storage.atomic import atomic_write_bytes
+
+        atomic_write_bytes(args.json, json.dumps(report.to_json(), indent=1, default=str).encode())
+    return 0
+
+
 _NEEDS_PLOT = "; needs matplotlib (pip install \"episodic[plot]\"): without it the PNG is skipped with a " \
               "one-line note, exit status 1 when -o names it"
 
@@ -503,6 +543,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", type=_option_arg, metavar="KEY=VALUE", help="a tool option")
     _fleet_options(p)
     p.set_defaults(func=_fleet)
+    from .tools.reencode import REENCODE_CODECS
+
+    p = sub.add_parser("reencode", help="a copy of a dataset with its videos encoded again (H.264 or HEVC, for "
+                                         "GPU decoding where NVDEC has no AV1); the original is never modified",
+                       description="Copy the dataset in SRC to DST with every video re-encoded frame for frame "
+                                   "(each frame at the original's time, so episodes and timestamps are unchanged), "
+                                   "every other file copied byte for byte and info.json's video settings updated. "
+                                   "Files are encoded in parallel; an interrupted run is resumed by running it "
+                                   "again; a DST that already holds a verified copy is left as it is.")
+    p.add_argument("src", help="the dataset directory to copy (never modified)")
+    p.add_argument("dst", help="the new dataset directory (absent or empty, or an interrupted copy to resume)")
+    p.add_argument("--vcodec", choices=REENCODE_CODECS, required=True)
+    p.add_argument("--gop", type=int, default=2, help="frames from one key frame to the next (default 2, as LeRobot)")
+    p.add_argument("--crf", type=int, default=30, help="constant rate factor, lower is better (default 30)")
+    p.add_argument("--workers", type=int, default=None, help="files encoded side by side (default: the usable cores)")
+    p.add_argument("--no-fsync", action="store_true", help="do not flush each file to the disk before its rename")
+    p.add_argument("--json", metavar="OUT", help="write what was done as JSON")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(func=_reencode)
+    p = sub.add_parser("doctor", help="where this machine can decode video (CPU, GPU/NVDEC per codec) and why",
+                       description="Versions (episodic, torch, PyAV and its FFmpeg, PyNvVideoCodec), GPUs and what "
+                                   "their NVDEC decodes per codec (asked of the driver), whether a container exposes "
+                                   "the video driver; with DATASET, each camera's codec, pixel format and size, one "
+                                   "frame decoded per available backend with its time, and which backend "
+                                   "decode_device='cuda' would use for it and why.")
+    p.add_argument("dataset", nargs="?", help="dataset directory or fsspec URL (optional)")
+    p.add_argument("--no-decode", action="store_true", help="do not decode a frame per camera")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON")
+    p.set_defaults(func=_doctor)
     p = sub.add_parser("mixture", help="weighted mixtures of datasets")
     msub = p.add_subparsers(dest="mixture_command", required=True)
     p = msub.add_parser("check", help="preflight a mixture spec: every entry's metadata read and checked, no data",
@@ -525,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, default=100_000, help="positions of the order counted (default 100000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epoch", type=int, default=0, help="epoch the count starts at (default 0)")
+    p.add_argument("--split", choices=["train", "eval"], default="train",
+                   help="with the spec's eval_split: the side whose order is counted (default train)")
     p.add_argument("--on-error", choices=["raise", "skip"], default=None)
     p.add_argument("-o", "--output", default=None, help="PNG to write (default mixture_shares.png)" + _NEEDS_PLOT)
     p.add_argument("--json", metavar="OUT", help="write the share table as JSON")

@@ -33,6 +33,9 @@ FIELDS: dict[str, str] = {
     # video/: decoder cache and decoding
     "decoder_hits": "sum", "decoder_misses": "sum", "decoder_evictions": "sum", "decoder_open": "gauge",
     "decode_seconds": "sum",
+    # datasets/gpu_frames: frames decoded in the main process on the GPU, or on its CPU for a camera allowed to
+    # fall back (cpu_fallback)
+    "gpu_frames": "sum", "gpu_fallback_frames": "sum", "gpu_decode_seconds": "sum",
     # datasets/: items built (engine batch + tensor conversion)
     "item_seconds": "sum", "items_built": "sum",
     # datasets/streaming: the consumer pipeline

@@ -268,3 +268,49 @@ def test_svt_av1_finishes_every_stream_at_gop_2():
     done = {gop: (p.communicate(timeout=1200)[0].split() or ["0"])[-1] for gop, p in procs.items()}
     print(f"streams finished before a hang or the end: gop=1 {done[1]}, gop=2 {done[2]} of 150")
     assert done[2] == "150"
+
+
+def test_a_hung_flush_is_named_and_left_behind_not_waited_for(monkeypatch):
+    """A real hang: SVT-AV1 never returns from flushing a 424x16 stream (the writer refuses that size; here PyAV
+    is driven directly). `flush_encoder` gives up after EPISODIC_ENCODER_FLUSH_TIMEOUT, naming the file."""
+    import io
+    import time
+
+    from episodic.writer.video import EncoderStalled, flush_encoder
+
+    monkeypatch.setenv("EPISODIC_ENCODER_FLUSH_TIMEOUT", "2")
+    container = av.open(io.BytesIO(), mode="w", format="mp4")
+    stream = container.add_stream("libsvtav1", rate=30, options={"g": "2", "preset": "10"})
+    stream.width, stream.height, stream.pix_fmt = 424, 16, "yuv420p"
+    frame = av.VideoFrame.from_ndarray(np.zeros((16, 424, 3), np.uint8), format="rgb24")
+    frame.pts = 0
+    stream.encode(frame)
+    t0 = time.monotonic()
+    with pytest.raises(EncoderStalled, match=r"hung.mp4: the encoder did not finish within 2 s"):
+        flush_encoder(stream, "hung.mp4")
+    assert 2 <= time.monotonic() - t0 < 10
+
+
+def test_an_episode_whose_encoder_hangs_is_encoded_again(tmp_path, monkeypatch, caplog):
+    """The flush stalls on the first attempt (as SVT-AV1's did at random under load): the file is encoded again
+    by a fresh encoder and decodes to every frame; nothing of the first attempt is left."""
+    from episodic.writer import video
+
+    real = video.flush_encoder
+    calls = []
+
+    def stall_once(stream, label):
+        calls.append(label)
+        if len(calls) == 1:
+            raise video.EncoderStalled(f"{label}: the encoder did not finish within 60 s")
+        return real(stream, label)
+
+    monkeypatch.setattr(video, "flush_encoder", stall_once)
+    frames = np.random.default_rng(0).integers(0, 256, (6, H, W, 3), dtype=np.uint8)
+    path = str(tmp_path / "ep.mp4")
+    with caplog.at_level("WARNING"):
+        video.encode_file(path, frames, 30, vcodec="h264", label="episode 3")
+    assert len(calls) == 2 and "encoding the 6 frames again (attempt 2 of 3)" in caplog.text
+    with av.open(path) as c:
+        assert sum(1 for _ in c.decode(video=0)) == 6
+    assert sorted(os.listdir(tmp_path)) == ["ep.mp4"]

@@ -14,21 +14,34 @@ import torch
 from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
 
 
+def finish_batch(ds, batch: dict, transforms: bool = True) -> dict:
+    """A collated batch of dataset `ds` (map-style or streaming) as the user gets it, in the main process:
+    frames decoded on the GPU when `ds.gpu` decodes there, `ds.image_transforms` applied with `transforms`."""
+    if ds.gpu is not None:
+        batch = ds.gpu.finish(batch, ds.camera_keys, ds.return_uint8)
+    if transforms and ds.image_transforms is not None:
+        for k in ds.camera_keys:
+            batch[k] = torch.stack([ds.image_transforms(x) for x in batch[k]])
+    return batch
+
+
 class BatchAccess:
     """Needs `build(indices, dtype) -> dict` (a placed batch), `camera_keys`, `return_uint8`,
-    `image_transforms` and `counters`."""
+    `image_transforms`, `counters` and `gpu` (a `gpu_frames.GpuFrames` with decode_device="cuda", else None)."""
+
+    gpu = None
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
         """One dict of batched tensors for these positions (text values are lists of strings)."""
-        batch = self._batch(indices).collated()
-        if self.image_transforms is not None:
-            for k in self.camera_keys:
-                batch[k] = torch.stack([self.image_transforms(x) for x in batch[k]])
-        return batch
+        return self.finish(self._batch(indices).collated())
+
+    def finish(self, batch: dict, transforms: bool = True) -> dict:
+        return finish_batch(self, batch, transforms)
 
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
-        batch = make_batch(lambda dtype: self.build(indices, dtype), self.return_uint8,
+        # frames for the GPU leave as uint8 (references, and image features a quarter of the bytes)
+        batch = make_batch(lambda dtype: self.build(indices, dtype), self.return_uint8 or self.gpu is not None,
                            sharing=sharing)
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch
@@ -40,6 +53,9 @@ class BatchAccess:
 
     def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
         """Items for a DataLoader batch, built together (one decode pass per file)."""
+        if self.gpu is not None:  # GPU frames are decoded here, in the main process (a worker refuses)
+            return unbatch(Batch(self.finish(self._batch(indices).collated(), transforms=False)),
+                           self.image_transforms, self.camera_keys)
         return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
 
 
@@ -53,6 +69,6 @@ class BatchedView(torch.utils.data.Dataset):
         return len(self.ds)
 
     def __getitem__(self, indices):
-        if self.ds.image_transforms is not None:
+        if self.ds.image_transforms is not None and self.ds.gpu is None:
             return self.ds.get_batch(indices)
-        return deliver(self.ds._batch(indices, self.sharing))
+        return deliver(self.ds._batch(indices, self.sharing))  # GPU frames: `MapLoader` finishes it

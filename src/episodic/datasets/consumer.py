@@ -140,6 +140,7 @@ class EntryReader:
                 finally:
                     for r in rels:
                         self.prefetcher.release(r)
+            cols = self.spec.resample(cols, self.meta)  # rows as items read them (a control rate: resampled)
             return {e: cols.episode(i) for i, e in enumerate(block_eps.tolist())}
 
     def episode_rows(self, k: int) -> Columns:

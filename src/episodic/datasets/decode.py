@@ -6,10 +6,15 @@ decoders and counters. It turns the times of a batch's rows into `FrameJob`s (on
 image features (PNG/JPEG bytes in the data file). `run_jobs` runs the jobs of a whole batch together: each file
 in one forward pass, the files side by side on the process's decode threads (PyAV decodes and numpy copies
 without the GIL). Every frame's size is checked against info.json; errors name episode, camera and file.
+
+With a camera decoded on the GPU (``decode_device="cuda"``), a job's output is the batch's `FrameRefs`: the job
+locates its frames exactly as for decoding and writes where they are (file, frame index, pts) into the batch
+instead of pixels; `gpu_frames.GpuFrames` decodes them in the main process.
 """
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import NamedTuple, Sequence
@@ -26,7 +31,9 @@ from ..video.image import decode_image_into
 from ..video.output import FrameOutput
 from .item_spec import ItemSpec
 
-__all__ = ["EntryFrames", "FrameJob", "camera_files", "flat_frames", "run_jobs"]
+__all__ = ["FILES_KEY", "EntryFrames", "FrameJob", "FrameRefs", "camera_files", "flat_frames", "run_jobs"]
+
+FILES_KEY = "episodic.frame_files"  # a batch's video files (local paths) its frame references point into
 
 
 class EntryFrames:
@@ -124,10 +131,32 @@ def flat_frames(frames: np.ndarray) -> np.ndarray:
     return flat
 
 
+class FrameRefs:
+    """A batch's references to frames decoded later on the GPU: its video files (local paths, numbered in the
+    order first met) and, written by each job into its rows of an int64 (N * T, 3) array, (file number, frame
+    index in the file, the frame's pts). Jobs run on several threads: numbering is locked."""
+
+    def __init__(self):
+        self.files: list[str] = []
+        self._numbers: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def put(self, reader, frames: np.ndarray, dest: np.ndarray, slots: np.ndarray) -> None:
+        with self._lock:
+            no = self._numbers.get(reader.path)
+            if no is None:
+                no = self._numbers[reader.path] = len(self.files)
+                self.files.append(reader.path)
+        dest[slots, 0] = no
+        dest[slots, 1] = frames
+        dest[slots, 2] = reader.index.pts[frames]
+
+
 class FrameJob(NamedTuple):
     """One camera file's frames of a batch: the frames at `times` (seconds in the file) of rows of `episodes`,
-    written into rows `slots` of `dest` ((N * T, *frame shape)). `frames`: the frame indices of `times` when
-    already located, else None (located when run)."""
+    written into rows `slots` of `dest` ((N * T, *frame shape)), or located only when `output` is the batch's
+    `FrameRefs` (`dest`: (N * T, 3) references). `frames`: the frame indices of `times` when already located,
+    else None (located when run)."""
 
     entry: EntryFrames
     key: str
@@ -136,7 +165,7 @@ class FrameJob(NamedTuple):
     times: np.ndarray | None
     dest: np.ndarray | None
     slots: np.ndarray | None
-    output: FrameOutput | None
+    output: FrameOutput | FrameRefs | None
     frames: np.ndarray | None = None
 
     def reader(self):
@@ -153,7 +182,10 @@ class FrameJob(NamedTuple):
         reader = reader or self.reader()
         try:
             frames = self.frames if self.frames is not None else reader.locate(self.times, self.entry.spec.tolerance_s)
-            reader.decode_into(frames, self.dest, self.output, self.slots)
+            if isinstance(self.output, FrameRefs):
+                self.output.put(reader, frames, self.dest, self.slots)
+            else:
+                reader.decode_into(frames, self.dest, self.output, self.slots)
         except (FrameTimestampError, VideoDecodeError) as e:
             raise self._named(e) from None
 

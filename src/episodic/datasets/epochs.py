@@ -22,7 +22,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..format.metadata import DatasetMetadata
 from ..order.mixture_sampler import ON_CHANGE, MixtureSampler
 from ..order.mixture_state import MixtureState
 from ..order.mixture_stream import EpochEpisodes, epoch_episodes
@@ -34,13 +33,14 @@ logger = logging.getLogger(__name__)
 
 
 class DatasetEpochs:
-    """The epochs of one dataset: its `selected` episodes of `meta`, every epoch."""
+    """The epochs of one dataset: its `selected` episodes, every epoch; `lengths`: every episode's frames as items
+    count them (`ItemSpec.episode_lengths`: resampled to the dataset's control rate when it has one)."""
 
-    def __init__(self, meta: DatasetMetadata, selected: np.ndarray):
-        self.meta, self.selected = meta, selected
+    def __init__(self, selected: np.ndarray, lengths: np.ndarray):
+        self.selected, self.episode_lengths = selected, lengths
 
     def lengths(self, epoch: int, seed: int) -> dict[int, int]:
-        return {int(e): int(self.meta.episodes.length[e]) for e in self.selected}
+        return {int(e): int(self.episode_lengths[e]) for e in self.selected}
 
     def slots(self, keys: np.ndarray, epoch: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         keys = np.asarray(keys, dtype=np.int64)

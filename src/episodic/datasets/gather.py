@@ -7,7 +7,9 @@ row, dtype)` builds the batch whose item i is row `row[i]` of `parts[part[i]]`, 
 worker, recycled buffers in the main process) and each key is written into it by one gather per part (one
 for a single dataset); windows are each entry's offsets on its own fps grid (`tabular.window_rows`); camera
 frames are decoded straight into their rows, one forward pass per video file for the whole batch
-(`frames.run_jobs`). Text values are lists of `str`.
+(`frames.run_jobs`), or, for the keys decoded on the GPU (`ItemSpec.gpu_keys`), located only: the batch then
+holds their frame references (`decode.FrameRefs`) and lists their files under `decode.FILES_KEY`, for
+`gpu_frames.GpuFrames.complete` in the main process. Text values are lists of `str`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from ..format.errors import DatasetFormatError
 from ..tabular import Columns, window_rows
-from .decode import EntryFrames, FrameJob, flat_frames, run_jobs
+from .decode import FILES_KEY, EntryFrames, FrameJob, FrameRefs, flat_frames, run_jobs
 from .item_layout import TEXT_KINDS, Field, ItemLayout, item_dtype
 from .memory import Empty, place
 
@@ -42,7 +44,7 @@ class Rows:
         indices are None when some row has no frame within tolerance)."""
         got = self._located.get(key)
         if got is None:
-            ts = self.columns.arrays["timestamp"].astype(np.float64)
+            ts = self.columns.camera_times().astype(np.float64)
             got = self._located[key] = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
         return got
 
@@ -89,12 +91,17 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
         groups.append(_Group(parts[u], u, pos, rows, cols.starts[ep], cols.starts[ep + 1]))
     whole = len(groups) == 1  # one part (a single dataset): each key is one gather into the whole batch
     first = parts[0].columns.arrays if parts else {}
+    gpu_keys = parts[0].frames.spec.gpu_keys if parts else ()
+    refs = FrameRefs() if gpu_keys else None
     empties = {}
     for f in layout.fields:
         if f.kind in TEXT_KINDS:
             continue
         column = first.get(f.sources[0]) if f.sources and f.sources[0] is not None else None
-        empties[f.key] = Empty(_shape(f, layout, n, column, parts), item_dtype(f, dtype, column))
+        if f.key in gpu_keys:  # (file, frame, pts) per frame
+            empties[f.key] = Empty((*_shape(f, layout, n, column, parts)[:-3], 3), np.dtype(np.int64))
+        else:
+            empties[f.key] = Empty(_shape(f, layout, n, column, parts), item_dtype(f, dtype, column))
     placed = place(empties)
     view = {k: t.numpy() for k, t in placed.items()}
     jobs: dict[tuple, list] = {}
@@ -112,15 +119,20 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
             if f.kind == "values":
                 _values(f, g, src, out, at, whole)
             elif f.kind == "frames":
+                on_gpu = f.key in gpu_keys
                 if src is None:
-                    out[at] = 0
+                    out[at] = -1 if on_gpu else 0  # no frame: zeros
                     continue
-                _check_shape(layout, g, f, src, out.shape[-3:])
+                if on_gpu and src not in g.part.frames.spec.video_keys:
+                    raise DatasetFormatError(f"{g.part.frames.meta.root}: camera {src!r} is an image feature: it "
+                                             f"cannot be decoded on the GPU with the videos of key {f.key!r}")
+                if not on_gpu:
+                    _check_shape(layout, g, f, src, out.shape[-3:])
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
                 if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
                     copies.append((g, seen, f.key))
                 elif src in g.part.frames.spec.video_keys:
-                    _frame_jobs(f, g, src, out, dtype, jobs)
+                    _frame_jobs(f, g, src, out, dtype, jobs, refs if on_gpu else None)
                 else:
                     _images(f, g, src, out, at, dtype)
             elif f.kind == "pad":
@@ -135,7 +147,10 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
     run_jobs([_job(parts) for parts in jobs.values()])
     for g, src_key, key in copies:
         view[key][g.pos] = view[src_key][g.pos]
-    return {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
+    out = {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
+    if refs is not None:
+        out[FILES_KEY] = refs.files
+    return out
 
 
 def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, parts: Sequence[Rows]) -> tuple:
@@ -228,27 +243,33 @@ def _images(f: Field, g: _Group, src: str, out: np.ndarray, at, dtype: str) -> N
         out[at] = tmp
 
 
-def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs: dict) -> None:
+def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs: dict,
+                refs: FrameRefs | None = None) -> None:
     """Plan the decoding of a group's frames of camera `src` into its rows of `out`: jobs keyed by file (one
     job per file for the whole batch where frames are located already; per part where they are located when
-    decoded, so that an error names that part's episode)."""
+    decoded, so that an error names that part's episode). With `refs`, `out` holds frame references."""
     w = g.window(src) if f.window is not None else None
     q = g.rows[:, None] if w is None else w[0]
     t = q.shape[1]
     target = g.pos[:, None] * t + np.arange(t)
-    dest = flat_frames(out)
+    if refs is None:
+        dest = flat_frames(out)
+    else:
+        dest = out.view()
+        dest.shape = (-1, 3)  # raises rather than copy
     frames = g.part.frames
+    output = refs if refs is not None else frames.output(dtype)
     if g.part.pooled:
         rel, times, located = g.part.located(src)
         key = (frames.source.root, rel, f.key, None if located is not None else g.index)
         jobs.setdefault(key, []).append((frames, src, rel, g.part.columns.episodes, times[q].reshape(-1),
                                          None if located is None else located[q].reshape(-1), dest,
-                                         target.reshape(-1), frames.output(dtype)))
+                                         target.reshape(-1), output))
         return
     cols = g.part.columns
     eps = cols.episodes[cols.episode_of_rows(g.rows)]
-    ts = cols.arrays["timestamp"][q].astype(np.float64)
-    for job in frames.jobs(src, eps, ts, dest, target, frames.output(dtype)):
+    ts = cols.camera_times()[q].astype(np.float64)
+    for job in frames.jobs(src, eps, ts, dest, target, output):
         jobs[(id(job), None, None, None)] = [job]
 
 

@@ -23,6 +23,7 @@ once, to `gather`). The mixture's item keys are described in `mixture.layout` an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -62,7 +63,11 @@ class ItemLayout:
     entry_name: tuple[str, ...] = ("",)
 
     def field(self, key: str) -> Field:
-        return next(f for f in self.fields if f.key == key)
+        return self._by_key[key]
+
+    @cached_property
+    def _by_key(self) -> dict[str, Field]:
+        return {f.key: f for f in self.fields}
 
     @property
     def keys(self) -> list[str]:

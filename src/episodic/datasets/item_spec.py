@@ -12,11 +12,13 @@ import numpy as np
 from ..checks import check_number, episode_list
 from ..format.errors import DatasetFormatError, EpisodeIndexError
 from ..format.metadata import DatasetMetadata
-from ..tabular import UNKNOWN_TASK, UnknownTasks, delta_offsets
+from ..order.eval_split import SIDES, EvalSplit, split_episodes
+from ..tabular import UNKNOWN_TASK, Columns, UnknownTasks, delta_offsets
+from ..tabular.resample import Resampling, episode_bounds, episode_lengths, resample_columns
 from ..tabular.values import unknown_task_rows
 from ..video.output import FrameOutput
 
-__all__ = ["ItemSpec", "select_episodes"]
+__all__ = ["ItemSpec", "listed_episodes", "select_episodes"]
 
 @dataclass(frozen=True)
 class ItemSpec:
@@ -27,7 +29,10 @@ class ItemSpec:
     ``on_unknown_task="raise"``), handed to `load_columns` wherever its rows are read.
 
     String features (`text_keys`, shape [1]) come out as LeRobot's do: a `str` per item, a list of `str` per
-    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape."""
+    batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape.
+
+    `gpu_keys` (set with `dataclasses.replace` by a dataset built with ``decode_device="cuda"``): the item keys
+    whose frames `gather` leaves to the GPU (`gpu_frames`), as references to where they are."""
 
     data_keys: tuple[str, ...]
     video_keys: tuple[str, ...]
@@ -38,15 +43,22 @@ class ItemSpec:
     frames: FrameOutput = field(default_factory=FrameOutput)  # camera frames' size and resize mode
     text_keys: tuple[str, ...] = ()  # data keys of string features
     unknown_tasks: UnknownTasks | None = field(default=None, compare=False, repr=False)
+    gpu_keys: tuple[str, ...] = ()  # item keys whose frames are decoded on the GPU (`gather` writes references)
+    resampling: Resampling | None = None  # rows resampled to one control rate (`tabular.resample`)
+    _bounds: dict = field(default_factory=dict, compare=False, repr=False)  # episode_bounds of a metadata, once
 
     @classmethod
     def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
               tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
               image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-              columns: Sequence[str] | None = None, on_unknown_task: str = "warn") -> "ItemSpec":
+              columns: Sequence[str] | None = None, on_unknown_task: str = "warn",
+              resampling: Resampling | None = None) -> "ItemSpec":
         """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
-        those it maps)."""
+        those it maps). `resampling`: rows at its fps (`tabular.resample`; its rules checked against the
+        features), windows on its grid."""
         info = meta.info
+        if resampling is not None:
+            resampling.check(info.features, str(meta.root))
         unknown_tasks = UnknownTasks(meta.root, len(meta.tasks), on_unknown_task)  # checks the option
         check_number("tolerance_s", tolerance_s, 0, 1e9)
         if video_keys is None:
@@ -58,7 +70,8 @@ class ItemSpec:
             videos = [k for k in info.video_keys if k in video_keys]
         # info order, like LeRobot's hf_dataset columns
         data_keys = [k for k in info.tabular_keys if columns is None or k in columns]
-        offsets = delta_offsets(delta_timestamps, info.fps, tolerance_s, known_keys=list(info.features))
+        grid = resampling.fps if resampling is not None else info.fps
+        offsets = delta_offsets(delta_timestamps, grid, tolerance_s, known_keys=list(info.features))
         # windows of cameras left out by `video_keys` are dropped with the cameras
         offsets = {k: v for k, v in offsets.items() if k in data_keys or k in videos}
         text = [k for k in data_keys if info.features[k].dtype == "string"]
@@ -75,7 +88,26 @@ class ItemSpec:
                    image_keys=tuple(k for k in info.image_keys if k in data_keys), offsets=offsets,
                    tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
                    frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text),
-                   unknown_tasks=unknown_tasks)
+                   unknown_tasks=unknown_tasks, resampling=resampling)
+
+    @property
+    def target_fps(self) -> int | None:
+        """The fps rows are resampled to (None: each dataset's own)."""
+        return None if self.resampling is None else self.resampling.fps
+
+    def episode_lengths(self, meta: DatasetMetadata) -> np.ndarray:
+        """Each episode's frames as items count them (resampled when the spec resamples)."""
+        return episode_lengths(meta, self.target_fps)
+
+    def resample(self, columns: Columns, meta: DatasetMetadata) -> Columns:
+        """`columns` of `meta`'s episodes as items read them: resampled by the spec's `resampling` (unchanged
+        without one). Every place that reads rows passes them through here."""
+        if self.resampling is None:
+            return columns
+        held = self._bounds.get("table")
+        if held is None or held[0] is not meta.episodes:  # the table held, so its id is never another's
+            held = self._bounds["table"] = (meta.episodes, episode_bounds(meta, self.target_fps)[0])
+        return resample_columns(columns, meta.fps, self.resampling, held[1][columns.episodes])
 
     @property
     def camera_keys(self) -> list[str]:
@@ -93,8 +125,29 @@ class ItemSpec:
         return {k: v.tolist() for k, v in self.offsets.items()}
 
 
-def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
-    """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in)."""
+def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None, eval_split: EvalSplit | None = None,
+                    split: str = "train") -> np.ndarray:
+    """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in); with an
+    `eval_split`, those of side `split` ("train" or "eval") of it (`order.eval_split.split_episodes`: the list
+    order as given decides LeRobot's rule). ValueError when the side has no episode."""
+    listed = listed_episodes(meta, episodes)
+    if split not in SIDES:
+        raise ValueError(f"split must be one of {', '.join(SIDES)}, got {split!r}")
+    if eval_split is None:
+        if split == "eval":
+            raise ValueError(f"{meta.root}: split='eval' needs an eval_split (which episodes are held out)")
+        return np.sort(listed)
+    train, held = split_episodes(eval_split, listed, meta.episodes.first_tasks(listed))
+    side = train if split == "train" else held
+    if not len(side):
+        raise ValueError(f"{meta.root}: eval_split {eval_split.to_dict()} leaves no {split} episode of the "
+                         f"{len(listed)} selected ({len(train)} train, {len(held)} held out)")
+    return side
+
+
+def listed_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np.ndarray:
+    """The episodes as listed (repeats dropped, first occurrence kept), every one checked to be in the dataset;
+    all of them ascending when `episodes` is None."""
     n = len(meta.episodes)
     if episodes is None:
         return np.arange(n, dtype=np.int64)
@@ -102,4 +155,5 @@ def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np
     bad = sel[(sel < 0) | (sel >= n)]
     if len(bad):
         raise EpisodeIndexError(f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})")
-    return np.unique(sel)
+    _, first = np.unique(sel, return_index=True)
+    return sel[np.sort(first)]

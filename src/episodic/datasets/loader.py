@@ -23,7 +23,7 @@ from ..order.batch_sampler import TrackedLoader
 from ..order.shard import resolve_topology
 from ..order.stream_plan import segment_batches
 from ..order.stream_state import StreamState
-from .access import BatchedView
+from .access import BatchedView, finish_batch
 from .collate import TensorSharing
 
 if TYPE_CHECKING:
@@ -55,6 +55,17 @@ class MapLoader(TrackedLoader):
                                              persistent_workers=num_workers > 0, **kwargs)
         super().__init__(loader, batch_sampler)
         self.dataset = dataset
+
+    def __iter__(self):
+        gpu = getattr(self.dataset, "gpu", None)
+        if gpu is None:
+            yield from super().__iter__()
+            return
+        # frames decoded on the GPU here, in the main process, a few batches ahead; a batch counts as consumed
+        # when it is handed out, as TrackedLoader counts
+        for batch in gpu.ahead(iter(self.loader), self.dataset.finish):
+            self.batch_sampler.advance(1)
+            yield batch
 
     def set_epoch(self, epoch: int) -> None:
         self.batch_sampler.set_epoch(epoch)
@@ -107,8 +118,12 @@ class StreamingLoader:
                               f"epoch", stacklevel=2)
         kw = dict(self.kwargs)
         # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
-        # one by one
-        whole = not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
+        # one by one; frames decoded on the GPU: always whole, finished here (transforms too)
+        gpu = getattr(ds, "gpu", None) is not None
+        if gpu and (kw.get("collate_fn") or kw.get("drop_last")):
+            raise ValueError("decode_device='cuda': the loader hands out whole batches; collate_fn and drop_last "
+                             "do not apply")
+        whole = gpu or not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
         view = _StreamView(ds, Iteration(state, chunk_size=self.batch_size, whole_batches=whole,
                                           sharing=self.sharing, even_batches=even))
         if whole:
@@ -117,15 +132,19 @@ class StreamingLoader:
         else:
             dl = torch.utils.data.DataLoader(view, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
         it = iter(dl)
+        # frames decoded on the GPU: finished here, a few batches ahead (counted when handed out)
+        batches = ds.gpu.ahead(it, lambda b: finish_batch(ds, b)) if gpu else it
         try:
             while limit is None or ds.state.batches_consumed < limit:
                 try:
-                    batch = next(it)
+                    batch = next(batches)
                 except StopIteration:
                     break
                 ds.state = ds.state.advanced(1)
                 yield batch
         finally:  # also when the caller stops early (close()): stop the workers now, not at garbage collection
+            if gpu:
+                batches.close()
             runtime.shutdown_workers(it)
         ds.set_epoch(ds.epoch + 1)
 

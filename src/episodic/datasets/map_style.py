@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -13,22 +14,26 @@ import torch
 from .. import config
 from ..counters import Counters
 from ..format.metadata import DatasetMetadata
+from ..order.eval_split import EvalSplit
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source, is_url
 from ..tabular import load_columns
+from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from ..video.decoder import default_cache_size
 from .access import BatchAccess
 from .facts import DatasetFacts
 from .decode import EntryFrames, camera_files
 from .gather import Rows, gather
+from .gpu_frames import gpu_setup
 from .item_layout import single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import MapLoader
+from .sides import SplitSides, checked_split
 
 
-class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
+class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Dataset):
     """Random access to the frames of a LeRobot-format dataset, one batch at a time.
 
     `dataset.get_batch(indices)` returns one dict of batched tensors (cameras (B, [T,] C, H, W)) built with
@@ -55,6 +60,18 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
         on_unknown_task: rows whose task_index the tasks table lacks (metadata drift): "warn" (default: loaded,
             their items' task is "", one `UnknownTaskWarning` naming the episodes and task indices) or "raise"
             (DatasetFormatError naming the file, episode and frame). `episodic validate` reports them either way.
+        decode_device: "cpu" (default: frames decoded by PyAV where the batch is built) or "cuda"/"cuda:N":
+            decoded by NVDEC in the main process into CUDA tensors, workers still reading, fetching and
+            locating (`datasets.gpu_frames`; `pip install "episodic[gpu]"`). A camera NVDEC cannot decode is a
+            `GpuDecodeError` here, unless `cpu_fallback` names it (True: every camera). `gpu_decoders`: decoder
+            sessions in flight (default: the GPU's NVDEC engines, at most 8). Batches come from `get_batch` and
+            `loader()`; a plain DataLoader over the dataset needs num_workers=0.
+        eval_split: episodes held out for evaluation (`order.eval_split.EvalSplit`, a fraction, or a dict of its
+            fields; per task, by episode); `split`: which side this dataset is, "train" (default) or "eval".
+            `eval_dataset()` builds the other side (its own order and state; `datasets.sides`).
+        target_fps: rows resampled to this fps (an int): items, windows, lengths and the order are in its frames
+            (`tabular.resample`: cameras take the nearest frame); `resample`: {column: "nearest" | "previous" |
+            "linear"} per numeric column (default nearest).
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -64,7 +81,12 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
                  storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", _source: Source | None = None):
+                 on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
+                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
+                 _source: Source | None = None):
+        self.remember(locals())
+        self.eval_split, self.split = checked_split(eval_split, split), split
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
@@ -77,17 +99,22 @@ class EpisodicDataset(BatchAccess, DatasetFacts, torch.utils.data.Dataset):
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task)
+                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample))
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
-        columns = load_columns(self.meta, select_episodes(self.meta, episodes), list(self.spec.data_keys),
+        columns = load_columns(self.meta, select_episodes(self.meta, episodes, self.eval_split, split),
+                               list(self.spec.data_keys),
                                mmap_dir=cache_root / "tabular",
                                open_file=None if self.source.is_local else self.source.open_for_read,
                                unknown_tasks=self.spec.unknown_tasks)
+        columns = self.spec.resample(columns, self.meta)
         if decoder_cache_size is None:
             decoder_cache_size = default_cache_size(camera_files(self.meta, self.spec.video_keys, columns.episodes))
         self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
-        self.rows = Rows(0, columns, EntryFrames(self.spec, self.meta, self.source, self.decoders, self.counters))
         self.layout = single_layout(self.spec, self.meta.info.features)
+        gpu_keys, self.gpu = gpu_setup(self.layout, [(self.meta, self.spec, self.source, columns.episodes)],
+                                       decode_device, cpu_fallback, gpu_decoders, self.spec.frames, self.counters)
+        self.spec = replace(self.spec, gpu_keys=gpu_keys)
+        self.rows = Rows(0, columns, EntryFrames(self.spec, self.meta, self.source, self.decoders, self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.return_uint8 = return_uint8
@@ -167,7 +194,10 @@ class LeRobotDataset(EpisodicDataset):
                  storage_options: dict | None = None, cache_dir: str | None = None,
                  cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn"):
+                 on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
+                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
+                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None):
+        self.remember(locals())
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
@@ -177,7 +207,9 @@ class LeRobotDataset(EpisodicDataset):
         super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
                          video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
                          revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
-                         on_unknown_task=on_unknown_task, _source=source)
+                         on_unknown_task=on_unknown_task, decode_device=decode_device, cpu_fallback=cpu_fallback,
+                         gpu_decoders=gpu_decoders, eval_split=eval_split, split=split, target_fps=target_fps,
+                         resample=resample, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),

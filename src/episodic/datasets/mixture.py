@@ -31,12 +31,15 @@ from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
 from .access import BatchAccess
 from .facts import MixtureFacts
+from ..video.output import FrameOutput
 from .gather import gather
+from .gpu_frames import gpu_setup
 from .item_layout import mixture_layout
 from .loader import MapLoader
 from .mixture_entry import MMAP_MIN_BYTES, EntryEngines
+from .sides import SplitSides
 
-__all__ = ["MixtureDataset", "MixtureLoader", "load_report"]
+__all__ = ["MixtureDataset", "MixtureLoader", "load_report", "mixture_side"]
 
 
 def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> PreflightReport:
@@ -48,7 +51,24 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
     return preflight(spec, on_error=on_error, concurrency=concurrency)
 
 
-class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
+def mixture_side(dataset, spec, split: str, on_error: str | None, concurrency: int, image_size,
+                 resize_mode: str) -> None:
+    """Set up `dataset` (a mixture dataset) as side `split` of `spec`'s mixture: ``full_report`` (the checked
+    mixture), ``report`` (its side, `split_sides.side_report`: what the order and the rows hold),
+    ``stats_report`` (the training side: normalisation statistics are the same on both sides), ``layout`` (the
+    whole mixture's item layout, with the side's entries), ``eval_split`` and ``split``."""
+    from ..mixture.checking.split_sides import side_report
+
+    full = dataset.full_report = load_report(spec, on_error, concurrency)
+    dataset._given["spec"] = full  # the other side reuses the checked mixture (no second preflight)
+    dataset.report = side_report(full, split)
+    dataset.stats_report = side_report(full, "train")
+    dataset.eval_split, dataset.split = full.spec.eval_split, split
+    layout = MixtureLayout.from_report(full, image_size, resize_mode)
+    dataset.layout = layout.restricted([r.index for r in dataset.report.entries if r.status == "ok"])
+
+
+class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dataset):
     """Items of a weighted mixture of datasets, all in one layout (see `mixture.layout` for the keys).
 
     Args:
@@ -63,15 +83,19 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
             memory-mapped).
         decoder_cache_size: open video decoders per process, shared by all entries (default: one per video file
             of the mapped cameras, within an estimated 512 MB per process: `EntryEngines.decoder_cache_size`).
+        decode_device, cpu_fallback, gpu_decoders: as in `EpisodicDataset` (every entry's cameras are checked).
+        split: with the spec's ``eval_split``, which side this dataset is: "train" (default) or "eval";
+            `eval_dataset()` builds the other (`datasets.sides`; `mixture.checking.split_sides`).
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
                  resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
                  mmap_min_bytes: int = MMAP_MIN_BYTES, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
-                 drop_n_last_frames: int = 0):
-        self.report = load_report(spec, on_error, concurrency)
-        self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+                 drop_n_last_frames: int = 0, decode_device: str = "cpu", cpu_fallback=False,
+                 gpu_decoders: int | None = None, split: str = "train"):
+        self.remember(locals())
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
         self.item_layout = mixture_layout(self.layout)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle,
                                            drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
@@ -81,6 +105,9 @@ class MixtureDataset(BatchAccess, MixtureFacts, torch.utils.data.Dataset):
         if decoder_cache_size is None:
             decoder_cache_size = self.engines.decoder_cache_size()
         self.decoders = self.engines.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        gpu_keys, self.gpu = gpu_setup(self.item_layout, self.engines.entries(), decode_device, cpu_fallback,
+                                       gpu_decoders, FrameOutput(size=image_size, resize_mode=resize_mode), self.counters)
+        self.engines.decode_on_gpu(gpu_keys)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms

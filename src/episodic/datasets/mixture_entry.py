@@ -28,6 +28,7 @@ from ..mixture.checking.entry_checks import selected_episodes
 from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.checking.report import PreflightReport
 from ..tabular import UnknownTasks, load_columns
+from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache
 from ..video.decoder import DECODER_BUDGET_BYTES, DEFAULT_MIN_OPEN, default_cache_size
 from .consumer import StreamEntry
@@ -50,7 +51,8 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
     images = [k for k in cams if k in info.image_keys]
     spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
                           image_size=layout.image_size, resize_mode=layout.resize_mode,
-                          columns=[*entry.data_keys, *images], on_unknown_task=on_unknown_task)
+                          columns=[*entry.data_keys, *images], on_unknown_task=on_unknown_task,
+                          resampling=Resampling.of(entry.target_fps, entry.resample))
     unknown = UnknownTasks(f"mixture entry {entry.name!r} ({meta.root})", len(meta.tasks), on_unknown_task)
     return replace(spec, unknown_tasks=unknown)
 
@@ -70,7 +72,9 @@ class EntryEngines:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else config.cache_dir()
         self.mmap_min_bytes = int(mmap_min_bytes)
         self._specs: dict[int, ItemSpec] = {}
+        self.gpu_keys: tuple[str, ...] = ()  # item keys decoded on the GPU (`decode_on_gpu`)
         self._rows: dict[int, Rows] = {}
+        self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
             if getattr(source, "cache", None) is not None:
                 source.cache.stats = counters
@@ -80,9 +84,18 @@ class EntryEngines:
 
     def spec(self, slot: int) -> ItemSpec:
         if slot not in self._specs:
-            self._specs[slot] = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout,
-                                                self.on_unknown_task)
+            spec = entry_item_spec(self.metadata[slot], self.layout.entries[slot], self.layout, self.on_unknown_task)
+            self._specs[slot] = replace(spec, gpu_keys=self.gpu_keys) if self.gpu_keys else spec
         return self._specs[slot]
+
+    def entries(self) -> list[tuple]:
+        """(metadata, item spec, source, selected episodes) of every entry (what `gpu_frames.gpu_setup` checks)."""
+        return [(self.metadata[s], self.spec(s), self.sources[s], self.selected[s]) for s in range(len(self))]
+
+    def decode_on_gpu(self, keys: tuple[str, ...]) -> None:
+        """Every entry's items leave `keys` to the GPU (before any rows are built)."""
+        self.gpu_keys = tuple(keys)
+        self._specs = {s: replace(spec, gpu_keys=self.gpu_keys) for s, spec in self._specs.items()}
 
     def stream_entry(self, slot: int) -> StreamEntry:
         """What a streaming consumer reads of entry `slot`: its metadata, item spec and source."""
@@ -96,6 +109,7 @@ class EntryEngines:
             columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
                                    open_file=None if source.is_local else source.open_for_read,
                                    mmap_min_bytes=self.mmap_min_bytes, unknown_tasks=spec.unknown_tasks)
+            columns = spec.resample(columns, meta)  # at the mixture's control rate, when it has one
             for name, values in columns.arrays.items():  # memory-mapped columns as plain arrays over the same
                 columns.arrays[name] = np.asarray(values)  # pages (np.memmap's subclass costs per gather)
             frames = EntryFrames(spec, meta, source, decoders=self.decoders, counters=self.counters)
@@ -136,13 +150,21 @@ class EntryEngines:
         """Engine positions of dataset rows (global ``index`` values) of entry `slot`: IndexError naming the
         entry for a row outside its selected episodes."""
         rows = np.asarray(rows, dtype=np.int64)
-        eps = self.metadata[slot].episodes
+        first, last = self.bounds(slot)
         sel = self.selected[slot]
-        ep = np.searchsorted(eps.dataset_to_index, rows, side="right")
+        ep = np.searchsorted(last, rows, side="right")
         k = np.minimum(np.searchsorted(sel, ep), max(len(sel) - 1, 0))
-        bad = (rows < 0) | (ep >= len(eps)) | (sel[k] != ep)
+        bad = (rows < 0) | (ep >= len(last)) | (sel[k] != ep)
         if bad.any():
             r = int(rows[np.flatnonzero(bad)[0]])
             raise EpisodeIndexError(f"entry {self.layout.entries[slot].name!r}: row {r} is not in a selected episode")
         starts = self.rows(slot).columns.starts
-        return starts[k] + rows - eps.dataset_from_index[ep]
+        return starts[k] + rows - first[ep]
+
+    def bounds(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """Entry `slot`'s episodes' global index ranges, as its items number rows (`tabular.resample.episode_bounds`:
+        resampled at the mixture's control rate)."""
+        got = self._bounds.get(slot)
+        if got is None:
+            got = self._bounds[slot] = episode_bounds(self.metadata[slot], self.layout.entries[slot].target_fps)
+        return got

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from dataclasses import replace
 from functools import partial
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -24,8 +25,8 @@ import torch
 from .. import config, runtime
 from ..counters import Counters, Tally
 from ..format.metadata import DatasetMetadata
-from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
+from ..order.eval_split import EvalSplit
 from ..order.pool_order import PoolOrder
 from ..order.shard import ConsumerId, resolve_topology
 from ..order.stream_keys import consumer_rng
@@ -34,16 +35,21 @@ from ..order.stream_state import StreamState
 from ..storage.fetch import FetchPolicy
 from ..storage.resolve import resolve_source
 from ..storage.source import Source
+from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from .collate import deliver, make_batch, unbatch
+from ..video.output import FrameOutput
+from .access import finish_batch
+from .collate import Batch, deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
 from .epochs import DatasetEpochs, MixtureEpochs
 from .facts import DatasetFacts, MixtureFacts
+from .gpu_frames import gpu_setup
 from .item_layout import ItemLayout, mixture_layout, single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import Iteration, StreamingLoader
-from .mixture import load_report
+from .mixture import mixture_side
 from .mixture_entry import EntryEngines
+from .sides import SplitSides, checked_split
 from .stream_options import UNSET, StreamOptions, stream_options
 
 __all__ = ["StreamingDataset", "StreamingLeRobotDataset", "StreamingMixtureDataset"]
@@ -78,6 +84,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self.tally = tally
         self.counters = counters if counters is not None else Counters()
         self.decoders = DecoderCache(max_open=options.decoders_for(cameras), counters=self.counters)
+        self.gpu = None  # a `gpu_frames.GpuFrames` when frames are decoded on the GPU (set by the subclasses)
         # the trainer's position (what state_dict() returns); per-iteration data travels in `Iteration`
         self.state = StreamState(seed=int(seed), episode_pool_size=self.episode_pool_size, shuffle=self.shuffle)
 
@@ -180,7 +187,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         entries, episodes = self.epochs.slots(np.asarray(plan.episodes, dtype=np.int64), st.epoch, st.seed)
         consumer = Consumer(self.item_layout, self.entry, entries, episodes, plan.frames, self.options, self.counters,
                             self.decoders, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"), self.tally)
-        make = partial(make_batch, return_uint8=self.return_uint8, sharing=it.sharing)
+        make = partial(make_batch, return_uint8=self.return_uint8 or self.gpu is not None, sharing=it.sharing)
         batches = iterate_consumer(consumer, order, it.chunk_size, self.counters, t_start, make)
         while True:
             t0 = time.perf_counter()
@@ -190,11 +197,22 @@ class StreamingDataset(torch.utils.data.IterableDataset):
             self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
             if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
                 yield deliver(batch)
+            elif self.gpu is not None:  # GPU frames decoded here, in the main process (a worker refuses)
+                yield from unbatch(Batch(finish_batch(self, batch.collated(), transforms=False)),
+                                   self.image_transforms, self.camera_keys)
             else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
                 yield from unbatch(batch, self.image_transforms, self.camera_keys)
 
 
-class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
+def _local_for_gpu(gpu, sources) -> None:
+    """Streaming with decode_device='cuda' reads local datasets: a remote one is read into a consumer's mirror,
+    whose files may go before the main process decodes them."""
+    if gpu is not None and not all(s.is_local for s in sources):
+        raise ValueError("decode_device='cuda' streams local datasets only; download a remote one first, or use the "
+                         "map-style dataset (its files are fetched whole into the cache)")
+
+
+class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     """Frames of a LeRobot-format dataset, streamed episode by episode, with exact windows and exact resume.
 
     Every item equals `LeRobotDataset(repo_id, root=root, ...)[i]` for the frame it holds. Use
@@ -209,7 +227,9 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
     fields (not both). `mirror_max_bytes` was called `cache_max_bytes` (still accepted, with a
     DeprecationWarning). `on_unknown_task` as in `EpisodicDataset`
     (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
-    a row, naming what it read; each DataLoader worker process warns at most once).
+    a row, naming what it read; each DataLoader worker process warns at most once). `eval_split`, `split` and
+    `eval_dataset()` as in `EpisodicDataset` (the same episodes on each side); `target_fps` and `resample` too
+    (episodes stream resampled: the plan, the pool and the resume count resampled frames).
     """
 
     def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
@@ -223,7 +243,12 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
                  fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
                  video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
+                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET,
+                 decode_device: str = "cpu", cpu_fallback=False, gpu_decoders: int | None = None,
+                 eval_split: EvalSplit | float | dict | None = None, split: str = "train",
+                 target_fps: int | None = None, resample: Mapping[str, str] | None = None):
+        self.remember(locals())
+        self.eval_split, self.split = checked_split(eval_split, split), split
         if video_decoder_cache_size is not None:
             warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
                           DeprecationWarning, stacklevel=2)
@@ -242,25 +267,31 @@ class StreamingLeRobotDataset(DatasetFacts, StreamingDataset):
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task)
-        self.selected = select_episodes(self.meta, episodes)
+                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample))
+        self.selected = select_episodes(self.meta, episodes, self.eval_split, split)
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
-        super().__init__(DatasetEpochs(self.meta, self.selected), single_layout(self.spec, self.meta.info.features),
+        layout, counters = single_layout(self.spec, self.meta.info.features), Counters()
+        gpu_keys, gpu = gpu_setup(layout, [(self.meta, self.spec, self.source, self.selected)], decode_device,
+                                  cpu_fallback, gpu_decoders, self.spec.frames, counters)
+        _local_for_gpu(gpu, [self.source])
+        self.spec = replace(self.spec, gpu_keys=gpu_keys)
+        super().__init__(DatasetEpochs(self.selected, self.spec.episode_lengths(self.meta)), layout,
                          [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
                          shuffle=shuffle, return_uint8=return_uint8, image_transforms=image_transforms, rank=rank,
                          world_size=world_size, cache_dir=cache_dir,
-                         cameras=[self.meta.info.camera_hw(k)[:2] for k in self.spec.video_keys])
+                         cameras=[self.meta.info.camera_hw(k)[:2] for k in self.spec.video_keys], counters=counters)
+        self.gpu = gpu
 
     @property
     def num_frames(self) -> int:
-        return int(self.meta.episodes.length[self.selected].sum())
+        return int(self.spec.episode_lengths(self.meta)[self.selected].sum())
 
     @property
     def num_episodes(self) -> int:
         return len(self.selected)
 
 
-class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
+class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
     """Items of a weighted mixture, streamed episode by episode from all entries: whole episodes of every entry
     per epoch (`epochs.MixtureEpochs`), everything else as a single dataset streams (plan, exact and elastic
     resume, `loader()`), items in the mixture's layout, each equal to `MixtureDataset`'s for the same frame.
@@ -268,7 +299,8 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
     `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
     `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
     `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole). `on_change`: what `load_state_dict`
-    does with a state saved under another mixture ("continue" or "refuse").
+    does with a state saved under another mixture ("continue" or "refuse"). `split` and `eval_dataset()` as in
+    `MixtureDataset`.
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = UNSET,
@@ -278,30 +310,32 @@ class StreamingMixtureDataset(MixtureFacts, StreamingDataset):
                  prefetch_threads: int = UNSET, tabular_block: int = UNSET, mirror_max_bytes: int = UNSET,
                  decoder_cache_size: int | None = UNSET, fetch_policy: FetchPolicy | None = None,
                  on_error: str | None = None, concurrency: int = 16, on_change: str = "continue",
-                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET):
+                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET, decode_device: str = "cpu",
+                 cpu_fallback=False, gpu_decoders: int | None = None, split: str = "train"):
+        self.remember(locals())
         options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
                                  prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
                                  tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
                                  decoder_cache_size=decoder_cache_size,
                                  fetch=UNSET if fetch_policy is None else fetch_policy)
-        self.report = load_report(spec, on_error, concurrency)
-        self.layout = MixtureLayout.from_report(self.report, image_size, resize_mode)
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         counters = Counters()
         self.engines = EntryEngines(self.report, self.layout, counters, None, cache_dir)  # specs only
+        item_layout = mixture_layout(self.layout)
+        gpu_keys, gpu = gpu_setup(item_layout, self.engines.entries(), decode_device, cpu_fallback, gpu_decoders,
+                                  FrameOutput(size=image_size, resize_mode=resize_mode), counters)
+        _local_for_gpu(gpu, self.engines.sources)
+        self.engines.decode_on_gpu(gpu_keys)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
         self.delta_indices = None
-        super().__init__(MixtureEpochs(self.sampler, on_change), mixture_layout(self.layout), self.engines.stream_entry,
+        super().__init__(MixtureEpochs(self.sampler, on_change), item_layout, self.engines.stream_entry,
                          options, seed=seed, shuffle=shuffle, return_uint8=return_uint8,
                          image_transforms=image_transforms, rank=rank, world_size=world_size, cache_dir=cache_dir,
                          cameras=self.engines.camera_sizes(), tally=self.items_per_entry, counters=counters)
-
-    @property
-    def fps(self) -> None:
-        """A mixture has no single fps (each entry keeps its own)."""
-        return None
+        self.gpu = gpu
 
     @property
     def changes(self) -> list[str]:

@@ -51,6 +51,11 @@ class EpisodeTable:
     def episode_index(self) -> np.ndarray:
         return np.arange(len(self.length), dtype=np.int64)
 
+    def first_tasks(self, episodes: np.ndarray) -> list[str]:
+        """The first task of each of `episodes` ("" for an episode without one): what an eval split stratifies
+        by (`order.eval_split`), as LeRobot 0.6's ``make_train_eval_datasets``."""
+        return [str(t[0]) if t is not None and len(t) else "" for t in (self.tasks[int(e)] for e in np.asarray(episodes).reshape(-1))]
+
     def columns(self) -> dict[str, Any]:
         cols: dict[str, Any] = {
             "episode_index": self.episode_index,

@@ -58,6 +58,11 @@ class VideoDecodeError(EpisodicError, RuntimeError):
     """A video file could not be opened or decoded."""
 
 
+class GpuDecodeError(VideoDecodeError):
+    """A camera cannot be decoded on the GPU asked for (no CUDA, no NVDEC decoder for its codec, no decode
+    library); the message names the camera, its codec, the GPU and the fix."""
+
+
 class FrameTimestampError(VideoDecodeError):
     """A requested frame time has no decoded frame within the tolerance."""
 

@@ -2,7 +2,8 @@
 
 One home for the arithmetic that the writer (timestamps, episode spans in a video file), the v2.1 loader
 (episode spans), the window arithmetic (delta_timestamps -> frame offsets), the video decoder (clamping at
-a file's end), the byte-range planner (which samples an episode needs) and `episodic validate` share.
+a file's end), the byte-range planner (which samples an episode needs), `episodic validate` and the
+resampling to a control rate (`resampled_lengths`, `resample_grid`: integers only) share.
 Each function is the exact expression those places used, so results are bit-identical. numpy only.
 """
 
@@ -13,6 +14,7 @@ import numpy as np
 __all__ = [
     "END_CLAMP_FRAMES", "SPAN_FRAMES_BEFORE", "SPAN_FRAMES_AFTER", "TIME_EPS_S",
     "frames_to_seconds", "seconds_to_frames", "timestamp_column", "off_grid", "end_clamp_s", "span_window",
+    "resampled_lengths", "resample_grid",
 ]
 
 # A query at most this many frames (plus the tolerance) past a video file's last frame gets the last frame:
@@ -59,3 +61,20 @@ def span_window(from_s: float, to_s: float, frame_s: float, before: int = SPAN_F
     """[lo, hi] seconds of the video samples an episode spanning [from_s, to_s] in its file may be decoded
     from (frames of `frame_s` seconds): `before` frames earlier and `after` frames later, plus TIME_EPS_S."""
     return from_s - before * frame_s - TIME_EPS_S, to_s + after * frame_s + TIME_EPS_S
+
+
+def resampled_lengths(lengths, fps: int, target_fps: int) -> np.ndarray:
+    """Frames of episodes of `lengths` frames at `fps` resampled to `target_fps`: target frame j lies at j /
+    target_fps, and an episode keeps those up to its last frame's time (n - 1) / fps, so ``(n - 1) * target_fps //
+    fps + 1`` frames (0 for an empty episode). Integer arithmetic: no float rounding decides a length."""
+    n = np.asarray(lengths, dtype=np.int64)
+    return np.where(n > 0, (n - 1) * int(target_fps) // int(fps) + 1, 0).astype(np.int64)
+
+
+def resample_grid(frames, fps: int, target_fps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where target frames `frames` (frame numbers in an episode at `target_fps`) lie on the episode's own grid of
+    `fps`: ``(lo, num)`` with target frame j at source position ``lo + num / target_fps`` (source frame ``lo``, then
+    ``num / target_fps`` of a frame towards the next; ``0 <= num < target_fps``), exactly: ``j * fps =
+    lo * target_fps + num``."""
+    j = np.asarray(frames, dtype=np.int64)
+    return np.divmod(j * int(fps), int(target_fps))

@@ -27,7 +27,7 @@ resize (``resize_mode``: ``stretch``, the default, or ``letterbox``; `episodic.v
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -66,11 +66,19 @@ class EntryLayout:
     action_indices: tuple[int, ...] | None
     action_dim: int
     task_key: str | None  # "task": the episode's task text; else a text feature; None (``task: null``): ""
-    offsets: Mapping[str, tuple[int, ...]]  # dataset key -> frame offsets
+    offsets: Mapping[str, tuple[int, ...]]  # dataset key -> frame offsets (on the grid of `grid_fps`)
+    target_fps: int | None = None  # the mixture's control rate: rows resampled to it (None: the entry's own fps)
+    resample: Mapping[str, str] = field(default_factory=dict)  # dataset key -> resample rule (state, action)
+
+    @property
+    def grid_fps(self) -> int:
+        """The frame rate of the entry's items: the mixture's control rate, else its own."""
+        return self.fps if self.target_fps is None else self.target_fps
 
     def delta_timestamps(self) -> dict[str, list[float]]:
         """The windows as seconds on this entry's frame grid (what its single-dataset loader is given)."""
-        return {k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.fps).tolist() for k, v in self.offsets.items()}
+        return {k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.grid_fps).tolist()
+                for k, v in self.offsets.items()}
 
     @property
     def data_keys(self) -> list[str]:
@@ -118,7 +126,9 @@ class MixtureLayout:
                 tolerance_s=rep.tolerance_s, cameras=dict(rep.cameras), state_key=rep.state_key,
                 state_indices=e.state_indices if rep.state_key else None, state_dim=rep.state_dim,
                 action_key=rep.action_key, action_indices=e.action_indices if rep.action_key else None,
-                action_dim=rep.action_dim, task_key=rep.task_key, offsets=offsets))
+                action_dim=rep.action_dim, task_key=rep.task_key, offsets=offsets, target_fps=spec.target_fps,
+                resample={key: rule for role, rule in (spec.resample or {}).items()
+                          for key in [rep.state_key if role == "state" else rep.action_key] if key is not None}))
         if not entries:
             raise MixtureLayoutError(f"{spec.origin}: no entry takes part in the mixture", [])
         cameras = tuple(dict.fromkeys(r for e in entries for r in e.cameras))
@@ -130,6 +140,15 @@ class MixtureLayout:
         return cls(cameras=cameras, image_size=size if cameras else None, resize_mode=resize_mode,
                    state_dim=max(e.state_dim for e in entries), action_dim=max(e.action_dim for e in entries),
                    windows=windows, entries=tuple(entries))
+
+    def restricted(self, indices: Sequence[int]) -> "MixtureLayout":
+        """The same keys, shapes and windows with only the entries of spec indices `indices`, re-numbered in order
+        (one side of an eval split, where an entry may have no episode: its items keep the mixture's layout)."""
+        keep = set(int(i) for i in indices)
+        entries = [e for e in self.entries if e.index in keep]
+        if len(entries) == len(self.entries):
+            return self
+        return replace(self, entries=tuple(replace(e, slot=i) for i, e in enumerate(entries)))
 
     # ------------------------------------------------------------------ keys
     @property

@@ -2,7 +2,7 @@
 
 Entries that take part (status ``ok``, share > 0 or not) become the sampler's entries, in spec order, each with
 the frames of its selected episodes (`entry_checks.selected_episodes`, minus ``drop_n_first/last_frames`` per
-episode); weights are the report's shares; skipped entries are recorded in the mixture state. Flat indices are
+episode; resampled frames at the spec's ``target_fps``, `tabular.resample.episode_bounds`); weights are the report's shares; skipped entries are recorded in the mixture state. Flat indices are
 the entries' kept frames side by side, over the entries that take part (`MixtureSampler.split`). No data file
 is read.
 """
@@ -10,6 +10,7 @@ is read.
 from __future__ import annotations
 
 from ..order.frames import EpisodeFrames
+from ..tabular.resample import episode_bounds
 from ..order.mixture_sampler import MixtureSampler
 from .checking.entry_checks import selected_episodes
 from .checking.report import PreflightReport
@@ -26,10 +27,9 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
     frames, weights, own, names = [], [], [], []
     for i in used:
         meta = report.metadata[i]
-        eps = meta.episodes
-        sel = selected_episodes(report.spec.entries[i], len(eps))
-        frames.append(EpisodeFrames(eps.dataset_from_index, eps.dataset_to_index, sel, drop_n_first_frames,
-                                    drop_n_last_frames))
+        sel = selected_episodes(report.spec.entries[i], len(meta.episodes))
+        first, last = episode_bounds(meta, report.spec.target_fps)  # rows at the control rate, when there is one
+        frames.append(EpisodeFrames(first, last, sel, drop_n_first_frames, drop_n_last_frames))
         weights.append(report.entries[i].share)
         own.append(report.entries[i].weight)  # its own raw weight: what a resume compares to name re-weighted entries
         names.append(report.entries[i].name)

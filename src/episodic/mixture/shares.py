@@ -11,12 +11,15 @@ import numpy as np
 __all__ = ["order_counts", "share_table"]
 
 
-def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence[float], counts) -> dict:
+def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence[float], counts,
+                sizes: Sequence[tuple[int, int]] | None = None) -> dict:
     """Per entry and per group: target share, items counted, realised share (items / all items; 0 before any),
-    and the largest absolute difference between the two over entries and over groups.
+    and the largest absolute difference between the two over entries and over groups; with `sizes` ((episodes,
+    frames) per entry: what the mixture, or its side of an eval split, holds), those too, summed per group.
 
-    ``{"items": N, "entries": [{"name", "group", "target", "items", "realised"}], "groups": [{"group", "entries",
-    "target", "items", "realised"}], "max_abs_error": ..., "max_abs_error_groups": ...}``"""
+    ``{"items": N, "entries": [{"name", "group", "target", "items", "realised"[, "episodes", "frames"]}],
+    "groups": [{"group", "entries", "target", "items", "realised"[, "episodes", "frames"]}], "max_abs_error": ...,
+    "max_abs_error_groups": ...}``"""
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
     target = np.asarray(target, dtype=np.float64).reshape(-1)
     if not len(names) == len(groups) == target.size == counts.size:
@@ -31,6 +34,13 @@ def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence
         by.setdefault(g, []).append(i)
     rows = [{"group": g, "entries": len(ix), "target": float(target[ix].sum()), "items": int(counts[ix].sum()),
              "realised": float(realised[ix].sum())} for g, ix in by.items()]
+    if sizes is not None:
+        if len(sizes) != counts.size:
+            raise ValueError(f"one (episodes, frames) per entry: got {len(sizes)} for {counts.size} entries")
+        for row, (e, f) in zip(entries, sizes):
+            row["episodes"], row["frames"] = int(e), int(f)
+        for row, (g, ix) in zip(rows, by.items()):
+            row["episodes"], row["frames"] = sum(int(sizes[i][0]) for i in ix), sum(int(sizes[i][1]) for i in ix)
     err = float(np.abs(realised - target).max()) if total and target.size else 0.0
     gerr = max((abs(r["realised"] - r["target"]) for r in rows), default=0.0) if total else 0.0
     return {"items": total, "entries": entries, "groups": rows, "max_abs_error": err, "max_abs_error_groups": gerr}

@@ -16,10 +16,13 @@
   every prefix within :data:`QUOTA_BOUND` of the weights), :class:`MixtureSampler` (position -> (entry,
   frame)), :class:`MixtureBatchSampler` (per-rank batches, state with the mixture), :class:`MixtureState`
   (resume, also after the mixture changed), :func:`epoch_episodes` (the streaming epoch's whole episodes).
+- Eval splits: :class:`EvalSplit` and :func:`split_episodes` (which episodes a dataset or mixture entry holds
+  out, per task: the stratified rule, or LeRobot 0.6's).
 """
 
 from episodic.order.batch_sampler import EpisodicBatchSampler, TrackedLoader
 from episodic.order.episode_split import plan_episodes
+from episodic.order.eval_split import EvalSplit, split_episodes
 from episodic.order.frames import EpisodeFrames
 from episodic.order.mixture_batch import MixtureBatchSampler
 from episodic.order.mixture_quota import QUOTA_BOUND, QuotaTree, quantize
@@ -46,6 +49,7 @@ __all__ = [
     "EpisodeFrames",
     "EpisodicBatchSampler",
     "EpochEpisodes",
+    "EvalSplit",
     "MixtureBatchSampler",
     "MixtureSampler",
     "MixtureState",
@@ -74,6 +78,7 @@ __all__ = [
     "segment_batches",
     "segment_plan",
     "segment_seed",
+    "split_episodes",
     "simulate",
     "simulate_stream",
     "step_positions",

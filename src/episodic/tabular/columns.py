@@ -36,9 +36,16 @@ class Columns:
     starts: np.ndarray  # (E + 1,) first row of each selected episode, then the total
     arrays: dict[str, np.ndarray]  # name -> (N,) or (N, *shape)
     images: dict[str, list] = field(default_factory=dict)  # name -> per-row encoded image bytes
+    # each row's time of its camera frames when it is not the row's own timestamp: a resampled row's is the time
+    # of the source frame nearest to it (`tabular.resample`)
+    frame_times: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.starts[-1])
+
+    def camera_times(self) -> np.ndarray:
+        """Each row's time of its camera frames, seconds in its episode: `frame_times`, else the timestamps."""
+        return self.frame_times if self.frame_times is not None else self.arrays["timestamp"]
 
     def episode_of_rows(self, rows: np.ndarray) -> np.ndarray:
         """Position of each row's episode in `episodes` (O(log E) per row)."""
@@ -49,7 +56,8 @@ class Columns:
         s, t = int(self.starts[i]), int(self.starts[i + 1])
         return Columns(episodes=self.episodes[i:i + 1].astype(np.int64), starts=np.asarray([0, t - s], dtype=np.int64),
                        arrays={n: a[s:t] for n, a in self.arrays.items()},
-                       images={n: v[s:t] for n, v in self.images.items()})
+                       images={n: v[s:t] for n, v in self.images.items()},
+                       frame_times=None if self.frame_times is None else self.frame_times[s:t])
 
     @staticmethod
     def concat(parts: "list[Columns]") -> "Columns":
@@ -58,7 +66,9 @@ class Columns:
         starts = np.concatenate([c.starts[:-1] + o for c, o in zip(parts, offsets)] + [offsets[-1:]]).astype(np.int64)
         return Columns(episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64), starts=starts,
                        arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
-                       images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images})
+                       images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images},
+                       frame_times=None if parts[0].frame_times is None
+                       else np.concatenate([c.frame_times for c in parts]))
 
 
 def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> tuple[list[int] | None, bool]:

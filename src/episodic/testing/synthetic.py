@@ -23,7 +23,7 @@ from ..format.metadata import INFO_PATH
 from ..writer import DatasetWriter
 from ..writer.video import VideoFileWriter
 
-__all__ = ["SyntheticDataset", "mixture_spec", "write_synthetic_datasets"]
+__all__ = ["SyntheticDataset", "camera_frames", "mixture_spec", "write_synthetic_datasets"]
 
 CAMERA_NAMES = ("front", "wrist", "top", "side", "overhead", "handeye", "head", "up", "laptop", "phone", "fixed",
                 "gripper")
@@ -158,3 +158,32 @@ def mixture_spec(datasets: list[SyntheticDataset], style: str = "episodic", **op
         roles.update(state=d.state_key, action="action")
         entries.append({"source": d.path, "name": d.name, "roles": roles})
     return {**options, "entries": entries}
+
+
+_FRAMES: dict = {}
+
+
+def camera_frames(h: int, w: int, n: int, seed: int) -> np.ndarray:
+    """Frames like a fixed robot camera's (uint8 (n, h, w, 3)): a static low-frequency texture, four moving blobs,
+    sensor noise; for GPU benchmarks and codec-loss figures (the demo's frames are flat colours and stripes).
+    Made once per (size, length, seed) in a process and shared: callers must not write into them."""
+    key = (h, w, n, seed)
+    if key in _FRAMES:
+        return _FRAMES[key]
+    rng = np.random.default_rng(seed)
+    bg = (np.kron(rng.random((h // 16 + 1, w // 16 + 1, 3)), np.ones((16, 16, 1)))[:h, :w] * 180 + 30).astype(np.float32)
+    noise = rng.normal(0, 3, (4, h, w, 3)).astype(np.float32)
+    out = np.empty((n, h, w, 3), np.uint8)
+    for t in range(n):
+        img = bg + noise[t % 4]
+        for k in range(4):
+            r = int((h / 16) * (1 + k / 3))
+            cx = int(w / 2 + (w / 3) * np.sin(0.05 * (t + 40 * seed) + k * 1.7))
+            cy = int(h / 2 + (h / 3) * np.cos(0.04 * (t + 40 * seed) + k))
+            y0, y1, x0, x1 = max(cy - r, 0), min(cy + r, h), max(cx - r, 0), min(cx + r, w)
+            yy, xx = np.ogrid[y0:y1, x0:x1]
+            img[y0:y1, x0:x1][((xx - cx) ** 2 + (yy - cy) ** 2) < r * r] = [200 - 40 * k, 60 + 40 * k, 90 + 30 * k]
+        np.clip(img, 0, 255, out=img)
+        out[t] = img
+    _FRAMES[key] = out
+    return out

@@ -83,7 +83,10 @@ def mixture_stats(spec: Any, *, group_by: str = "group", workers: int | None = N
     from ..mixture.layout import MixtureLayout
     from ..mixture.norm_stats import entry_stats, pooled_stats
 
-    report = preflight(spec, on_error=on_error, progress=progress)
+    from ..mixture.checking.split_sides import side_report
+
+    # with an eval split, the training side's (what a mixture dataset normalises both sides with)
+    report = side_report(preflight(spec, on_error=on_error, progress=progress), "train")
     group_of = _group_of(group_by, report)
     # the cameras' image size plays no part in statistics: any valid one lets entries of several sizes share a layout
     layout = MixtureLayout.from_report(report, image_size=(1, 1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -106,8 +107,10 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
             stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
             frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
             frame.pts = 0
-            for packet in [*stream.encode(frame), *stream.encode(None)]:
+            for packet in [*stream.encode(frame), *flush_encoder(stream, f"camera {key!r} (the encoder probe)")]:
                 container.mux(packet)
+    except EncoderStalled as e:  # the container is left open: its encoder's thread is still inside it
+        raise EncoderError(f"camera {key!r}: {e}") from None
     except WriterInputError as e:  # refused before encoding (e.g. too narrow for the encoder)
         raise WriterInputError(f"camera {key!r}: {e}") from None
     except av.FFmpegError as e:
@@ -118,12 +121,48 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
 ENCODE_ATTEMPTS = 3
 
 
+class EncoderStalled(Exception):
+    """An encoder did not finish a file within `config.encoder_flush_timeout_s()`: it is taken for hung."""
+
+
+def flush_encoder(stream, label: str) -> list:
+    """The packets `stream`'s encoder still holds (`stream.encode(None)`), or `EncoderStalled` when it does not
+    finish within `config.encoder_flush_timeout_s()`. SVT-AV1 was seen never to return from its flush, at
+    random, on a loaded machine (two writers of hundreds of episodes each hung there, AV1 gop=2 at 96x128 and
+    480x640; plain PyAV too, with gop=1). The flush runs on a thread: a hung one is left behind (it holds no lock
+    of ours and waits without CPU), its container never closed (that thread is inside it), and the file is
+    encoded again from its frames by a fresh encoder (`encode_file`)."""
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["packets"] = stream.encode(None)
+        except BaseException as e:  # noqa: BLE001 -- handed to the caller
+            result["error"] = e
+
+    thread = threading.Thread(target=run, name="episodic-encoder-flush", daemon=True)
+    thread.start()
+    timeout = config.encoder_flush_timeout_s()
+    thread.join(timeout)
+    if thread.is_alive():
+        _STALLED.append(stream)  # never collected: its thread still uses it
+        raise EncoderStalled(f"{label}: the encoder did not finish within {timeout:g} s "
+                             f"(EPISODIC_ENCODER_FLUSH_TIMEOUT); it is left behind")
+    if "error" in result:
+        raise result["error"]
+    return result["packets"]
+
+
+_STALLED: list = []  # encoders whose flush never returned: kept alive, as their threads are
+
+
 def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, attempts: int = ENCODE_ATTEMPTS,
                 label: str = "", **opts) -> int:
     """Encode HWC uint8 `frames` into the mp4 `path` (temporary name, renamed when complete); returns its
-    encoded bytes. An encoder error (`av.FFmpegError`) costs the attempt, not the frames: the file is encoded
-    again from them by a fresh encoder, up to `attempts` times, then `EncoderError` is raised with nothing left
-    at `path`. Other errors (a full disk: OSError) are raised at once. `label` names the frames in messages."""
+    encoded bytes. An encoder error (`av.FFmpegError`) or a hung encoder (`EncoderStalled`) costs the attempt, not
+    the frames: the file is encoded again from them by a fresh encoder, up to `attempts` times, then
+    `EncoderError` is raised with nothing left at `path`. Other errors (a full disk: OSError) are raised at once.
+    `label` names the frames in messages."""
     n, height, width = frames.shape[:3]
     for attempt in range(1, attempts + 1):
         writer = VideoFileWriter(path, width, height, fps, **opts)
@@ -131,7 +170,7 @@ def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, at
             writer.add(frames)
             writer.close(fsync=fsync)
             return writer.bytes
-        except av.FFmpegError as e:
+        except (av.FFmpegError, EncoderStalled) as e:
             writer.abort()
             if attempt == attempts:
                 raise EncoderError(f"{label or path}: the {writer.codec} encoder failed on its {n} frames at each of "
@@ -185,7 +224,7 @@ class VideoFileWriter:
     def close(self, fsync: bool = False) -> None:
         """Flush the encoder, close the file and rename it (flushed to the disk first with `fsync`)."""
         try:
-            for packet in self._stream.encode(None):
+            for packet in flush_encoder(self._stream, self.final_path):
                 self.bytes += packet.size
                 self._container.mux(packet)
             finish_output(self._sink, self._container, self.tmp_path, self.frames)
@@ -195,8 +234,10 @@ class VideoFileWriter:
             raise
 
     def abort(self) -> None:
-        """Drop the file (never raises)."""
-        close_output(self._sink, self._container)
+        """Drop the file (never raises). A stalled encoder's container is left open (its flush thread is inside
+        it): only the file goes."""
+        if not any(s is self._stream for s in _STALLED):
+            close_output(self._sink, self._container)
         self._file.discard()
 
 

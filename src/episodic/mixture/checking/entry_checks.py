@@ -1,9 +1,11 @@
 """Check one mixture entry against its dataset's metadata: every problem collected, none raised.
 
-Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left), every
+Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left to train on
+after the spec's ``eval_split``: the sizes are the training side's, the held-out ones recorded apart), every
 role's key (exists, is a camera for camera roles, a numeric vector for ``state``/``action``, text for
 ``task``), state/action index selections inside the vector and the result within the mixture's
-``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps (rounded to the
+``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps, or the mixture's
+``target_fps`` (rounded to the
 nearest frame, the rounding recorded; with ``delta_rounding="exact"`` each must be on the grid within the
 entry's tolerance, LeRobot's rule),
 camera frame rates against the dataset's, task labels present, statistics present for state and action. A key that does not exist gets the closest
@@ -19,11 +21,13 @@ import numpy as np
 
 from ...format.metadata import DatasetMetadata
 from ...format.timebase import frames_to_seconds, seconds_to_frames
+from ...order.eval_split import split_episodes
+from ...tabular.resample import episode_lengths
 from ...tabular.windows import delta_offsets
 from .report import EntryReport, Problem
 from .spec import RESERVED_ROLES, MixtureEntry, MixtureSpec
 
-__all__ = ["check_entry", "default_camera_roles", "selected_episodes"]
+__all__ = ["check_entry", "default_camera_roles", "entry_sides", "listed_episodes", "selected_episodes"]
 
 NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
            "bool")
@@ -43,16 +47,34 @@ def default_camera_roles(camera_keys: Sequence[str], style: str) -> dict[str, st
     return out
 
 
-def selected_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
-    """The entry's episodes (ascending): ``episodes`` (default all) minus ``exclude_episodes``, those outside
-    ``0..total-1`` left out (preflight reports them)."""
-    selected = np.arange(total, dtype=np.int64)
+def listed_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
+    """The entry's episodes in the order its ``episodes`` lists them (repeats dropped; default all, ascending),
+    minus ``exclude_episodes``, those outside ``0..total-1`` left out (preflight reports them)."""
+    listed = np.arange(total, dtype=np.int64)
     if entry.episodes is not None:
         req = np.asarray(entry.episodes, dtype=np.int64).reshape(-1)
-        selected = np.unique(req[(req >= 0) & (req < total)])
+        req = req[(req >= 0) & (req < total)]
+        _, first = np.unique(req, return_index=True)
+        listed = req[np.sort(first)]
     if entry.exclude_episodes:
-        selected = selected[~np.isin(selected, np.asarray(entry.exclude_episodes, dtype=np.int64))]
-    return selected
+        listed = listed[~np.isin(listed, np.asarray(entry.exclude_episodes, dtype=np.int64))]
+    return listed
+
+
+def selected_episodes(entry: MixtureEntry, total: int) -> np.ndarray:
+    """The entry's episodes (ascending): ``episodes`` (default all) minus ``exclude_episodes``, those outside
+    ``0..total-1`` left out (preflight reports them). Both sides of an eval split (`entry_sides` splits them)."""
+    return np.sort(listed_episodes(entry, total))
+
+
+def entry_sides(spec: MixtureSpec, entry: MixtureEntry, meta: DatasetMetadata) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held out) episodes of the entry, each ascending, under the spec's ``eval_split``
+    (`order.eval_split.split_episodes` on its listed episodes and their first tasks); without one, (selected,
+    none)."""
+    listed = listed_episodes(entry, len(meta.episodes))
+    if spec.eval_split is None:
+        return np.sort(listed), np.zeros(0, np.int64)
+    return split_episodes(spec.eval_split, listed, meta.episodes.first_tasks(listed))
 
 
 def _closest(key: str, candidates: Sequence[str]) -> tuple[str, ...]:
@@ -77,10 +99,13 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         if bad.size:
             add(fieldname, f"{bad.size} episode(s) out of range {bad.tolist()[:10]}: the dataset has {total} "
                            f"episodes (0..{total - 1})")
-    selected = selected_episodes(entry, total)
-    lengths = meta.episodes.length[selected] if selected.size else np.zeros(0, np.int64)
-    frames = int(lengths.sum())
-    if selected.size == 0:
+    selected, held = entry_sides(spec, entry, meta)
+    all_lengths = episode_lengths(meta, spec.target_fps)  # at the mixture's control rate, when it has one
+    frames = int(all_lengths[selected].sum())
+    if selected.size == 0 and held.size:
+        add("eval_split", f"the eval split {spec.eval_split.to_dict()} holds out all {held.size} selected episode(s): "
+                          f"none is left to train on")
+    elif selected.size == 0:
         add("episodes", "no episode selected")
     elif frames == 0:
         add("episodes", "the selected episodes have no frames")
@@ -151,13 +176,20 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             add(f"roles.{role}", f"no statistics for {key!r} in the dataset's stats (normalising it needs them)",
                 "warning")
 
+    for role, rule in (spec.resample or {}).items():
+        key = keys.get(role)
+        if rule == "linear" and key is not None and not features[key].dtype.startswith("float"):
+            add(f"resample.{role}", f"{key!r} is {features[key].dtype}: 'linear' needs a float vector (use 'nearest' "
+                                    f"or 'previous')")
+
     task_key = None if "task" in removed else explicit.get("task", "task")
     if task_key is None:
         pass  # `task: null`: every item's task text is ""
     elif task_key == "task":
         tasks = meta.episodes.tasks
         known = set(meta.tasks)
-        missing = [int(e) for e in selected.tolist() if not any(t in known for t in (tasks[e] or []))]
+        both = np.sort(np.concatenate([selected, held])).tolist()
+        missing = [int(e) for e in both if not any(t in known for t in (tasks[e] or []))]
         if missing:
             add("roles.task", f"{len(missing)} selected episode(s) have no task text in the tasks table (first: "
                               f"{missing[:5]}); their items get ''", "warning")
@@ -168,7 +200,8 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         add("roles.task", f"no feature {task_key!r} in this dataset (use 'task' for the episodes' task text)",
             suggestions=_closest(task_key, ["task", *features]))
 
-    # ---- windows, on this entry's own fps grid
+    # ---- windows, on this entry's own fps grid (the mixture's control rate, when it has one)
+    grid = spec.target_fps if spec.target_fps is not None else info.fps
     tol = spec.entry_tolerance_s(entry)
     role_keys = {**cameras, **{r: k for r, k in keys.items() if k is not None}}
     offsets: dict[str, tuple[int, ...]] = {}
@@ -178,20 +211,21 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
             continue  # a role this entry does not have: checked mixture-wide
         if spec.delta_rounding == "exact":
             try:
-                got = delta_offsets({role: list(seconds)}, info.fps, tol)[role]
+                got = delta_offsets({role: list(seconds)}, grid, tol)[role]
             except ValueError as e:
                 add(f"delta_timestamps.{role}", str(e).replace(f"delta_timestamps[{role!r}]: ", ""))
                 continue
         else:
             s = np.asarray(seconds, dtype=np.float64)
-            got = seconds_to_frames(s, info.fps)
-            rounding = max(rounding, float(np.abs(s - frames_to_seconds(got, info.fps)).max()))
+            got = seconds_to_frames(s, grid)
+            rounding = max(rounding, float(np.abs(s - frames_to_seconds(got, grid)).max()))
         offsets[role] = tuple(int(x) for x in got)
 
     report = EntryReport(
         index=index, name=name, source=entry.source, version=info.codebase_version, fps=int(info.fps),
         robot_type=info.robot_type, group=entry.group if entry.group is not None else info.robot_type,
-        total_episodes=total, episodes=int(selected.size), frames=frames, cameras=cameras, camera_shapes=shapes,
+        total_episodes=total, episodes=int(selected.size), frames=frames, eval_episodes=int(held.size),
+        eval_frames=int(all_lengths[held].sum()), cameras=cameras, camera_shapes=shapes,
         state_key=keys.get("state"), state_dim=dims.get("state", 0), action_key=keys.get("action"),
         action_dim=dims.get("action", 0), task_key=task_key, delta_offsets=offsets, tolerance_s=float(tol),
         delta_rounding_s=rounding)

@@ -117,7 +117,9 @@ class EntryReport:
     group: str | None = None
     total_episodes: int = 0
     episodes: int = 0  # selected
-    frames: int = 0  # selected
+    frames: int = 0  # selected (the training side's, with an eval split)
+    eval_episodes: int = 0  # held out by the spec's eval split
+    eval_frames: int = 0
     cameras: Mapping[str, str] = field(default_factory=dict)  # role -> key
     camera_shapes: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)  # role -> (h, w, c)
     state_key: str | None = None
@@ -160,6 +162,7 @@ _ENTRY_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "fps": (_count, "an int >= 0"), "robot_type": (_opt_text, "a string or null"),
     "group": (_opt_text, "a string or null"), "total_episodes": (_count, "an int >= 0"),
     "episodes": (_count, "an int >= 0"), "frames": (_count, "an int >= 0"),
+    "eval_episodes": (_count, "an int >= 0"), "eval_frames": (_count, "an int >= 0"),
     "cameras": (_mapping_of(_text), "an object of role -> feature key"),
     "camera_shapes": (_mapping_of(_list_of(_count, 3)),
                       "an object of role -> [height, width, channels]"),
@@ -214,8 +217,13 @@ class PreflightReport:
 
     def summary(self) -> str:
         used = [e for e in self.entries if e.status != "skipped"]
+        held = ""
+        if self.spec.eval_split is not None:
+            held = (f" to train on, {sum(e.eval_episodes for e in used)} episodes and {sum(e.eval_frames for e in used)} "
+                    f"frames held out ({self.spec.eval_split.rule} eval split of {self.spec.eval_split.fraction:g})")
         text = (f"{len(self.entries)} entries, {sum(e.episodes for e in used)} episodes, {sum(e.frames for e in used)} "
-                f"frames; {len(self.errors)} error(s), {len(self.warnings)} warning(s); checked in {self.seconds:.2f} s")
+                f"frames{held}; {len(self.errors)} error(s), {len(self.warnings)} warning(s); checked in "
+                f"{self.seconds:.2f} s")
         if self.skipped:
             text += (f"\nskipped ({len(self.skipped)}): {', '.join(self.skipped)} -- their share is re-spread over the "
                      "other entries in proportion to their shares")
@@ -232,14 +240,25 @@ class PreflightReport:
             raise MixturePreflightError(f"{self.spec.origin}: mixture preflight failed: {self.message()}", self)
 
     def table(self) -> str:
-        heads = ("#", "entry", "status", "ver", "episodes", "frames", "cameras", "state/action", "fps", "weight", "share")
+        """The entries one a line; with the spec's eval split, the episodes and frames held out ("held out") next
+        to the training side's (episodes, frames); with a ``target_fps``, frames are resampled ones and the fps
+        column reads ``own->target``."""
+        split = self.spec.eval_split is not None
+        heads = ("#", "entry", "status", "ver", "episodes", "frames", *(("held out",) if split else ()), "cameras",
+                 "state/action", "fps", "weight", "share")
+        target = self.spec.target_fps
         rows = []
+
+        def fps(e: EntryReport) -> str:  # an entry's own rate, and the control rate its rows are resampled to
+            return str(e.fps) if target is None or target == e.fps or not e.fps else f"{e.fps}->{target}"
+
         for e in self.entries:
             cams = f"{len(e.cameras)} ({','.join(e.cameras)})" if e.cameras else "0"
-            rows.append((str(e.index), e.name, e.status, e.version, str(e.episodes), str(e.frames), cams,
-                         f"{e.state_dim}/{e.action_dim}", str(e.fps), f"{e.weight:.4g}", f"{100 * e.share:.3g}%"))
+            held = (f"{e.eval_episodes}/{e.eval_frames}",) if split else ()
+            rows.append((str(e.index), e.name, e.status, e.version, str(e.episodes), str(e.frames), *held, cams,
+                         f"{e.state_dim}/{e.action_dim}", fps(e), f"{e.weight:.4g}", f"{100 * e.share:.3g}%"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-        right = {0, 4, 5, 8, 9, 10}
+        right = {0, 4, 5, *((6,) if split else ()), *(i + split for i in (8, 9, 10))}
 
         def line(cells):
             return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))

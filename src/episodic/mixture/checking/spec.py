@@ -8,6 +8,9 @@ As a file (JSON, or YAML with PyYAML installed; ``{"$ref": "file.json"}`` includ
     delta_rounding: nearest                      # or exact (LeRobot's rule: on each entry's fps grid)
     roles: {state: observation.state, action: action, task: task}   # defaults for every entry
     on_unknown_task: warn                        # or raise: rows whose task_index the tasks table lacks
+    eval_split: {fraction: 0.05, rule: stratified, seed: 0}   # episodes held out per entry and task (optional)
+    target_fps: 30                               # one control rate: every entry's rows resampled to it (optional)
+    resample: {action: linear, state: nearest}   # per role: nearest (default) | previous | linear
     entries:
       - source: lerobot/svla_so101_pickplace     # Hub repo id, local path or fsspec URL
         revision: 3c8e1d0a...                    # tag, branch or commit SHA (Hub only)
@@ -41,6 +44,9 @@ Tasks: an entry's rows whose ``task_index`` its tasks table lacks (metadata drif
 one warning per entry naming the episodes and task indices (``on_unknown_task: warn``, the default); ``raise``
 refuses them (`DatasetFormatError` when the entry's rows are read). `preflight` warns from the metadata.
 
+Eval split (``eval_split``: `order.eval_split.EvalSplit`) and control rate (``target_fps``, ``resample``:
+`tabular.resample`): docs/mixtures.md; preflight's sizes and shares are the training side's, in resampled frames.
+
 Weights: each entry's size under the rule (frames or episodes of its selected episodes, 1 for uniform,
 frames ** alpha for temperature) times its ``weight`` (default 1), normalised; ``explicit`` uses the weights
 alone and needs one on every entry. Every spec problem is collected and raised together (`MixtureSpecError`),
@@ -60,12 +66,15 @@ from pathlib import Path
 from typing import Any
 
 from ...format.errors import MixtureSpecError
+from ...order.eval_split import EvalSplit
+from ...tabular.resample import MAX_FPS, RESAMPLE_RULES
 from ...storage.source import is_url
 from ...tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]
 
 RESERVED_ROLES = ("state", "action", "task")
+RESAMPLED_ROLES = ("state", "action")  # the roles a resample rule applies to
 WEIGHT_RULES = ("frames", "episodes", "uniform", "temperature", "explicit")
 ON_ERROR = ("raise", "skip")
 DELTA_ROUNDING = ("nearest", "exact")
@@ -126,6 +135,9 @@ class MixtureSpec:
     max_state_dim: int | None = None
     max_action_dim: int | None = None
     camera_role_style: str = "names"
+    eval_split: EvalSplit | None = None
+    target_fps: int | None = None
+    resample: Mapping[str, str] | None = None  # role (state, action) -> rule
     origin: str = "<objects>"  # the file it came from, for messages
     ignored: tuple[str, ...] = ()  # fields of a foreign format that were read but play no part
 
@@ -192,6 +204,12 @@ class MixtureSpec:
             out["delta_timestamps"] = {k: list(v) for k, v in self.delta_timestamps.items()}
         if self.camera_role_style != "names":
             out["camera_role_style"] = self.camera_role_style
+        if self.eval_split is not None:
+            out["eval_split"] = self.eval_split.to_dict()
+        if self.target_fps is not None:
+            out["target_fps"] = self.target_fps
+        if self.resample:
+            out["resample"] = dict(self.resample)
         entries = []
         for e in self.entries:
             d: dict[str, Any] = {"source": e.source, "name": e.name}
@@ -224,7 +242,7 @@ def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
 _ENTRY_FIELDS = [f.name for f in fields(MixtureEntry)]
 _SPEC_FIELDS = ["entries", "weighting", "roles", "tolerance_s", "delta_timestamps", "delta_rounding", "on_error",
                 "on_unknown_task", "samples_per_epoch",
-                "max_state_dim", "max_action_dim", "camera_role_style"]
+                "max_state_dim", "max_action_dim", "camera_role_style", "eval_split", "target_fps", "resample"]
 
 
 def _unknown(keys, known: Sequence[str], where: str, problems: list[str]) -> None:
@@ -388,6 +406,27 @@ def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
         problems.append(f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
                         f"got {spec.camera_role_style!r}")
     _number("tolerance_s", spec.tolerance_s, 0, 10, origin, problems)
+    if spec.eval_split is not None and not isinstance(spec.eval_split, EvalSplit):
+        try:
+            spec = replace(spec, eval_split=EvalSplit.of(spec.eval_split))
+        except (ValueError, TypeError) as e:
+            problems += [f"{origin}: {p}" for p in str(e).split("; ")]
+            spec = replace(spec, eval_split=None)
+    if spec.target_fps is not None:
+        _number("target_fps", spec.target_fps, 1, MAX_FPS, origin, problems, integer=True)
+    if spec.resample is not None:
+        if not isinstance(spec.resample, Mapping):
+            problems.append(f"{origin}: field 'resample' must map roles (state, action) to rules, got {spec.resample!r}")
+        else:
+            for role, rule in spec.resample.items():
+                if role not in RESAMPLED_ROLES:
+                    problems.append(f"{origin}: resample: role {role!r} is not resampled by a rule (roles: "
+                                    f"{', '.join(RESAMPLED_ROLES)}; cameras take the nearest frame)")
+                if rule not in RESAMPLE_RULES:
+                    problems.append(f"{origin}: resample[{role!r}] must be one of {', '.join(RESAMPLE_RULES)}, "
+                                    f"got {rule!r}")
+            if spec.target_fps is None and spec.resample:
+                problems.append(f"{origin}: field 'resample' needs a 'target_fps' (the rate rows are resampled to)")
     if spec.samples_per_epoch is not None:
         _number("samples_per_epoch", spec.samples_per_epoch, 1, 2 ** 40 - 1, origin, problems, integer=True)
     for key in ("max_state_dim", "max_action_dim"):
