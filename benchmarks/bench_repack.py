@@ -7,6 +7,8 @@ The data (episodic's writer, `episodic.demo`: --episodes episodes of 60-120 fram
   one-row-group   v3.0 whose data file was rewritten by pyarrow's defaults (one row group per file, as pandas or
                   `datasets` write): every block of episodes a streaming consumer reads fetches the whole file.
                   After: `episodic repack` (one row group per episode).
+  row-groups-128k the same, after `episodic repack --row-group-mb 0.125` (whole episodes in row groups of up to
+                  128 kB: about 5 episodes each).
   v2.1            one parquet and one mp4 per episode (jsonl metadata; LeRobot's v2.1 layout, made by cutting the
                   v3.0 files' packets per episode). After: `episodic convert`.
   small-files     v3.0 in many small files (data files of 4 kB, videos of 10 kB, 3 per chunk directory).
@@ -60,10 +62,12 @@ def prepare(data: Path, episodes: int) -> dict[str, tuple[str, str]]:
     if not (small / "meta/info.json").exists():
         relayout(open_source(base), str(small), RelayoutOptions(data_file_mb=0.004, video_file_mb=0.01, chunks_size=3))
     pairs = {}
-    for name, src, tool in (("one-row-group", one, "repack"), ("v2.1", v21, "convert"),
-                            ("small-files", small, "repack")):
+    for name, src, tool, options in (("one-row-group", one, "repack", RelayoutOptions()),
+                                     ("row-groups-128k", one, "repack", RelayoutOptions(row_group_mb=0.125)),
+                                     ("v2.1", v21, "convert", RelayoutOptions()),
+                                     ("small-files", small, "repack", RelayoutOptions())):
         after = data / f"{name}-{tool}"
-        relayout(open_source(src), str(after), RelayoutOptions(), tool=tool)  # skipped when done
+        relayout(open_source(src), str(after), options, tool=tool)  # skipped when done
         pairs[name] = (src.name, after.name)
     return pairs
 

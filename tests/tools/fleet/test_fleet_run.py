@@ -188,3 +188,18 @@ def test_many_datasets_on_a_local_ray_cluster(fleet_sources, tmp_path):
     local = run_fleet("convert", listing, str(out), workers=2)  # the same results, found done
     assert local["skipped"] == len(fleet_sources) - 1
     items_equal(fleet_sources[2], out / Path(fleet_sources[2]).name, windows=False)
+
+
+def test_reencode_over_many(fleet_sources, tmp_path):
+    """`reencode` (tools/reencode.py) plugged in as a fleet task: H.264 copies, skipped when run again."""
+    listing = make_list(tmp_path / "list.txt", fleet_sources[:3] + fleet_sources[-1:])
+    out = tmp_path / "out"
+    summary = run_fleet("reencode", listing, str(out), workers=2, options={"vcodec": "h264"})
+    assert summary["done"] == 3 and _names(summary, "failed") == {"broken"}, summary_table(summary)
+    for source in fleet_sources[:3]:
+        info = json.loads((out / Path(source).name / "meta/info.json").read_text())
+        cams = [f for f in info["features"].values() if f["dtype"] == "video"]
+        assert cams and all(f["info"]["video.codec"] == "h264" for f in cams)
+    assert run_fleet("reencode", listing, str(out), workers=2, options={"vcodec": "h264"})["skipped"] == 3
+    with pytest.raises(ValueError, match="vcodec must be one of"):
+        run_fleet("reencode", listing, str(out), options={"vcodec": "av1"})

@@ -75,6 +75,11 @@ def _v21_stats(source: Any, meta: DatasetMetadata) -> list[dict] | None:
             raise DatasetFormatError(f"{meta.root}/{V21_EPISODE_STATS}: episode {e}: field 'stats' is not "
                                      f"statistics per feature")
         out.append(s)
+    names = [sorted((f, k) for f, d in s.items() for k in d) for s in out]
+    if any(x != names[0] for x in names):
+        log.warning("%s: %s does not hold the same statistics for every episode: the per-episode statistics are "
+                    "not carried over", meta.root, V21_EPISODE_STATS)
+        return None
     return out
 
 

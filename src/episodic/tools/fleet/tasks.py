@@ -19,10 +19,9 @@ Tasks are named by an import path ``"module:attribute"`` (`TASKS`): a worker pro
 on another machine) imports the task itself, so a task registered with `register_task` works with every
 executor as long as its module is importable there.
 
-The slot for ``reencode`` (issue 22, in progress elsewhere): once its module exists, it adds one line to
-`TASKS` (or calls ``register_task("reencode", "episodic.tools.<module>:<TASK>")``) with an object following the
-protocol above -- typically `RelayoutTask`'s shape: open the source with `open_item_source`, write the new
-dataset crash-safely, finish with a done record. Nothing else here changes.
+A new tool joins with one line in `TASKS` (or ``register_task(name, "module:attribute")``) naming an object that
+follows the protocol: `ReencodeTask` is how ``reencode`` (`tools.reencode`, which keeps its own verification of a
+finished copy) plugged in.
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ from ...storage.atomic import atomic_write_bytes
 from .provenance import check_record, make_record, read_record, source_fingerprint
 from .relayout_plan import RelayoutOptions
 
-__all__ = ["TASKS", "RelayoutTask", "StatsTask", "ValidateTask", "load_task", "open_item_source", "register_task"]
+__all__ = ["TASKS", "ReencodeTask", "RelayoutTask", "StatsTask", "ValidateTask", "load_task", "open_item_source",
+           "register_task"]
 
 #: name -> "module:attribute" of the task object
 TASKS: dict[str, str] = {
@@ -44,7 +44,7 @@ TASKS: dict[str, str] = {
     "repack": "episodic.tools.fleet.tasks:REPACK",
     "validate": "episodic.tools.fleet.tasks:VALIDATE",
     "stats": "episodic.tools.fleet.tasks:STATS",
-    # "reencode": "episodic.tools.<its module>:<its task>",   (issue 22: see the module docstring)
+    "reencode": "episodic.tools.fleet.tasks:REENCODE",
 }
 
 
@@ -177,7 +177,46 @@ class StatsTask(_ReportTask):
         return result, True, f"{result['frames']:,} frames, {len(result['keys'])} keys"
 
 
+class ReencodeTask:
+    """`reencode`: a copy of the dataset with its videos encoded again (`tools.reencode.reencode`: crash-safe,
+    resumable, a verified copy skipped). Options: ``vcodec`` (h264, hevc; default h264), ``gop``, ``crf``,
+    ``pix_fmt``, ``preset`` (the writer's meanings) and ``workers`` (files encoded side by side in one dataset's
+    task; default 1: the fleet's processes are the parallelism). A local dataset or a Hub one (downloaded); a
+    URL is refused by `reencode` (download it first)."""
+
+    name = "reencode"
+    KEYS = ("vcodec", "gop", "crf", "pix_fmt", "preset", "workers")
+
+    def options(self, raw: dict) -> dict:
+        from ..reencode import REENCODE_CODECS
+
+        unknown = sorted(set(raw) - set(self.KEYS))
+        if unknown:
+            raise ValueError(f"unknown reencode option(s) {unknown} (known: {', '.join(self.KEYS)})")
+        out = {"vcodec": "h264", "gop": 2, "crf": 30, "pix_fmt": "yuv420p", "preset": None, "workers": 1, **raw}
+        if out["vcodec"] not in REENCODE_CODECS:
+            raise ValueError(f"reencode option vcodec must be one of {', '.join(REENCODE_CODECS)}, got "
+                             f"{out['vcodec']!r}")
+        for key, lo in (("gop", 1), ("workers", 1)):
+            if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < lo:
+                raise ValueError(f"reencode option {key} must be an int >= {lo}, got {out[key]!r}")
+        return out
+
+    def output(self, out_root: str, name: str) -> str:
+        return os.path.join(out_root, name)
+
+    def run(self, item: dict, options: dict, progress: bool = False) -> dict:
+        from ..reencode import reencode
+
+        source = open_item_source(item)
+        result = reencode(source.root, item["output"], progress=progress, fsync=True, **options)
+        facts = {k: v for k, v in result.to_json().items() if k in ("files_encoded", "files_kept", "frames",
+                                                                      "bytes_before", "bytes_after")}
+        return {"status": "skipped" if result.skipped else "done", "detail": result.summary(), **facts}
+
+
 CONVERT = RelayoutTask("convert", {})
 REPACK = RelayoutTask("repack", {})
 VALIDATE = ValidateTask()
 STATS = StatsTask()
+REENCODE = ReencodeTask()
