@@ -45,6 +45,26 @@ def sources400(tmp_path_factory) -> list[str]:
     return out + [str(broken)]
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc): Ray's raylet, GCS and workers run in sessions of their own, so
+    killing the driver's process group leaves them finishing their tasks."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _spec(path: Path, sources: list[str]) -> Path:
     path.write_text(json.dumps({"entries": [{"source": s, "name": Path(s).name} for s in sources]}))
     return path
@@ -73,7 +93,11 @@ def test_400_on_a_local_ray_cluster_killed_midway_and_run_again(sources400, tmp_
     while sum((Path(i.output) / DONE_RECORD).exists() for i in items) < 100:
         assert time.monotonic() < deadline and first.poll() is None
         time.sleep(0.1)
-    os.killpg(first.pid, signal.SIGKILL)  # the driver and the Ray it started
+    for pid in [first.pid, *_descendants(first.pid)]:  # the driver and the Ray it started (its own sessions)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     first.wait()
     killed_at = time.perf_counter() - t0
     done_before = {i.name for i in items if (Path(i.output) / DONE_RECORD).exists()}
