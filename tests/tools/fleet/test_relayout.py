@@ -217,3 +217,19 @@ def test_a_killed_run_is_continued_by_the_next(multifile_root, tmp_path):
     items_equal(multifile_root, out)
     assert not (out / STAGING).exists() and not temp_files(out)
     assert relayout(open_source(multifile_root), str(out), SPLIT)["status"] == "skipped"
+
+
+def test_a_remote_source_over_http(multifile_root, tmp_path):
+    """A source read over HTTP (the tests' server on 127.0.0.1): its files fetched through the fetch policy into the
+    cache, the result's items equal the original's, and a run again finds it done (the source's version tokens)."""
+    from episodic.storage.cache import FileCache
+    from support import FaultServer
+
+    with FaultServer(multifile_root.parent) as server:
+        url = f"{server.url}/{multifile_root.name}"
+        cache = FileCache(tmp_path / "cache")
+        result = relayout(open_source(url, cache=cache), str(tmp_path / "new"), SPLIT)
+        assert result["status"] == "done" and server.served() > 0
+        assert relayout(open_source(url, cache=cache), str(tmp_path / "new"), SPLIT)["status"] == "skipped"
+        assert json.loads((tmp_path / "new" / DONE_RECORD).read_text())["source"] == url
+    items_equal(multifile_root, tmp_path / "new")
