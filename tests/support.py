@@ -160,6 +160,8 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        with srv.lock:
+            srv.bytes_sent += len(body)
         try:
             self.wfile.write(body)
         except OSError:  # the client gave up (a timeout)
@@ -189,7 +191,8 @@ class FaultServer:
     every open connection (connection refused from then on); `start()`: listen again on the same port.
     `requests` lists (method, path, Range header) of every request; `answers` (time.time() when the answer was
     sent, method, path, HTTP status) of every answer (none for a dropped connection); `served(path)` counts the
-    GETs answered with the file (200/206), `answered(status)` the answers with a status."""
+    GETs answered with the file (200/206), `answered(status)` the answers with a status; `bytes_sent` the body
+    bytes of the answers sent whole (not those of injected faults)."""
 
     def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
                  ranges: bool = True, validators: bool = True, seed: int = 0):
@@ -204,6 +207,7 @@ class FaultServer:
         self.fault_methods = {"GET"}
         self.fail_rate = 0.0
         self.failures = 0
+        self.bytes_sent = 0  # body bytes of the complete answers to GETs
         self.rng = random.Random(seed)
         self.retry_after = "1"
         self.sleep_s = 2.0

@@ -273,6 +273,50 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_fleet(command: str, task: str, target: str, out: str, options: dict, args: argparse.Namespace,
+               single: bool) -> int:
+    from .format.errors import MixtureSpecError
+    from .tools.fleet.driver import run_fleet
+    from .tools.fleet.executors import ExecutorUnavailable
+    from .tools.fleet.summary import summary_table
+    from .tools.fleet.worklist import parse_shard
+
+    try:
+        summary = run_fleet(task, target, out, options=options, executor=args.executor, workers=args.workers,
+                            address=args.ray_address, shard=parse_shard(args.shard), progress=not args.quiet,
+                            summary_path=args.summary, single=single)
+    except ExecutorUnavailable as e:  # an optional dependency: one line saying what to install
+        print(f"episodic {command}: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, MixtureSpecError) as e:  # options, the list, the spec: before any dataset
+        print(f"episodic {command}: error: {printable(e)}", file=sys.stderr)
+        return 2
+    for line in summary_table(summary).splitlines():  # names and errors come from lists and datasets
+        print(printable(line))
+    if summary.get("summary_path"):
+        print(f"summary: {printable(summary['summary_path'])}")
+    return 1 if summary["failed"] else 0
+
+
+def _is_list(target: str) -> bool:
+    """A list of datasets (a text file, or a mixture spec) rather than one dataset (a directory, URL, repo id)."""
+    import os
+
+    return os.path.isfile(os.path.expanduser(target))
+
+
+def _relayout(args: argparse.Namespace) -> int:
+    from .tools.fleet.commands import relayout_options
+
+    return _run_fleet(args.command, args.command, args.src, args.dst, relayout_options(args), args,
+                      single=not _is_list(args.src))
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    target = args.target if _is_list(args.target) else [args.target]
+    return _run_fleet(f"fleet {args.tool}", args.tool, target, args.out, dict(args.option or []), args, single=False)
+
+
 def _reencode(args: argparse.Namespace) -> int:
     from .tools.reencode import reencode
 
@@ -405,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="compute everything, store nothing")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_stats)
+    from .tools.fleet.commands import add_parsers as add_fleet_parsers
+
+    add_fleet_parsers(sub, relayout=_relayout, fleet=_fleet)  # convert, repack, fleet
     from .tools.reencode import REENCODE_CODECS
 
     p = sub.add_parser("reencode", help="a copy of a dataset with its videos encoded again (H.264 or HEVC, for "

@@ -16,6 +16,7 @@
 | `EPISODIC_ENCODER_FLUSH_TIMEOUT` | seconds the writer waits for a video encoder to finish a file (its flush) before it takes the encoder for hung and encodes the file again with a fresh one | `60` |
 | `LOCAL_RANK` | the process's rank on its node, as launchers set it (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0 | unset: ranks are grouped by host name |
 | `GROUP_RANK` | torchrun's node rank: with the host name, what tells nodes apart (two nodes on one host) | unset |
+| `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT` | a SLURM job array's task: `episodic fleet --shard slurm` works on task (ID - MIN)'s share of the list | unset |
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
 variable is unset (the encoder prints a banner at every start otherwise).
@@ -29,7 +30,7 @@ from pathlib import Path
 __all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
            "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
            "encoder_flush_timeout_s",
-           "quiet_svt_av1", "local_rank", "node_name"]
+           "quiet_svt_av1", "local_rank", "node_name", "slurm_array_task"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -159,6 +160,20 @@ def node_name() -> str:
     group = _rank("GROUP_RANK")
     host = socket.gethostname()
     return host if group is None else f"{host}#{group}"
+
+
+def slurm_array_task() -> tuple[int, int] | None:
+    """(this task's place, the array's number of tasks) in a SLURM job array: ($SLURM_ARRAY_TASK_ID minus
+    $SLURM_ARRAY_TASK_MIN, $SLURM_ARRAY_TASK_COUNT); None outside one (`episodic fleet --shard slurm`)."""
+    task, count = _rank("SLURM_ARRAY_TASK_ID"), _rank("SLURM_ARRAY_TASK_COUNT")
+    if task is None or count is None:
+        return None
+    first = _rank("SLURM_ARRAY_TASK_MIN") or 0
+    k = task - first
+    if not 0 <= k < count:
+        raise ValueError(f"SLURM_ARRAY_TASK_ID {task} is not among the {count} tasks from SLURM_ARRAY_TASK_MIN "
+                         f"{first}: give --shard K/N")
+    return k, count
 
 
 def progress_allowed() -> bool:

@@ -147,3 +147,8 @@ class ExistingDirectoryError(WriterError, FileExistsError):
 class WriterSessionError(WriterError):
     """An interrupted writing session cannot be resumed as asked: its settings differ from the writer's, or
     its files are inconsistent (the message names the file)."""
+
+
+class RelayoutError(WriterError):
+    """`episodic convert` / `repack` cannot write the new dataset as asked: its directory holds something else,
+    overlaps the source, or the new dataset failed the check that ends the run (the message says which)."""

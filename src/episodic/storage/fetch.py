@@ -74,8 +74,8 @@ from .failures import (NOT_FOUND, RAISE, REFUSED, RETRY, RangesIgnored, Truncate
                        retry_after, status_of, timed_out, unanswered)
 from .hosts import HOSTS, host_key
 
-__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_info", "file_size",
-           "host_delay", "is_local", "timeout_options", "version_token", "with_retries"]
+__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_identity", "file_info",
+           "file_size", "host_delay", "is_local", "timeout_options", "version_token", "with_retries"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -359,3 +359,13 @@ def version_token(info: dict) -> str:
     parts = [f"size={info.get('size')}"]
     parts += [f"{k}={info[k]}" for k in _VERSION_KEYS if info.get(k) not in (None, "")]
     return "\n".join(parts)
+
+
+def file_identity(fs, path: str, policy: FetchPolicy | None = None) -> list:
+    """What tells a file's versions apart, without reading it: a local file's size and modification time (ns),
+    a remote one's `version_token` (one metadata request). A local file that does not exist raises
+    FileNotFoundError."""
+    if is_local(fs):
+        st = os.stat(path)
+        return [int(st.st_size), int(st.st_mtime_ns)]
+    return [version_token(file_info(fs, path, fs.unstrip_protocol(path), policy))]

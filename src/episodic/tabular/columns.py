@@ -71,14 +71,28 @@ class Columns:
                        else np.concatenate([c.frame_times for c in parts]))
 
 
-def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> list[int] | None:
-    """Row groups holding exactly the wanted episodes, when the file has one row group per episode."""
+def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> tuple[list[int] | None, bool]:
+    """The row groups holding rows of the wanted episodes (one row group per episode, as LeRobot writes; several
+    episodes per row group, or an episode over several, as `episodic repack` may write): (groups, True when they
+    hold no other episode's rows). (None, False) when the file's rows do not add up to its episodes' lengths:
+    then the whole file is read (and its rows checked)."""
     md = pf.metadata
-    if md.num_row_groups != len(lengths):
-        return None
-    if any(md.row_group(i).num_rows != int(n) for i, n in enumerate(lengths)):
-        return None
-    return [int(i) for i in np.flatnonzero(wanted)]
+    group_ends = np.cumsum([md.row_group(i).num_rows for i in range(md.num_row_groups)], dtype=np.int64)
+    episode_ends = np.cumsum(lengths, dtype=np.int64)
+    if not len(group_ends) or not len(episode_ends) or group_ends[-1] != episode_ends[-1]:
+        return None, False
+    group_starts = group_ends - np.diff(group_ends, prepend=0)
+    lo = (episode_ends - lengths)[wanted]
+    hi = episode_ends[wanted]
+    keep = hi > lo
+    first = np.searchsorted(group_ends, lo[keep], side="right")  # the group holding each episode's first row
+    last = np.searchsorted(group_starts, hi[keep], side="left") - 1  # ... and its last
+    marks = np.zeros(len(group_ends) + 1, dtype=np.int64)
+    np.add.at(marks, first, 1)
+    np.add.at(marks, last + 1, -1)
+    groups = np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+    rows = int((group_ends[groups] - group_starts[groups]).sum())
+    return [int(g) for g in groups], rows == int((hi - lo).sum())
 
 
 def _open_native(fs, path: str):
@@ -89,8 +103,8 @@ def _open_native(fs, path: str):
 def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted: np.ndarray,
                wanted_eps: np.ndarray, open_file: Callable[[str], Any] | None = None) -> pa.Table:
     """Rows of the wanted episodes of one data file, read through a seekable file (only the footer and the
-    row groups needed are read when the file has one row group per episode). With `open_file` (a remote
-    file of range reads) the needed column chunks are fetched first, in one round of concurrent requests.
+    row groups holding them are read). With `open_file` (a remote file of range reads) the needed column chunks
+    are fetched first, in one round of concurrent requests.
 
     pyarrow never reads a Python file object on its own threads here (a local file is opened by pyarrow
     itself; a remote file is read without `pre_buffer` and without threads, its bytes fetched beforehand):
@@ -105,7 +119,7 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
             if missing:
                 raise DatasetFormatError(f"{path}: missing column(s) {missing}")
             cols = list(dict.fromkeys(names + ["episode_index"]))
-            groups = _row_groups_for(pf, file_lengths, wanted)
+            groups, exact = _row_groups_for(pf, file_lengths, wanted)
             if hasattr(f, "prefetch"):  # a remote file: the needed column chunks in one round trip
                 every = range(pf.metadata.num_row_groups)
                 f.prefetch(row_group_spans(pf.metadata, every if groups is None else groups,
@@ -119,7 +133,7 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
         raise
     except (pa.ArrowException, OSError) as e:
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
-    if groups is None:
+    if not exact:  # the rows of other episodes too
         mask = np.isin(t.column("episode_index").to_numpy(), wanted_eps)
         if not mask.all():
             t = t.filter(pa.array(mask))
@@ -129,8 +143,8 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
 def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
                  progress: bool = False, open_file: Callable[[str], Any] | None = None,
                  mmap_min_bytes: int | None = None, unknown_tasks: UnknownTasks | None = None) -> Columns:
-    """Read `names` for `episodes` (ascending) from the data files; only the files (and, when the file has
-    one row group per episode, only the row groups) that hold them. `open_file(path)` opens a data file for
+    """Read `names` for `episodes` (ascending) from the data files; only the files and the row groups that hold
+    them. `open_file(path)` opens a data file for
     reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads).
     With `mmap_dir`, columns of `mmap_min_bytes` bytes and more (default `MMAP_THRESHOLD_BYTES`; 0: always)
     are memory-mapped files there instead of RAM. Every value that decides an item is checked (`check_rows`);

@@ -34,7 +34,7 @@ from ..format.metadata import DatasetMetadata
 from ..format.quantiles import SKETCH_SIZE
 from ..format.stats import KeyStats
 from ..storage.atomic import atomic_write_bytes
-from ..storage.fetch import file_info, is_local, version_token
+from ..storage.fetch import file_identity
 
 __all__ = ["STATS_CODE_VERSION", "StatsCache", "data_file_identities", "selection_digest"]
 
@@ -50,15 +50,11 @@ def data_file_identities(meta: DatasetMetadata, episodes: np.ndarray, policy: An
     for fid in np.unique(table.data_file_id[episodes]):
         rel = table.data_files[int(fid)]
         path = meta.path(rel)
-        if is_local(meta.fs):
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                hint = "a Hub dataset's data files must be on disk: episodic.mixture.prepare or storage.hub.download"
-                raise MissingFileError(f"{path}: data file not found ({hint})") from None
-            out.append([rel, int(st.st_size), int(st.st_mtime_ns)])
-        else:
-            out.append([rel, version_token(file_info(meta.fs, path, meta.fs.unstrip_protocol(path), policy))])
+        try:
+            out.append([rel, *file_identity(meta.fs, path, policy)])
+        except FileNotFoundError:
+            hint = "a Hub dataset's data files must be on disk: episodic.mixture.prepare or storage.hub.download"
+            raise MissingFileError(f"{path}: data file not found ({hint})") from None
     return out
 
 

@@ -197,7 +197,7 @@ class VideoFileWriter:
         self.tmp_path = self._file.tmp
         self._container = self._sink = None
         try:
-            self._sink, self._container = _open_output(self.tmp_path)
+            self._sink, self._container = open_output(self.tmp_path)
             self._stream, name = _add_stream(self._container, width, height, fps, vcodec, gop, crf, pix_fmt, preset)
         except BaseException:
             self.abort()
@@ -227,7 +227,7 @@ class VideoFileWriter:
             for packet in flush_encoder(self._stream, self.final_path):
                 self.bytes += packet.size
                 self._container.mux(packet)
-            _finish_output(self._sink, self._container, self.tmp_path, self.frames)
+            finish_output(self._sink, self._container, self.tmp_path, self.frames)
             self._file.commit(fsync=fsync)
         except BaseException:
             self.abort()
@@ -237,7 +237,7 @@ class VideoFileWriter:
         """Drop the file (never raises). A stalled encoder's container is left open (its flush thread is inside
         it): only the file goes."""
         if not any(s is self._stream for s in _STALLED):
-            _close_output(self._sink, self._container)
+            close_output(self._sink, self._container)
         self._file.discard()
 
 
@@ -275,7 +275,8 @@ class _Sink:
         self._f.close()
 
 
-def _open_output(path: str):
+def open_output(path: str):
+    """(sink, muxer) of a new mp4 file at `path` (a temporary path: see `AtomicFile`)."""
     sink = _Sink(path)
     try:
         return sink, av.open(sink, mode="w", format="mp4")
@@ -284,7 +285,7 @@ def _open_output(path: str):
         raise
 
 
-def _finish_output(sink: _Sink, container, path: str, frames: int) -> None:
+def finish_output(sink: _Sink, container, path: str, frames: int) -> None:
     """Close a muxer that wrote `frames` frames, raise what went wrong while writing, and check that the file
     reads back as that many frames (never rename a file that does not)."""
     container.close()
@@ -298,7 +299,7 @@ def _finish_output(sink: _Sink, container, path: str, frames: int) -> None:
         raise OSError(f"{path}: reads back as {got} frames after writing {frames}")
 
 
-def _close_output(sink, container) -> None:
+def close_output(sink, container) -> None:
     """Close a muxer and its file after a failure (never raises: the first error is the one to report)."""
     for close in (container.close if container is not None else None, sink.close if sink is not None else None):
         if close is not None:
@@ -308,7 +309,9 @@ def _close_output(sink, container) -> None:
                 pass
 
 
-def _stream_params(stream) -> tuple:
+def stream_params(stream) -> tuple:
+    """What two video streams must share for their packets to be joined into one: codec, frame size, pixel
+    format, codec configuration (extradata), time base."""
     cc = stream.codec_context
     return (cc.name, cc.width, cc.height, cc.format.name if cc.format else None, bytes(cc.extradata or b""),
             stream.time_base)
@@ -322,12 +325,12 @@ def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = Fals
         raise ValueError(f"{final}: no segments to join")
     out_file = AtomicFile(final)
     try:
-        sink, out = _open_output(out_file.tmp)
+        sink, out = open_output(out_file.tmp)
         try:
             total = _remux(segments, out, fps)
-            _finish_output(sink, out, out_file.tmp, total)
+            finish_output(sink, out, out_file.tmp, total)
         except BaseException:
-            _close_output(sink, out)
+            close_output(sink, out)
             raise
         out_file.commit(fsync=fsync)
     except BaseException:
@@ -341,7 +344,7 @@ def _remux(segments: Sequence[str], out, fps: int) -> int:
     for path in segments:
         with av.open(path) as inp:
             ist = inp.streams.video[0]
-            params = _stream_params(ist)
+            params = stream_params(ist)
             if ost is None:
                 ost = out.add_stream_from_template(ist, opaque=True)
                 ost.time_base = ist.time_base
