@@ -5,8 +5,8 @@ The independent reference is PyAV's ``frame.to_ndarray(format="rgb24")`` of ever
 24, 40, 56, 424, 600, 640 (remainders mod 16 of 8, 8, 8, 8, 8, 0: FFmpeg's SIMD yuv->gbrp left the last 8
 columns unwritten at such widths) x heights 16, 30, 240, 480 x codecs AV1, H.264, HEVC x uint8 and float32 x
 map-style, streaming and a mixture. Each (codec, height) is one dataset written by episodic's writer with a
-camera per width; a camera the encoder cannot take is refused by the writer (AV1 narrower than 32 pixels),
-which is checked too. Frames are patterns of every column and row, different per frame, episode and channel.
+camera per width; a camera the encoder cannot take is refused by the writer (AV1 narrower than 32 pixels, HEVC
+33-48 pixels wide), which is checked too. Frames are patterns of every column and row, different per frame, episode and channel.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ WIDTHS = (24, 40, 56, 424, 600, 640)
 HEIGHTS = (16, 30, 240, 480)
 CODECS = ("av1", "h264", "hevc")
 # (codec, height, width) the writer refuses up front: SVT-AV1 takes no frame narrower than 32 pixels, and hangs on
-# frames of <= 24 rows wider than 64 pixels
-REFUSED = {("av1", h, 24) for h in HEIGHTS} | {("av1", 16, w) for w in WIDTHS if w > 64}
+# frames of <= 24 rows wider than 64 pixels; x265 corrupts its memory on frames 33-48 pixels wide
+REFUSED = ({("av1", h, 24) for h in HEIGHTS} | {("av1", 16, w) for w in WIDTHS if w > 64}
+           | {("hevc", h, 40) for h in HEIGHTS})
 EPISODES, FRAMES = 2, 3
 
 

@@ -4,6 +4,7 @@ times the writer records; segments that cannot be joined are refused; a failed j
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import av
 import numpy as np
@@ -79,6 +80,42 @@ def test_av1_frames_svt_cannot_take_are_refused_before_encoding(width, height, t
     with pytest.raises(WriterInputError, match=refused):  # any stream, not only probes
         VideoFileWriter(str(tmp_path / "refused.mp4"), width, height, 30, vcodec="av1")
     assert not list(tmp_path.iterdir())  # nothing left behind
+
+
+@pytest.mark.parametrize("width, height, pix_fmt", [(33, 64, "yuv444p"), (40, 16, "yuv420p"), (48, 480, "yuv420p")])
+def test_hevc_widths_x265_corrupts_memory_at_are_refused_before_encoding(width, height, pix_fmt, tmp_path):
+    # x265 as PyAV 15-19 bundle it writes past its buffers on frames 33-48 pixels wide: glibc aborts the process
+    # (at once or at a later free); tests/writer/x265_widths.py shows it on the encoder itself
+    from episodic.format.errors import WriterInputError
+    from episodic.writer.video import probe_encoder
+
+    refused = rf"HEVC \(x265\) cannot encode {width}x{height} frames: widths 33-48"
+    with pytest.raises(WriterInputError, match=rf"camera 'cam': {refused}"):
+        probe_encoder("cam", width, height, 30, vcodec="hevc", gop=2, crf=30, pix_fmt=pix_fmt, preset=None)
+    with pytest.raises(WriterInputError, match=refused):
+        VideoFileWriter(str(tmp_path / "refused.mp4"), width, height, 30, vcodec="hevc", pix_fmt=pix_fmt)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("width", [32, 49, 50, 64])
+def test_hevc_widths_next_to_the_refused_ones_encode(width):
+    from episodic.writer.video import probe_encoder
+
+    pix_fmt = "yuv444p" if width % 2 else "yuv420p"  # 4:2:0 needs an even width
+    probe_encoder("cam", width, 64, 30, vcodec="hevc", gop=2, crf=30, pix_fmt=pix_fmt, preset=None)
+
+
+def test_x265_itself_corrupts_memory_at_a_refused_width():
+    """The reason for the refusal, on the encoder alone (no episodic code): 40-pixel-wide frames through PyAV's x265
+    abort a child process; 32- and 64-pixel-wide ones encode. Were x265 fixed, this fails: then drop the refusal."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("x265_widths.py")
+    codes = {w: subprocess.run([sys.executable, str(script), str(w)], capture_output=True, timeout=120).returncode
+             for w in (32, 40, 64)}
+    assert codes[32] == 0 and codes[64] == 0, codes
+    assert codes[40] != 0, codes
 
 
 @pytest.mark.parametrize("width, height", [(32, 16), (64, 24), (640, 25), (424, 30)])

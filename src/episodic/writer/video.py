@@ -29,16 +29,28 @@ SVT_AV1_MIN_WIDTH = 32  # narrower frames crash SVT-AV1 as PyAV 15 bundles it (1
 # SVT-AV1 (as PyAV 15-18 bundle it) never returns from flushing frames of 24 rows or fewer that are wider than 64
 # pixels (8-24 rows at widths 80-1920 seen; 25 rows and more, or 64 pixels wide and less, encode)
 SVT_AV1_LOW_MAX_HEIGHT, SVT_AV1_LOW_MAX_WIDTH = 24, 64
+# x265 (as PyAV 15, 18 and 19 bundle it) writes past its buffers on frames 33 to 48 pixels wide, whatever the height
+# and pixel format: glibc aborts the process ("free(): invalid next size", "corrupted size vs. prev_size") at once
+# or later, when the damaged heap is next touched. 32 and 49 encode.
+X265_BAD_WIDTHS = range(33, 49)
 
 
-def _av1_size_problem(width: int, height: int) -> str | None:
-    """Why SVT-AV1 cannot take `width`x`height` frames (it crashes or hangs the process), or None."""
-    if width < SVT_AV1_MIN_WIDTH:
-        return f"width must be >= {SVT_AV1_MIN_WIDTH}"
-    if height <= SVT_AV1_LOW_MAX_HEIGHT and width > SVT_AV1_LOW_MAX_WIDTH:
-        return (f"frames of {SVT_AV1_LOW_MAX_HEIGHT} rows or fewer must be at most {SVT_AV1_LOW_MAX_WIDTH} pixels "
-                f"wide (its encoder hangs)")
+def _size_problem(encoder: str, width: int, height: int) -> str | None:
+    """Why `encoder` (as PyAV bundles it) cannot take `width`x`height` frames: it crashes, hangs or corrupts the
+    memory of the process; or None."""
+    if encoder == "libsvtav1":
+        if width < SVT_AV1_MIN_WIDTH:
+            return f"width must be >= {SVT_AV1_MIN_WIDTH}"
+        if height <= SVT_AV1_LOW_MAX_HEIGHT and width > SVT_AV1_LOW_MAX_WIDTH:
+            return (f"frames of {SVT_AV1_LOW_MAX_HEIGHT} rows or fewer must be at most {SVT_AV1_LOW_MAX_WIDTH} "
+                    f"pixels wide (its encoder hangs)")
+    if encoder == "libx265" and width in X265_BAD_WIDTHS:
+        return (f"widths {X265_BAD_WIDTHS.start}-{X265_BAD_WIDTHS.stop - 1} corrupt its memory (the process "
+                f"aborts)")
     return None
+
+
+_ENCODER_LABEL = {"libsvtav1": "AV1 (SVT-AV1)", "libx265": "HEVC (x265)"}
 
 
 def encoder_name(vcodec: str) -> str:
@@ -51,12 +63,12 @@ def encoder_name(vcodec: str) -> str:
 def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
                 preset: int | str | None):
     name = encoder_name(vcodec)
-    problem = _av1_size_problem(width, height) if name == "libsvtav1" else None
+    problem = _size_problem(name, width, height)
     if problem:
-        # refused before the encoder opens: these sizes crash (SIGFPE) or hang the SVT-AV1 bundled with PyAV, the
-        # whole process, so a probe could not report them
-        raise WriterInputError(f"AV1 (SVT-AV1) cannot encode {width}x{height} frames: {problem}; use another "
-                               f"camera size or vcodec='h264'")
+        # refused before the encoder opens: these sizes crash (SIGFPE), hang or corrupt the memory of the whole
+        # process in the SVT-AV1 and x265 bundled with PyAV, so a probe could not report them
+        raise WriterInputError(f"{_ENCODER_LABEL[name]} cannot encode {width}x{height} frames: {problem}; use "
+                               f"another camera size or vcodec='h264'")
     options = {"g": str(gop)}
     if crf is not None:
         options["crf"] = str(crf)
