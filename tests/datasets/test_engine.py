@@ -202,3 +202,22 @@ def test_part_errors_name_the_episode_camera_and_batch_shape(small_root):
         ds.engine.part([20], {k: np.zeros((4, 3, 24, 64), np.uint8) for k in ds.camera_keys}, [2])
     with pytest.raises(IndexError, match="out of range"):
         ds.engine.part([len(ds)], dest, [0])
+
+
+def test_flat_frames_is_a_view_and_warns_of_nothing():
+    """(N, T, H, W, C) frames as (N * T, H, W, C) rows written through to the batch, without the deprecated
+    `ndarray.shape = ...` (a DeprecationWarning from numpy 2.5, once per decoded batch); frames that cannot be
+    one flat view are refused, never copied (writes would be lost)."""
+    import warnings
+
+    from episodic.datasets.engine import flat_frames
+
+    frames = np.zeros((4, 3, 2, 5, 3), np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat = flat_frames(frames)
+        flat[7] = 9
+    assert flat.shape == (12, 2, 5, 3) and (frames[2, 1] == 9).all() and frames.sum() == 9 * 30
+    with pytest.raises(ValueError, match="cannot be written through one flat view"):
+        flat_frames(frames[:, ::2])  # (4, 2) rows 3 apart, then 2 apart: no single stride
+    assert flat_frames(frames[:0]).shape == (0, 2, 5, 3)

@@ -345,8 +345,10 @@ class FrameEngine:
 
 def flat_frames(frames: np.ndarray) -> np.ndarray:
     """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
-    flat = frames.view()
-    flat.shape = (-1, *frames.shape[-3:])  # raises rather than copy
+    flat = frames.reshape(-1, *frames.shape[-3:])
+    if flat.size and not np.may_share_memory(flat, frames):  # (numpy 2.5 deprecates setting .shape, which raised)
+        raise ValueError(f"frames of shape {frames.shape} and strides {frames.strides} cannot be written through "
+                         f"one flat view")
     return flat
 
 
