@@ -13,9 +13,32 @@ from pathlib import Path
 
 import pytest
 
-from episodic.demo import write_demo_dataset
+# Registered before episodic is imported: before-fork hooks run last-registered first, so this one runs after
+# episodic's (runtime.py), which stop its threads, and sees what is left alive at the fork itself.
+assert "episodic" not in sys.modules, "tests/conftest.py must register its fork probe before episodic is imported"
+THREADS_AT_FORK: list[list[str]] = []  # the names of the other threads alive at each os.fork of this process
 
-from support import FIXTURES, LEROBOT_FIXTURE, FaultServer  # noqa: F401 (re-exported for tests)
+
+def _record_threads_at_fork() -> None:
+    import threading
+
+    THREADS_AT_FORK.append(sorted(t.name for t in threading.enumerate() if t is not threading.current_thread()))
+
+
+os.register_at_fork(before=_record_threads_at_fork)
+
+from episodic.demo import write_demo_dataset  # noqa: E402
+
+from support import FIXTURES, LEROBOT_FIXTURE, FaultServer  # noqa: F401,E402 (re-exported for tests)
+
+
+@pytest.fixture()
+def threads_at_fork() -> list[list[str]]:
+    """The names of the other threads alive at each os.fork of this process during the test (after episodic's
+    before-fork hooks ran)."""
+    THREADS_AT_FORK.clear()
+    yield THREADS_AT_FORK
+    THREADS_AT_FORK.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -57,6 +57,14 @@ class FakeNvdecDriver:
                             min_width=self.min_width if ok else 0, min_height=16 if ok else 0)
 
 
+def lerobot06_python() -> Path | None:
+    """`bin/lerobot-python` of the LeRobot 0.6.1 venv made by benchmarks/setup_lerobot06_venv.sh: the venv named
+    by $EPISODIC_LEROBOT06_VENV, else .bench/lerobot06-venv in this repository; None when there is none."""
+    venv = Path(os.environ.get("EPISODIC_LEROBOT06_VENV") or REPO / ".bench" / "lerobot06-venv")
+    python = venv / "bin" / "lerobot-python"
+    return python if python.exists() else None
+
+
 def assert_items_equal(want: dict, got: dict) -> None:
     assert set(want) == set(got)
     for key, value in want.items():

@@ -44,3 +44,19 @@ def test_caller_can_turn_a_bar_off(monkeypatch):
 def test_bar_yields_every_item(monkeypatch):
     monkeypatch.setenv("EPISODIC_PROGRESS", "0")
     assert list(bar(iter("abc"))) == ["a", "b", "c"]
+
+
+def test_bars_start_no_thread():
+    """tqdm starts a monitor thread at its first bar (a disabled one too) that lives as long as the process; a
+    process with live threads should not fork DataLoader workers. In a fresh interpreter: no thread after bars."""
+    import subprocess
+    import sys
+
+    code = ("import io, threading\n"
+            "from episodic.progress import bar\n"
+            "for enabled in (False, True):\n"
+            "    for _ in bar(range(3), enabled=enabled, file=io.StringIO()): pass\n"
+            "print(sorted(t.name for t in threading.enumerate()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['MainThread']"

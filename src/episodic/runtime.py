@@ -6,6 +6,23 @@
   counters) register with `after_fork(obj)`; `os.register_at_fork` calls their `_after_fork()` in a forked
   child before anything else runs there. Nothing else in episodic compares pids. The same hook gives an old
   fsspec (< 2025.5, which does not do it itself) a fresh event loop in the child.
+- No fork with live threads of ours: a thread of the parent that holds a lock at the fork leaves it locked
+  forever in the child (Python >= 3.12 warns "This process is multi-threaded, use of fork() may lead to
+  deadlocks"). Objects that own threads register with `stop_threads_at_fork(obj)`: their `_before_fork()`
+  stops and joins them before every fork, `_after_fork_parent()` lets the parent go on (a pool starts its
+  threads again when next used). fsspec's event-loop thread (remote filesystems) is paused the same way: the
+  loop stops and its thread is joined before the fork, and the same loop runs on a new thread in the parent
+  after it (open sessions and pending calls carry on; the child makes its own loop). Threads that are not
+  episodic's are left alone: pyarrow's jemalloc background thread (jemalloc's own fork handlers take its locks
+  around a fork), the OpenMP threads of torch's intra-op pool after a parallel op in the parent (idle between
+  ops), and torch's and multiprocessing's threads (a DataLoader's pin-memory or queue feeder threads).
+- Workers that share tensors through the file system (`set_tensor_sharing`) start a `torch_shm_manager`
+  process, fork + exec of the worker: it would inherit every inheritable descriptor of a spawned (or
+  forkserver) worker, among them the write end of multiprocessing's resource-tracker pipe and of the worker's
+  sentinel pipe, and it lives as long as any process (the main one too) holds tensors it shares. The main
+  process then waits for ever at exit on Python >= 3.13 (its resource tracker never sees end-of-file), and 5
+  s per worker at every shutdown of spawned workers (the sentinel never fires). So a process that switches
+  to the file system marks its descriptors close-on-exec first (`_keep_descriptors_from_exec`).
 - Everything that touches torch's private API lives here and nowhere else, each with the reason:
   `register_collate` (torch's `default_collate` dispatch table, `torch.utils.data._utils.collate`; torch has
   no public way to teach `default_collate` a new type), `shutdown_workers` (a DataLoader iterator's
@@ -29,12 +46,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import weakref
 from typing import Any, Callable
 
 from . import config
 
-__all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
+__all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "stop_threads_at_fork",
+           "register_collate",
            "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "default_store",
            "MAX_SLOTS"]
 
@@ -106,8 +125,81 @@ def _run_fork_hooks() -> None:
         obj._after_fork()
 
 
+_THREAD_OWNERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_STOPPED: list = []  # the owners stopped for the fork under way (strong references until the parent goes on)
+
+
+def stop_threads_at_fork(obj: Any) -> Any:
+    """Call `obj._before_fork()` (stop and join its threads) in a process about to fork, and
+    `obj._after_fork_parent()` in it after the fork (while `obj` lives); returns `obj`. The child gets the
+    `after_fork` hook, where `obj` registered it."""
+    _THREAD_OWNERS.add(obj)
+    return obj
+
+
+class _FsspecLoopPause:
+    """fsspec's event loop (one per process, on its daemon thread "fsspecIO", started by the first call of an
+    async filesystem) stopped and its thread joined before a fork; the same loop run again on a new thread in
+    the parent after it."""
+
+    JOIN_S = 10.0  # a loop stops after the callbacks of its current pass: a stuck one is not ours to break
+
+    def __init__(self):
+        self.loop = None
+
+    def before(self) -> None:
+        asyn = sys.modules.get("fsspec.asyn")
+        loops, threads = getattr(asyn, "loop", None), getattr(asyn, "iothread", None)
+        if not (isinstance(loops, list) and isinstance(threads, list) and loops and threads):
+            return
+        loop, thread = loops[0], threads[0]
+        if loop is None or thread is None or not thread.is_alive() or loop.is_closed() \
+                or thread is threading.current_thread():
+            return
+        try:
+            loop.call_soon_threadsafe(loop.stop)
+        except RuntimeError:  # closed meanwhile
+            return
+        thread.join(self.JOIN_S)
+        if not thread.is_alive():
+            self.loop = loop
+
+    def after_in_parent(self) -> None:
+        loop, self.loop = self.loop, None
+        asyn = sys.modules.get("fsspec.asyn")
+        if loop is None or asyn is None or asyn.loop[0] is not loop:
+            return
+        thread = threading.Thread(target=loop.run_forever, name="fsspecIO", daemon=True)
+        thread.start()
+        asyn.iothread[0] = thread
+
+
+_FSSPEC_PAUSE = _FsspecLoopPause()
+
+
+def _before_fork() -> None:
+    _STOPPED[:] = list(_THREAD_OWNERS)
+    for obj in _STOPPED:
+        obj._before_fork()
+    _FSSPEC_PAUSE.before()
+
+
+def _after_fork_in_parent() -> None:
+    _FSSPEC_PAUSE.after_in_parent()
+    owners, _STOPPED[:] = list(_STOPPED), []
+    for obj in owners:
+        obj._after_fork_parent()
+
+
+def _after_fork_in_child() -> None:
+    _STOPPED.clear()
+    _FSSPEC_PAUSE.loop = None
+    _run_fork_hooks()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_run_fork_hooks)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------------------------- torch
@@ -189,13 +281,36 @@ def storage_use_count(storage: Any) -> int | None:
 
 
 def set_tensor_sharing(strategy: str) -> None:
-    """Set this process's torch tensor-sharing strategy ('file_system' or 'file_descriptor')."""
+    """Set this process's torch tensor-sharing strategy ('file_system' or 'file_descriptor'). Before the file
+    system, this process's descriptors are made close-on-exec (`_keep_descriptors_from_exec`)."""
     if strategy not in config.SHARING_STRATEGIES:
         raise ValueError(f"sharing must be one of {config.SHARING_STRATEGIES}, got {strategy!r}")
     import torch.multiprocessing
 
     if torch.multiprocessing.get_sharing_strategy() != strategy:
+        if strategy == "file_system":
+            _keep_descriptors_from_exec()
         torch.multiprocessing.set_sharing_strategy(strategy)
+
+
+def _keep_descriptors_from_exec() -> None:
+    """Mark every inheritable descriptor of this process above stderr close-on-exec, so that no program it
+    starts with fork + exec inherits one by accident: torch's `torch_shm_manager` (started by the first tensor
+    shared through the file system) would otherwise hold a spawned worker's end of the resource-tracker and
+    sentinel pipes for as long as it lives (see the module's docstring). The process itself keeps them; what
+    Python starts on purpose (multiprocessing, subprocess) passes its descriptors explicitly (`pass_fds`)."""
+    folder = "/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"
+    try:
+        fds = [int(name) for name in os.listdir(folder)]
+    except OSError:  # pragma: no cover - no descriptor listing on this OS
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    os.set_inheritable(fd, False)
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
 
 
 def default_store() -> Any:

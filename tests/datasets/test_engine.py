@@ -220,3 +220,22 @@ def test_frame_errors_name_the_episode_camera_and_batch_shape(small_root):
         gather(small, [ds.rows], np.zeros(1, np.int64), np.array([20]), "uint8")
     with pytest.raises(IndexError, match="out of range"):
         ds.build([len(ds)])
+
+
+def test_flat_frames_is_a_view_and_warns_of_nothing():
+    """(N, T, H, W, C) frames as (N * T, H, W, C) rows written through to the batch, without the deprecated
+    `ndarray.shape = ...` (a DeprecationWarning from numpy 2.5, once per decoded batch); frames that cannot be
+    one flat view are refused, never copied (writes would be lost)."""
+    import warnings
+
+    from episodic.datasets.decode import flat_frames
+
+    frames = np.zeros((4, 3, 2, 5, 3), np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat = flat_frames(frames)
+        flat[7] = 9
+    assert flat.shape == (12, 2, 5, 3) and (frames[2, 1] == 9).all() and frames.sum() == 9 * 30
+    with pytest.raises(ValueError, match="cannot be written through one flat view"):
+        flat_frames(frames[:, ::2])  # (4, 2) rows 3 apart, then 2 apart: no single stride
+    assert flat_frames(frames[:0]).shape == (0, 2, 5, 3)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -125,8 +125,10 @@ def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarra
 
 def flat_frames(frames: np.ndarray) -> np.ndarray:
     """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
-    flat = frames.view()
-    flat.shape = (-1, *frames.shape[-3:])  # raises rather than copy
+    flat = frames.reshape(-1, *frames.shape[-3:])
+    if flat.size and not np.may_share_memory(flat, frames):  # (numpy 2.5 deprecates setting .shape, which raised)
+        raise ValueError(f"frames of shape {frames.shape} and strides {frames.strides} cannot be written through "
+                         f"one flat view")
     return flat
 
 
@@ -195,20 +197,37 @@ class FrameJob(NamedTuple):
 
 
 class _DecodePool:
-    """This process's decode threads (a forked child makes its own: the parent's threads are not there)."""
+    """This process's decode threads, started when first used. Stopped and joined before the process forks (a
+    DataLoader worker starting), after the decoding under way ends (`runtime.stop_threads_at_fork`): no thread of
+    ours is alive at a fork; the next decode starts them again."""
 
     def __init__(self):
         self.pool: ThreadPoolExecutor | None = None
         self.threads = 0
+        self.lock = threading.Lock()  # held while a map runs, and from before a fork until after it
         runtime.after_fork(self)
+        runtime.stop_threads_at_fork(self)
 
-    def _after_fork(self) -> None:
-        self.pool = None  # the parent's pool, whose threads do not exist here: left to the garbage collector
+    def _before_fork(self) -> None:
+        self.lock.acquire()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
 
-    def get(self, n: int) -> ThreadPoolExecutor:
-        if self.pool is None or self.threads != n:
-            self.pool, self.threads = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode"), n
-        return self.pool
+    def _after_fork_parent(self) -> None:
+        self.lock.release()
+
+    def _after_fork(self) -> None:  # in the child: no pool (stopped before the fork), a lock of its own
+        self.pool, self.lock = None, threading.Lock()
+
+    def map(self, n: int, fn: Callable, *iterables) -> list:
+        """`fn` over `iterables` on `n` threads; the results in order."""
+        with self.lock:
+            if self.pool is None or self.threads != n:
+                if self.pool is not None:
+                    self.pool.shutdown(wait=False)
+                self.pool, self.threads = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode"), n
+            return list(self.pool.map(fn, *iterables))
 
 
 _POOL = _DecodePool()
@@ -236,7 +255,7 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
         readers = [j.reader() for j in jobs]  # here, in one thread: the cache is not thread-safe
         threads = threads or runtime.decode_threads()
         if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
-            list(_POOL.get(threads).map(FrameJob.run, jobs, readers))
+            _POOL.map(threads, FrameJob.run, jobs, readers)
         else:
             for j, r in zip(jobs, readers):
                 j.run(r)

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""LeRobot 0.4.4 side of episodic's comparisons: write synthetic datasets, dump reference items, benchmark
-LeRobot's loaders.
+"""LeRobot side of episodic's comparisons (LeRobot 0.4.4 and 0.6.1): write synthetic datasets, dump reference
+items, benchmark LeRobot's loaders.
 
 A standalone script shipped inside the episodic package: it is run by path, with the python of a LeRobot
 virtualenv (see benchmarks/LEROBOT_ENV.md and benchmarks/setup_lerobot_venv.sh), as a subprocess
-(`episodic bench --compare-lerobot`, benchmarks/bench_loaders.py) or by hand. It never imports episodic,
+(`episodic bench --compare-lerobot`, benchmarks/bench_loaders.py, tests/e2e/test_parity_lerobot06.py) or by
+hand; it works with the LeRobot it finds (`write` passes the codec and file sizes the way each version takes
+them; `items --return-uint8` and `--transform` need a LeRobot that has them). It never imports episodic,
 and episodic never imports it (`episodic.tools.bench.lerobot_side_script()` gives its path). Being another
 program, it reads its own environment (LD_LIBRARY_PATH, below) rather than through episodic.config, and it is
 ~450 lines because it holds all the LeRobot-side tools (write, items, bench, compare) in one file to run by path.
@@ -19,7 +21,9 @@ program, it reads its own environment (LD_LIBRARY_PATH, below) rather than throu
 npz layout of `items` (same as tests fixtures): array "j/KEY" is key KEY of the j-th item, in
 LeRobot's key order; camera frames uint8 = round(x * 255); "j/task" the task string; plus
 "indices" (int64 positions queried), "delta_timestamps" (JSON string, "null" if none) and
-"episodes" (int64 list as given to LeRobotDataset; only present when a subset was requested).
+"episodes" (int64 list as given to LeRobotDataset; only present when a subset was requested). Frames stay
+float32 (LeRobot's values) with `--transform`, and are LeRobot's uint8 with `--return-uint8`; "options" (JSON)
+records both.
 """
 
 from __future__ import annotations
@@ -75,6 +79,15 @@ JOINTS = [
     for j in ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate", "gripper")
 ]
 VCODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "h264", "hevc": "hevc"}
+# image transforms `items --transform NAME` gives LeRobotDataset (tests/e2e/test_parity_lerobot06.py gives episodic
+# the same): deterministic, torch only, for frames (C, H, W) and windows (T, C, H, W)
+TRANSFORMS = {"flip_affine": lambda x: x.flip(-1) * 0.5 + 0.25, "flip": lambda x: x.flip(-1)}
+
+
+def _lerobot_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(p) for p in version("lerobot").split(".")[:2])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,11 +144,16 @@ def cmd_write(a: argparse.Namespace) -> None:
             "shape": (a.height, a.width, 3),
             "names": ["height", "width", "channels"],
         }
+    kw: dict = {"vcodec": VCODECS[a.vcodec]}
+    if _lerobot_version() >= (0, 5):  # LeRobot 0.6: encoder settings in an RGBEncoderConfig
+        from lerobot.configs.video import RGBEncoderConfig
+
+        kw = {"rgb_encoder": RGBEncoderConfig(vcodec=VCODECS[a.vcodec])}
     ds = LeRobotDataset.create(repo_id=a.repo_id, fps=a.fps, features=features, root=root,
-                               robot_type="synthetic_bimanual", use_videos=True, vcodec=VCODECS[a.vcodec],
-                               streaming_encoding=a.streaming_encoding)
+                               robot_type="synthetic_bimanual", use_videos=True,
+                               streaming_encoding=a.streaming_encoding, **kw)
     if a.data_mb is not None or a.video_mb is not None or a.chunks_size is not None:
-        # LeRobot 0.4.4: LeRobotDatasetMetadata.update_chunk_settings writes them into info.json
+        # LeRobot 0.4.4 and 0.6.1: LeRobotDatasetMetadata.update_chunk_settings writes them into info.json
         ds.meta.update_chunk_settings(
             chunks_size=a.chunks_size, data_files_size_in_mb=a.data_mb, video_files_size_in_mb=a.video_mb
         )
@@ -184,13 +202,13 @@ def _parse_delta(arg: str | None, fps: int, cams: list[str]):
     return json.loads(arg)
 
 
-def _to_numpy(key: str, v, camera_keys: set[str]):
+def _to_numpy(key: str, v, camera_keys: set[str], float_frames: bool = False):
     import torch
 
     if isinstance(v, str):
         return np.array(v)
     if isinstance(v, torch.Tensor):
-        if key in camera_keys:
+        if key in camera_keys and v.dtype != torch.uint8 and not float_frames:
             return torch.round(v * 255).clamp(0, 255).to(torch.uint8).numpy()
         return v.numpy()
     return np.asarray(v)
@@ -202,7 +220,12 @@ def cmd_items(a: argparse.Namespace) -> None:
     meta = LeRobotDatasetMetadata(a.repo_id, root=a.root)
     episodes = [int(e) for e in a.episodes.split(",")] if a.episodes else None
     delta = _parse_delta(a.delta_timestamps, meta.fps, list(meta.camera_keys))
-    ds = LeRobotDataset(a.repo_id, root=a.root, episodes=episodes, delta_timestamps=delta)
+    extra: dict = {}
+    if a.return_uint8:
+        extra["return_uint8"] = True
+    if a.transform:
+        extra["image_transforms"] = TRANSFORMS[a.transform]
+    ds = LeRobotDataset(a.repo_id, root=a.root, episodes=episodes, delta_timestamps=delta, **extra)
     n = len(ds)
     if a.indices:
         indices = [int(i) for i in a.indices.split(",")]
@@ -223,23 +246,24 @@ def cmd_items(a: argparse.Namespace) -> None:
     camera_keys = set(meta.camera_keys)
     out: dict[str, np.ndarray] = {"indices": np.asarray(indices, dtype=np.int64)}
     out["delta_timestamps"] = np.array(json.dumps(delta))
+    out["options"] = np.array(json.dumps({"return_uint8": a.return_uint8, "transform": a.transform}))
     if episodes is not None:
         out["episodes"] = np.asarray(episodes, dtype=np.int64)
     for j, i in enumerate(indices):
         item = ds[i]
         for k, v in item.items():
-            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys)
+            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys, float_frames=a.transform is not None)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(a.out, **out)
     keys0 = [k.split("/", 1)[1] for k in out if k.startswith("0/")]
-    print(json.dumps({"out": a.out, "len": n, "items": len(indices), "keys": keys0,
-                      "video_backend": ds.video_backend}))
+    backend = getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None)
+    print(json.dumps({"out": a.out, "len": n, "items": len(indices), "keys": keys0, "video_backend": backend}))
 
 
 def cmd_compare(a: argparse.Namespace) -> None:
     """Compare two items npz files (e.g. a fixture vs a fresh `items` dump)."""
     za, zb = np.load(a.a), np.load(a.b)
-    meta_keys = {"delta_timestamps", "episodes"}  # replay info, absent from older fixtures
+    meta_keys = {"delta_timestamps", "episodes", "options"}  # replay info, absent from older fixtures
     fa = [k for k in za.files if k not in meta_keys]
     fb = [k for k in zb.files if k not in meta_keys]
     bad = 0
@@ -425,6 +449,9 @@ def main(argv=None) -> None:
     it.add_argument("--delta-timestamps", default=None,
                     help="JSON dict, a path to a JSON file, or 'windows' (action 16 future, state [-1,0], "
                          "cameras [-2,0] frames)")
+    it.add_argument("--return-uint8", action="store_true", help="LeRobotDataset(return_uint8=True)")
+    it.add_argument("--transform", default=None, choices=sorted(TRANSFORMS),
+                    help="image_transforms (frames then stored float32)")
     it.set_defaults(fn=cmd_items)
 
     for name, streaming in (("bench-map", False), ("bench-stream", True)):
