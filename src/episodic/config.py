@@ -13,7 +13,7 @@
 | `EPISODIC_CONNECT_TIMEOUT` | seconds a remote request may take to connect; `0`: no limit | `10` |
 | `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt (or after its host fell silent) during which transient failures are retried; a host silent that long fails every request at once for as long again; `0`: no retries | `30` |
 | `EPISODIC_CACHE_MAX_BYTES` | size of the whole-file cache of remote files (`files/`), least recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix | `32G` |
-| `EPISODIC_ENCODER_FLUSH_TIMEOUT` | seconds the writer waits for a video encoder to finish a file (its flush) before it takes the encoder for hung and encodes the file again with a fresh one | `60` |
+| `EPISODIC_ENCODER_STALL_TIMEOUT` | seconds a video encoder may go without progress (a frame encoded, the file finished) before the writer takes it for hung and encodes the file again with a fresh one | `60` |
 | `LOCAL_RANK` | the process's rank on its node, as launchers set it (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0 | unset: ranks are grouped by host name |
 | `GROUP_RANK` | torchrun's node rank: with the host name, what tells nodes apart (two nodes on one host) | unset |
 | `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT` | a SLURM job array's task: `episodic fleet --shard slurm` works on task (ID - MIN)'s share of the list | unset |
@@ -29,7 +29,7 @@ from pathlib import Path
 
 __all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
            "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
-           "encoder_flush_timeout_s",
+           "encoder_stall_timeout_s",
            "quiet_svt_av1", "local_rank", "node_name", "slurm_array_task"]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
@@ -101,9 +101,9 @@ def connect_timeout_s() -> float | None:
     return _seconds("EPISODIC_CONNECT_TIMEOUT", 10.0) or None
 
 
-def encoder_flush_timeout_s() -> float:
-    """$EPISODIC_ENCODER_FLUSH_TIMEOUT: seconds a video encoder may take to finish a file (default 60)."""
-    return _seconds("EPISODIC_ENCODER_FLUSH_TIMEOUT", 60.0) or 60.0
+def encoder_stall_timeout_s() -> float:
+    """$EPISODIC_ENCODER_STALL_TIMEOUT: seconds a video encoder may go without progress (default 60)."""
+    return _seconds("EPISODIC_ENCODER_STALL_TIMEOUT", 60.0) or 60.0
 
 
 def retry_window_s() -> float:

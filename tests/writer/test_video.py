@@ -270,15 +270,16 @@ def test_svt_av1_finishes_every_stream_at_gop_2():
     assert done[2] == "150"
 
 
-def test_a_hung_flush_is_named_and_left_behind_not_waited_for(monkeypatch):
+def test_a_hung_encoder_is_named_and_left_behind_not_waited_for(monkeypatch):
     """A real hang: SVT-AV1 never returns from flushing a 424x16 stream (the writer refuses that size; here PyAV
-    is driven directly). `flush_encoder` gives up after EPISODIC_ENCODER_FLUSH_TIMEOUT, naming the file."""
+    is driven directly). `watched` gives up after EPISODIC_ENCODER_STALL_TIMEOUT without progress, naming the
+    file; work that ticks is never given up on, however long it takes."""
     import io
     import time
 
-    from episodic.writer.video import EncoderStalled, flush_encoder
+    from episodic.writer.encoder_watch import EncoderStalled, watched
 
-    monkeypatch.setenv("EPISODIC_ENCODER_FLUSH_TIMEOUT", "2")
+    monkeypatch.setenv("EPISODIC_ENCODER_STALL_TIMEOUT", "2")
     container = av.open(io.BytesIO(), mode="w", format="mp4")
     stream = container.add_stream("libsvtav1", rate=30, options={"g": "2", "preset": "10"})
     stream.width, stream.height, stream.pix_fmt = 424, 16, "yuv420p"
@@ -286,31 +287,48 @@ def test_a_hung_flush_is_named_and_left_behind_not_waited_for(monkeypatch):
     frame.pts = 0
     stream.encode(frame)
     t0 = time.monotonic()
-    with pytest.raises(EncoderStalled, match=r"hung.mp4: the encoder did not finish within 2 s"):
-        flush_encoder(stream, "hung.mp4")
+    with pytest.raises(EncoderStalled, match=r"hung.mp4: the encoder made no progress for 2 s"):
+        watched(lambda tick: stream.encode(None), "hung.mp4")
     assert 2 <= time.monotonic() - t0 < 10
 
+    def slow_but_going(tick):
+        for _ in range(6):
+            time.sleep(0.5)
+            tick()
+        return "done"
 
-def test_an_episode_whose_encoder_hangs_is_encoded_again(tmp_path, monkeypatch, caplog):
-    """The flush stalls on the first attempt (as SVT-AV1's did at random under load): the file is encoded again
-    by a fresh encoder and decodes to every frame; nothing of the first attempt is left."""
+    assert watched(slow_but_going, "slow.mp4") == "done"  # 3 s in all, never 2 s without progress
+    with pytest.raises(ZeroDivisionError):
+        watched(lambda tick: 1 / 0, "error.mp4")
+
+
+@pytest.mark.parametrize("where", ["add", "close"])
+def test_an_episode_whose_encoder_hangs_is_encoded_again(tmp_path, monkeypatch, caplog, where):
+    """The encoder stalls on the first attempt (as SVT-AV1's did at random under load, while encoding frames and
+    while flushing): the file is encoded again by a fresh encoder and decodes to every frame; nothing of the
+    first attempt is left, and its container is never closed under the stalled thread."""
     from episodic.writer import video
+    from episodic.writer.encoder_watch import EncoderStalled
 
-    real = video.flush_encoder
+    real = video.watched
     calls = []
 
-    def stall_once(stream, label):
+    def stall_once(work, label):
         calls.append(label)
-        if len(calls) == 1:
-            raise video.EncoderStalled(f"{label}: the encoder did not finish within 60 s")
-        return real(stream, label)
+        if len(calls) == (1 if where == "add" else 2):
+            raise EncoderStalled(f"{label}: the encoder made no progress for 60 s")
+        return real(work, label)
 
-    monkeypatch.setattr(video, "flush_encoder", stall_once)
+    closed = []
+    real_close = video.close_output
+    monkeypatch.setattr(video, "close_output", lambda *a: (closed.append(a), real_close(*a)))
+    monkeypatch.setattr(video, "watched", stall_once)
     frames = np.random.default_rng(0).integers(0, 256, (6, H, W, 3), dtype=np.uint8)
     path = str(tmp_path / "ep.mp4")
     with caplog.at_level("WARNING"):
         video.encode_file(path, frames, 30, vcodec="h264", label="episode 3")
-    assert len(calls) == 2 and "encoding the 6 frames again (attempt 2 of 3)" in caplog.text
+    assert "encoding the 6 frames again (attempt 2 of 3)" in caplog.text
     with av.open(path) as c:
         assert sum(1 for _ in c.decode(video=0)) == 6
     assert sorted(os.listdir(tmp_path)) == ["ep.mp4"]
+    assert not closed  # the stalled attempt's container left alone; the second finished normally

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import av
@@ -21,6 +20,7 @@ from .. import config
 from ..format.errors import EncoderError, WriterInputError, WriterSessionError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
+from .encoder_watch import EncoderStalled, watched
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,11 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
             stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
             frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
             frame.pts = 0
-            for packet in [*stream.encode(frame), *flush_encoder(stream, f"camera {key!r} (the encoder probe)")]:
+            packets = watched(lambda tick: [*stream.encode(frame), *stream.encode(None)],
+                              f"camera {key!r} (the encoder probe)")
+            for packet in packets:
                 container.mux(packet)
-    except EncoderStalled as e:  # the container is left open: its encoder's thread is still inside it
+    except EncoderStalled as e:  # the stalled encoder is left behind (its container with it, by its thread)
         raise EncoderError(f"camera {key!r}: {e}") from None
     except WriterInputError as e:  # refused before encoding (e.g. too narrow for the encoder)
         raise WriterInputError(f"camera {key!r}: {e}") from None
@@ -119,41 +121,6 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
 
 
 ENCODE_ATTEMPTS = 3
-
-
-class EncoderStalled(Exception):
-    """An encoder did not finish a file within `config.encoder_flush_timeout_s()`: it is taken for hung."""
-
-
-def flush_encoder(stream, label: str) -> list:
-    """The packets `stream`'s encoder still holds (`stream.encode(None)`), or `EncoderStalled` when it does not
-    finish within `config.encoder_flush_timeout_s()`. SVT-AV1 was seen never to return from its flush, at
-    random, on a loaded machine (two writers of hundreds of episodes each hung there, AV1 gop=2 at 96x128 and
-    480x640; plain PyAV too, with gop=1). The flush runs on a thread: a hung one is left behind (it holds no lock
-    of ours and waits without CPU), its container never closed (that thread is inside it), and the file is
-    encoded again from its frames by a fresh encoder (`encode_file`)."""
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["packets"] = stream.encode(None)
-        except BaseException as e:  # noqa: BLE001 -- handed to the caller
-            result["error"] = e
-
-    thread = threading.Thread(target=run, name="episodic-encoder-flush", daemon=True)
-    thread.start()
-    timeout = config.encoder_flush_timeout_s()
-    thread.join(timeout)
-    if thread.is_alive():
-        _STALLED.append(stream)  # never collected: its thread still uses it
-        raise EncoderStalled(f"{label}: the encoder did not finish within {timeout:g} s "
-                             f"(EPISODIC_ENCODER_FLUSH_TIMEOUT); it is left behind")
-    if "error" in result:
-        raise result["error"]
-    return result["packets"]
-
-
-_STALLED: list = []  # encoders whose flush never returned: kept alive, as their threads are
 
 
 def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, attempts: int = ENCODE_ATTEMPTS,
@@ -190,6 +157,7 @@ class VideoFileWriter:
                  crf: int | None = 30, pix_fmt: str = "yuv420p", preset: int | str | None = None):
         self.final_path = final_path
         self.fps = fps
+        self.stalled = False  # its encoder stopped making progress (`encoder_watch`)
         self.frames = 0
         self.bytes = 0  # encoded bytes so far (the file on disk lags behind the muxer's buffer)
         encoder_name(vcodec)
@@ -206,8 +174,13 @@ class VideoFileWriter:
         self.pix_fmt = pix_fmt
 
     def add(self, frames: np.ndarray) -> float:
-        """Append HWC uint8 frames; returns the time (seconds) of the first one inside this file."""
+        """Append HWC uint8 frames; returns the time (seconds) of the first one inside this file. `EncoderStalled`
+        when the encoder stops making progress (`encoder_watch`)."""
         start = frames_to_seconds(self.frames, self.fps)
+        self._watched(lambda tick: self._add(frames, tick))
+        return start
+
+    def _add(self, frames: np.ndarray, tick: Callable[[], None]) -> None:
         for img in frames:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = self.frames
@@ -216,7 +189,14 @@ class VideoFileWriter:
                 self.bytes += packet.size
                 self._container.mux(packet)
             self.frames += 1
-        return start
+            tick()
+
+    def _watched(self, work):
+        try:
+            return watched(work, self.final_path)
+        except EncoderStalled:
+            self.stalled = True  # its thread is still inside the container: never close it
+            raise
 
     def size(self) -> int:
         return self.bytes
@@ -224,7 +204,7 @@ class VideoFileWriter:
     def close(self, fsync: bool = False) -> None:
         """Flush the encoder, close the file and rename it (flushed to the disk first with `fsync`)."""
         try:
-            for packet in flush_encoder(self._stream, self.final_path):
+            for packet in self._watched(lambda tick: self._stream.encode(None)):
                 self.bytes += packet.size
                 self._container.mux(packet)
             finish_output(self._sink, self._container, self.tmp_path, self.frames)
@@ -234,9 +214,9 @@ class VideoFileWriter:
             raise
 
     def abort(self) -> None:
-        """Drop the file (never raises). A stalled encoder's container is left open (its flush thread is inside
-        it): only the file goes."""
-        if not any(s is self._stream for s in _STALLED):
+        """Drop the file (never raises). A stalled encoder's container is left open (its thread is inside it):
+        only the file goes."""
+        if not self.stalled:
             close_output(self._sink, self._container)
         self._file.discard()
 
