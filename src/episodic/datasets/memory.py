@@ -267,6 +267,10 @@ class _Received:
         self.held, self.handed_back = [], deque(maxlen=10)
 
     def hold(self, block: torch.Tensor) -> None:
+        """Hold a slot just received; a slot received before (the worker reuses its slots) is held by the new
+        tensor only: a second tensor of ours on its storage would count as a holder of the batch."""
+        ptr = block.data_ptr()
+        self.handed_back = deque((b for b in self.handed_back if b.data_ptr() != ptr), maxlen=10)
         if _ALONE[0] is not None:
             self.held.append(block)
 
