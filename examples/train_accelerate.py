@@ -89,7 +89,9 @@ def main():
             accelerator.backward(loss)
             optimizer.step()
             step += 1
-            accelerator.print(f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}")
+            accelerator.print(
+                f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}"
+            )
             if step % args.save_every == 0 or step == args.steps:
                 save()
             if step == args.steps:

@@ -94,7 +94,9 @@ def main():
             optimizer.step()
             step += 1
             if rank == 0:
-                print(f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}")
+                print(
+                    f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}"
+                )
             if step % args.save_every == 0 or step == args.steps:
                 save()
             if step == args.steps:

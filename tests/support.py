@@ -52,9 +52,17 @@ class FakeNvdecDriver:
 
         self.asked.append((codec, chroma, depth))
         ok = (SUPPORTED.get(codec, False) or (codec == "av1" and self.av1)) and chroma == 420 and depth == 8
-        return CodecSupport(codec, chroma, depth, supported=ok, engines=self.engines if ok else 0,
-                            max_width=8192 if ok else 0, max_height=8192 if ok else 0,
-                            min_width=self.min_width if ok else 0, min_height=16 if ok else 0)
+        return CodecSupport(
+            codec,
+            chroma,
+            depth,
+            supported=ok,
+            engines=self.engines if ok else 0,
+            max_width=8192 if ok else 0,
+            max_height=8192 if ok else 0,
+            min_width=self.min_width if ok else 0,
+            min_height=16 if ok else 0,
+        )
 
 
 def assert_items_equal(want: dict, got: dict) -> None:
@@ -110,7 +118,11 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append((self.command, path, self.headers.get("Range")))
             fault = None
-            if srv.faults and self.command in srv.fault_methods and (srv.fault_paths is None or path in srv.fault_paths):
+            if (
+                srv.faults
+                and self.command in srv.fault_methods
+                and (srv.fault_paths is None or path in srv.fault_paths)
+            ):
                 fault = srv.faults.pop(0)
             elif not head and srv.fail_rate and srv.rng.random() < srv.fail_rate:
                 fault = srv.rng.choice(["500", "reset", "truncate"])
@@ -194,8 +206,14 @@ class FaultServer:
     GETs answered with the file (200/206), `answered(status)` the answers with a status; `bytes_sent` the body
     bytes of the answers sent whole (not those of injected faults)."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
-                 ranges: bool = True, validators: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        files: dict[str, bytes] | None = None,
+        ranges: bool = True,
+        validators: bool = True,
+        seed: int = 0,
+    ):
         self.directory = Path(directory) if directory is not None else None
         self.files = files
         self.ranges, self.validators = ranges, validators
@@ -276,8 +294,9 @@ class FaultServer:
 
     def served(self, path: str | None = None) -> int:
         """GETs answered with the file's bytes (200 or 206) so far (for `path` only, when given)."""
-        return sum(1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206)
-                   and (path is None or p == path))
+        return sum(
+            1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206) and (path is None or p == path)
+        )
 
     def answered(self, status: int, path: str | None = None) -> list[tuple[float, str, str, int]]:
         """The answers with `status` so far (for `path` only, when given)."""
@@ -383,8 +402,18 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
                 return
             sha, root, rel = found
             if parts[4] == "revision":
-                return self._json({"id": "/".join(parts[2:4]), "sha": sha, "private": False, "siblings": [
-                    {"rfilename": p.relative_to(root).as_posix()} for p in sorted(root.rglob("*")) if p.is_file()]})
+                return self._json(
+                    {
+                        "id": "/".join(parts[2:4]),
+                        "sha": sha,
+                        "private": False,
+                        "siblings": [
+                            {"rfilename": p.relative_to(root).as_posix()}
+                            for p in sorted(root.rglob("*"))
+                            if p.is_file()
+                        ],
+                    }
+                )
             folder = root.joinpath(*rel)
             if not folder.is_dir():
                 return self._missing("EntryNotFound")
@@ -407,10 +436,13 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
         ranged = self.headers.get("Range", "")
         if ranged.startswith("bytes="):
             a, _, b = ranged[6:].partition("-")
-            lo, hi = (int(a), min(int(b) if b else len(data) - 1, len(data) - 1)) if a else \
-                (max(len(data) - int(b), 0), len(data) - 1)
+            lo, hi = (
+                (int(a), min(int(b) if b else len(data) - 1, len(data) - 1))
+                if a
+                else (max(len(data) - int(b), 0), len(data) - 1)
+            )
             status = 206
-        body = data[lo:hi + 1]
+        body = data[lo : hi + 1]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")

@@ -27,10 +27,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
-           "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
-           "encoder_flush_timeout_s",
-           "quiet_svt_av1", "local_rank", "node_name", "slurm_array_task"]
+__all__ = [
+    "cache_dir",
+    "hub_home",
+    "decode_threads_override",
+    "worker_sharing",
+    "force_mmap",
+    "fetch_timeout_s",
+    "connect_timeout_s",
+    "retry_window_s",
+    "file_cache_max_bytes",
+    "progress_allowed",
+    "encoder_flush_timeout_s",
+    "quiet_svt_av1",
+    "local_rank",
+    "node_name",
+    "slurm_array_task",
+]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -38,7 +51,8 @@ SHARING_STRATEGIES = ("file_system", "file_descriptor")
 def cache_dir() -> Path:
     """Root of episodic's cache: $EPISODIC_CACHE, else $XDG_CACHE_HOME/episodic, else ~/.cache/episodic."""
     base = os.environ.get("EPISODIC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic")
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic"
+    )
     return Path(base)
 
 
@@ -171,8 +185,10 @@ def slurm_array_task() -> tuple[int, int] | None:
     first = _rank("SLURM_ARRAY_TASK_MIN") or 0
     k = task - first
     if not 0 <= k < count:
-        raise ValueError(f"SLURM_ARRAY_TASK_ID {task} is not among the {count} tasks from SLURM_ARRAY_TASK_MIN "
-                         f"{first}: give --shard K/N")
+        raise ValueError(
+            f"SLURM_ARRAY_TASK_ID {task} is not among the {count} tasks from SLURM_ARRAY_TASK_MIN "
+            f"{first}: give --shard K/N"
+        )
     return k, count
 
 

@@ -34,9 +34,21 @@ from typing import Any, Callable
 
 from . import config
 
-__all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "register_collate",
-           "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "default_store",
-           "MAX_SLOTS"]
+__all__ = [
+    "worker",
+    "in_worker",
+    "slot",
+    "usable_cores",
+    "decode_threads",
+    "after_fork",
+    "register_collate",
+    "shutdown_workers",
+    "stop_workers_at_exit",
+    "storage_use_count",
+    "set_tensor_sharing",
+    "default_store",
+    "MAX_SLOTS",
+]
 
 MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
 
@@ -118,8 +130,10 @@ def register_collate(cls: type, fn: Callable) -> None:
     try:
         from torch.utils.data._utils.collate import default_collate_fn_map
     except ImportError as e:  # pragma: no cover - depends on the torch version
-        raise RuntimeError("torch.utils.data._utils.collate.default_collate_fn_map is gone: episodic's batch "
-                           "collation needs updating for this torch") from e
+        raise RuntimeError(
+            "torch.utils.data._utils.collate.default_collate_fn_map is gone: episodic's batch "
+            "collation needs updating for this torch"
+        ) from e
     default_collate_fn_map.setdefault(cls, fn)
 
 
@@ -208,6 +222,8 @@ def default_store() -> Any:
 
     get = getattr(distributed_c10d, "_get_default_store", None)
     if get is None:  # pragma: no cover - depends on the torch version
-        raise RuntimeError("torch.distributed.distributed_c10d._get_default_store is gone: episodic's mixture "
-                           "start-up needs updating for this torch")
+        raise RuntimeError(
+            "torch.distributed.distributed_c10d._get_default_store is gone: episodic's mixture "
+            "start-up needs updating for this torch"
+        )
     return get()

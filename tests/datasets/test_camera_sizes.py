@@ -29,8 +29,11 @@ HEIGHTS = (16, 30, 240, 480)
 CODECS = ("av1", "h264", "hevc")
 # (codec, height, width) the writer refuses up front (writer/video.py): SVT-AV1 takes no frame narrower than 32
 # pixels and never finishes a stream of frames at most 24 high and wider than 64; x265 corrupts memory below 49
-REFUSED = ({("av1", h, 24) for h in HEIGHTS} | {("av1", 16, w) for w in WIDTHS if w > 64}
-           | {("hevc", h, w) for h in HEIGHTS for w in WIDTHS if w < 49})
+REFUSED = (
+    {("av1", h, 24) for h in HEIGHTS}
+    | {("av1", 16, w) for w in WIDTHS if w > 64}
+    | {("hevc", h, w) for h in HEIGHTS for w in WIDTHS if w < 49}
+)
 EPISODES, FRAMES = 2, 3
 
 
@@ -110,8 +113,9 @@ def test_mixture_frames_are_pyavs(written, uint8, tmp_path):
     dataset's two episodes, each mapping that camera to the role `cam`."""
     _, root, reference = written
     for key, frames in reference.items():
-        entries = [{"source": str(root), "name": f"ep{ep}", "episodes": [ep], "roles": {"cam": key}}
-                   for ep in range(EPISODES)]
+        entries = [
+            {"source": str(root), "name": f"ep{ep}", "episodes": [ep], "roles": {"cam": key}} for ep in range(EPISODES)
+        ]
         ds = MixtureDataset(MixtureSpec.from_dict({"entries": entries}), return_uint8=uint8, cache_dir=tmp_path)
         seen = []
         for i in range(len(ds)):
@@ -127,9 +131,12 @@ def test_dataloader_workers_hand_out_pyavs_frames(uint8, tmp_path):
     and streaming, every width at one height."""
     root = tmp_path / "ds"
     reference = _write("h264", 30, root)
-    loaders = [LeRobotDataset("sizes", root=root, return_uint8=uint8).loader(batch_size=4, num_workers=2),
-               StreamingLeRobotDataset("sizes", root=root, return_uint8=uint8, cache_dir=tmp_path).loader(
-                   batch_size=4, num_workers=2)]
+    loaders = [
+        LeRobotDataset("sizes", root=root, return_uint8=uint8).loader(batch_size=4, num_workers=2),
+        StreamingLeRobotDataset("sizes", root=root, return_uint8=uint8, cache_dir=tmp_path).loader(
+            batch_size=4, num_workers=2
+        ),
+    ]
     for loader in loaders:
         seen = []
         for batch in loader:

@@ -19,8 +19,14 @@ def _ptr(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-HOLDERS = {"view": lambda t: t[1:], "numpy": lambda t: t.numpy(), "unbind": lambda t: t.unbind(0)[2],
-           "reshape": lambda t: t.reshape(-1), "storage": lambda t: t.untyped_storage(), "itself": lambda t: t}
+HOLDERS = {
+    "view": lambda t: t[1:],
+    "numpy": lambda t: t.numpy(),
+    "unbind": lambda t: t.unbind(0)[2],
+    "reshape": lambda t: t.reshape(-1),
+    "storage": lambda t: t.untyped_storage(),
+    "itself": lambda t: t,
+}
 
 
 @pytest.mark.parametrize("holder", sorted(HOLDERS))
@@ -79,7 +85,7 @@ def test_ring_reuses_a_slot_only_after_the_batch_received_in_it_is_dropped():
     a = ring.take(1000)
     b = ring.take(1000)
     assert a is not None and b is not None and ring.take(1000) is None  # both in flight: caller falls back
-    a[memory.HEADER:memory.HEADER + 4] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+    a[memory.HEADER : memory.HEADER + 4] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
     layout = [("x", memory.HEADER, (4,), "|u1"), ("task", None, ["t"], None)]
     got = memory.receive(a, layout)
     assert got["x"].tolist() == [1, 2, 3, 4] and got["task"] == ["t"]

@@ -33,8 +33,11 @@ class Tmpfs:
         self.path, self.mounted = path, False
 
     def mount(self, size_kb: int) -> Path:
-        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(self.path)],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(self.path)],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs to fill up ({out.stderr.strip() or out.returncode})")
         self.mounted = True

@@ -18,6 +18,7 @@ from episodic.tools.validate import validate
 from episodic.writer.session import SESSION_DIR
 from episodic.writer.video import VideoFileWriter
 
+
 def open_files_under(path: Path) -> list[str]:
     """Files under `path` this process holds open (Linux), but a live writer's lock: a descriptor left open
     on a discarded temporary file keeps its disk space."""

@@ -68,8 +68,9 @@ def main():
     ap.add_argument("--again", type=int, default=0, help="start-ups after the first, in the same job")
     ap.add_argument("--again-late-s", type=float, default=0.0, help="the late rank's delay before each of those")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s"
+    )
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -84,21 +85,43 @@ def main():
     mixture = spec if args.spec_in_prepare else preflight(spec)
     record["prepare_start"] = time.time()
     try:
-        result = prepare(mixture, shared_cache=args.shared_cache, concurrency=args.concurrency,
-                         timeout_s=args.timeout_s, poll_s=args.poll_s)
+        result = prepare(
+            mixture,
+            shared_cache=args.shared_cache,
+            concurrency=args.concurrency,
+            timeout_s=args.timeout_s,
+            poll_s=args.poll_s,
+        )
         report = result.report
-        record.update(ok=True, roots=list(result.roots), downloader=result.downloader, needed=result.files_needed,
-                      missing=result.files_missing, fetched=result.files_fetched, bytes=result.bytes_fetched,
-                      nodes=result.nodes, sources=[s.root if s is not None else None for s in report.sources],
-                      local=[bool(s is not None and s.is_local) for s in report.sources],
-                      meta_roots=[m.root if m is not None else None for m in report.metadata],
-                      preflight_rank=result.preflight_rank, preflight_seconds=result.preflight_seconds,
-                      seconds=result.seconds, entries=[e.to_dict() for e in report.entries],
-                      episode_lengths=[m.episodes.length.tolist() if m is not None else None
-                                       for m in report.metadata])
+        record.update(
+            ok=True,
+            roots=list(result.roots),
+            downloader=result.downloader,
+            needed=result.files_needed,
+            missing=result.files_missing,
+            fetched=result.files_fetched,
+            bytes=result.bytes_fetched,
+            nodes=result.nodes,
+            sources=[s.root if s is not None else None for s in report.sources],
+            local=[bool(s is not None and s.is_local) for s in report.sources],
+            meta_roots=[m.root if m is not None else None for m in report.metadata],
+            preflight_rank=result.preflight_rank,
+            preflight_seconds=result.preflight_seconds,
+            seconds=result.seconds,
+            entries=[e.to_dict() for e in report.entries],
+            episode_lengths=[m.episodes.length.tolist() if m is not None else None for m in report.metadata],
+        )
     except MixtureStartupError as e:
-        record.update(ok=False, type=type(e).__name__, message=str(e), entry=e.entry, url=e.url, failed_rank=e.rank,
-                      error_type=e.error_type, cause=type(e.__cause__).__name__ if e.__cause__ else None)
+        record.update(
+            ok=False,
+            type=type(e).__name__,
+            message=str(e),
+            entry=e.entry,
+            url=e.url,
+            failed_rank=e.rank,
+            error_type=e.error_type,
+            cause=type(e.__cause__).__name__ if e.__cause__ else None,
+        )
     record["prepare_end"] = time.time()
     record["again"] = []
     for _ in range(args.again):
@@ -106,10 +129,21 @@ def main():
             time.sleep(args.again_late_s)
         t0 = time.time()
         try:
-            result = prepare(spec if args.spec_in_prepare else mixture, shared_cache=args.shared_cache,
-                             concurrency=args.concurrency, timeout_s=args.timeout_s, poll_s=args.poll_s)
-            record["again"].append({"ok": True, "seconds": time.time() - t0, "roots": list(result.roots),
-                                    "entries": [e.to_dict() for e in result.report.entries]})
+            result = prepare(
+                spec if args.spec_in_prepare else mixture,
+                shared_cache=args.shared_cache,
+                concurrency=args.concurrency,
+                timeout_s=args.timeout_s,
+                poll_s=args.poll_s,
+            )
+            record["again"].append(
+                {
+                    "ok": True,
+                    "seconds": time.time() - t0,
+                    "roots": list(result.roots),
+                    "entries": [e.to_dict() for e in result.report.entries],
+                }
+            )
         except MixtureStartupError as e:
             record["again"].append({"ok": False, "seconds": time.time() - t0, "message": str(e)})
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:

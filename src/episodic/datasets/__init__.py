@@ -6,5 +6,12 @@ from .mixture import MixtureDataset
 from .streaming import StreamingDataset, StreamingLeRobotDataset, StreamingMixtureDataset
 from .loader import StreamingLoader
 
-__all__ = ["EpisodicDataset", "LeRobotDataset", "MixtureDataset", "StreamingDataset", "StreamingLeRobotDataset",
-           "StreamingLoader", "StreamingMixtureDataset"]
+__all__ = [
+    "EpisodicDataset",
+    "LeRobotDataset",
+    "MixtureDataset",
+    "StreamingDataset",
+    "StreamingLeRobotDataset",
+    "StreamingLoader",
+    "StreamingMixtureDataset",
+]

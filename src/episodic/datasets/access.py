@@ -41,8 +41,9 @@ class BatchAccess:
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
         # frames for the GPU leave as uint8 (references, and image features a quarter of the bytes)
-        batch = make_batch(lambda dtype: self.build(indices, dtype), self.return_uint8 or self.gpu is not None,
-                           sharing=sharing)
+        batch = make_batch(
+            lambda dtype: self.build(indices, dtype), self.return_uint8 or self.gpu is not None, sharing=sharing
+        )
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch
 
@@ -54,8 +55,11 @@ class BatchAccess:
     def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
         """Items for a DataLoader batch, built together (one decode pass per file)."""
         if self.gpu is not None:  # GPU frames are decoded here, in the main process (a worker refuses)
-            return unbatch(Batch(self.finish(self._batch(indices).collated(), transforms=False)),
-                           self.image_transforms, self.camera_keys)
+            return unbatch(
+                Batch(self.finish(self._batch(indices).collated(), transforms=False)),
+                self.image_transforms,
+                self.camera_keys,
+            )
         return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
 
 

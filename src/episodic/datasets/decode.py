@@ -40,8 +40,14 @@ class EntryFrames:
     """Decoding the cameras of one dataset (or mixture entry) `spec` describes, from the files of `meta` under
     `source`, through `decoders`; decode seconds go to `counters`."""
 
-    def __init__(self, spec: ItemSpec, meta: DatasetMetadata, source: Source, decoders: DecoderCache | None = None,
-                 counters: Counters | None = None):
+    def __init__(
+        self,
+        spec: ItemSpec,
+        meta: DatasetMetadata,
+        source: Source,
+        decoders: DecoderCache | None = None,
+        counters: Counters | None = None,
+    ):
         self.spec, self.meta, self.source = spec, meta, source
         self.decoders = decoders if decoders is not None else DecoderCache(counters=counters)
         self.counters = counters if counters is not None else self.decoders.counters
@@ -72,11 +78,14 @@ class EntryFrames:
         want = self.hw(key)
         if tuple(hw) != want:
             bad = sorted(set(np.asarray(episodes).tolist()))
-            raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
-                                     f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")
+            raise DatasetFormatError(
+                f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
+                f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}"
+            )
 
-    def jobs(self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray,
-             output: FrameOutput) -> list[FrameJob]:
+    def jobs(
+        self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray, output: FrameOutput
+    ) -> list[FrameJob]:
         """The jobs that decode camera `key`'s frames at `times` ((B, T) seconds inside each row's episode, rows of
         episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)): one per video file the
         episodes are in."""
@@ -86,11 +95,14 @@ class EntryFrames:
         if not len(fids):
             return []
         if len(fids) == 1 or (fids == fids[0]).all():
-            return [FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1),
-                             output)]
-        return [FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest, target[sel].reshape(-1),
-                         output)
-                for fid in np.unique(fids).tolist() for sel in [np.flatnonzero(fids == fid)]]
+            return [
+                FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1), output)
+            ]
+        return [
+            FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest, target[sel].reshape(-1), output)
+            for fid in np.unique(fids).tolist()
+            for sel in [np.flatnonzero(fids == fid)]
+        ]
 
     def locate_episode(self, key: str, episode: int, times: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
         """(file, times in it, frame index of each) for rows of one episode at `times` (seconds inside it); the
@@ -104,8 +116,9 @@ class EntryFrames:
         except FrameTimestampError:
             return rel, in_file, None
 
-    def images(self, key: str, store: Sequence, rows: np.ndarray, dest: np.ndarray, output: FrameOutput,
-               episodes: np.ndarray) -> None:
+    def images(
+        self, key: str, store: Sequence, rows: np.ndarray, dest: np.ndarray, output: FrameOutput, episodes: np.ndarray
+    ) -> None:
         """Decode the images (encoded bytes `store[r]`) of rows `rows` (episodes `episodes`, same shape) into
         `dest` ((*rows.shape, *frame shape))."""
         want = self.hw(key)
@@ -114,7 +127,7 @@ class EntryFrames:
         for i, r in enumerate(rows.reshape(-1).tolist()):
             hw = decode_image_into(store[r], flat[i], output, f"{self.meta.root}: row {r} feature {key!r}")
             if hw != tuple(want):
-                self.check_size(key, hw, "an image in the data file", eps[i:i + 1])
+                self.check_size(key, hw, "an image in the data file", eps[i : i + 1])
 
 
 def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarray) -> list[tuple[int, int, int]]:

@@ -71,8 +71,13 @@ class MixtureFacts:
         the split. Workers build ahead of the training loop (the DataLoader's prefetch), so counts lead what the
         loop consumed by up to that many batches."""
         facts = [self.report.entries[e.index] for e in self.layout.entries]
-        table = share_table(self.layout.names, self.layout.groups, self.target_shares, self.items_per_entry.totals(),
-                            [(f.episodes, f.frames) for f in facts])
+        table = share_table(
+            self.layout.names,
+            self.layout.groups,
+            self.target_shares,
+            self.items_per_entry.totals(),
+            [(f.episodes, f.frames) for f in facts],
+        )
         table["split"] = self.split if self.eval_split is not None else None
         table["eval_split"] = self.eval_split.to_dict() if self.eval_split is not None else None
         return table

@@ -81,6 +81,7 @@ class ItemLayout:
 def single_layout(spec: ItemSpec, features: dict[str, Feature]) -> ItemLayout:
     """A single dataset's items: its cameras (videos first, then each image feature in its place among the
     columns), its columns in info order, a ``<key>_is_pad`` per window, and the task -- LeRobot's item."""
+
     def frames(key: str) -> Field:
         return Field(key, "frames", (key,), window=_steps(spec, key))
 
@@ -108,8 +109,15 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
     fields: list[Field] = []
     h_w = layout.image_size
     for role, key in zip(layout.cameras, layout.camera_keys):
-        fields.append(Field(key, "frames", tuple(e.cameras.get(role) for e in entries), window=layout.windows.get(role),
-                            shape=(3, *h_w)))
+        fields.append(
+            Field(
+                key,
+                "frames",
+                tuple(e.cameras.get(role) for e in entries),
+                window=layout.windows.get(role),
+                shape=(3, *h_w),
+            )
+        )
         fields.append(Field(f"{key}_is_pad", "pad", fields[-1].sources, base=key))
     for role, key, dim in (("state", STATE, layout.state_dim), ("action", ACTION, layout.action_dim)):
         if not dim:
@@ -118,8 +126,9 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
         select = tuple(e.state_indices if role == "state" else e.action_indices for e in entries)
         dims = tuple(e.state_dim if role == "state" else e.action_dim for e in entries)
         window = layout.windows.get(role)
-        fields.append(Field(key, "values", sources, window=window, dtype="float32", shape=(dim,), select=select,
-                            dims=dims))
+        fields.append(
+            Field(key, "values", sources, window=window, dtype="float32", shape=(dim,), select=select, dims=dims)
+        )
         fields.append(Field(f"{key}_mask", "mask", sources, base=key))
         if window is not None:
             fields.append(Field(f"{key}_is_pad", "pad", sources, base=key))

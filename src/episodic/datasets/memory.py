@@ -213,7 +213,8 @@ def _views(block: torch.Tensor, arrays: dict, offsets: dict[str, int], base: int
     for key, a in arrays.items():
         dtype = np.dtype(a.dtype)
         t = torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).set_(
-            storage, (base + offsets[key]) // dtype.itemsize, a.shape)
+            storage, (base + offsets[key]) // dtype.itemsize, a.shape
+        )
         if not isinstance(a, Empty):
             t.numpy()[...] = a
         out[key] = t
@@ -235,7 +236,7 @@ def receive(block: torch.Tensor, layout: list) -> dict:
         dt = np.dtype(dt)
         nbytes = math.prod(shape) * dt.itemsize
         dtype = torch.from_numpy(np.empty(0, dt)).dtype
-        out[k] = torch.empty(0, dtype=dtype).set_(storage[off:off + nbytes], 0, tuple(shape))
+        out[k] = torch.empty(0, dtype=dtype).set_(storage[off : off + nbytes], 0, tuple(shape))
     RECEIVED.hold(block)
     return out
 

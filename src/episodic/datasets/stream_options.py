@@ -73,8 +73,12 @@ def stream_options(options: StreamOptions | None, cache_max_bytes=UNSET, **given
     were given (`UNSET` ones take its defaults), not both. `cache_max_bytes`: the earlier name of
     `mirror_max_bytes`."""
     if cache_max_bytes is not UNSET:
-        warnings.warn("cache_max_bytes of a streaming dataset is renamed mirror_max_bytes (cache_max_bytes is the "
-                      "map-style datasets' whole-file cache)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "cache_max_bytes of a streaming dataset is renamed mirror_max_bytes (cache_max_bytes is the "
+            "map-style datasets' whole-file cache)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if given.get("mirror_max_bytes", UNSET) is UNSET:
             given["mirror_max_bytes"] = cache_max_bytes
     given = {k: v for k, v in given.items() if v is not UNSET}

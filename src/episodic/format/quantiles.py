@@ -74,8 +74,9 @@ def _weights(count: int, points: int, size: int) -> np.ndarray:
     return w
 
 
-def pooled_quantiles(parts: Sequence[tuple[int, np.ndarray]], levels: Sequence[float],
-                     size: int = SKETCH_SIZE) -> np.ndarray:
+def pooled_quantiles(
+    parts: Sequence[tuple[int, np.ndarray]], levels: Sequence[float], size: int = SKETCH_SIZE
+) -> np.ndarray:
     """Quantiles at `levels` of the pooled data of `parts` (each ``(count, sketch)``, sketch of shape (D, m) from
     `sketch_of_sorted` with the same `size`): shape (len(levels), D), by the rule and within the tolerance of
     the module docstring."""

@@ -61,25 +61,32 @@ class KeyStats:
         if indices is None:
             return self
         idx = np.asarray(indices, dtype=np.int64)
-        return KeyStats({n: (v if n == "count" else np.asarray(v)[idx]) for n, v in self.stats.items()},
-                        self.sketch[idx])
+        return KeyStats(
+            {n: (v if n == "count" else np.asarray(v)[idx]) for n, v in self.stats.items()}, self.sketch[idx]
+        )
 
     def shaped(self, shape: Sequence[int]) -> dict[str, np.ndarray]:
         """`stats` with each statistic in the feature's `shape` (as stats.json has them)."""
-        return {n: (np.asarray(v) if n == "count" else np.asarray(v).reshape(tuple(shape)))
-                for n, v in self.stats.items()}
+        return {
+            n: (np.asarray(v) if n == "count" else np.asarray(v).reshape(tuple(shape))) for n, v in self.stats.items()
+        }
 
     def to_json(self) -> dict[str, Any]:
         """JSON-serialisable: statistics as lists, the sketch as little-endian float64 bytes in base64."""
         sketch = np.ascontiguousarray(self.sketch, dtype="<f8")
-        return {"stats": {n: np.asarray(v).tolist() for n, v in self.stats.items()},
-                "sketch": {"shape": list(sketch.shape), "float64": base64.b64encode(sketch.tobytes()).decode()}}
+        return {
+            "stats": {n: np.asarray(v).tolist() for n, v in self.stats.items()},
+            "sketch": {"shape": list(sketch.shape), "float64": base64.b64encode(sketch.tobytes()).decode()},
+        }
 
     @classmethod
     def from_json(cls, raw: Any) -> "KeyStats":
         """Back from `to_json`'s form, checked: ValueError when anything is missing or does not fit."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("stats"), Mapping) \
-                or not isinstance(raw.get("sketch"), Mapping):
+        if (
+            not isinstance(raw, Mapping)
+            or not isinstance(raw.get("stats"), Mapping)
+            or not isinstance(raw.get("sketch"), Mapping)
+        ):
             raise ValueError("expected an object with 'stats' and 'sketch'")
         names = ("min", "max", "mean", "std", "count", *QUANTILES)
         missing = [n for n in names if n not in raw["stats"]]
@@ -87,13 +94,23 @@ class KeyStats:
             raise ValueError(f"missing statistics {missing}")
         stats = {n: np.asarray(raw["stats"][n], dtype=np.int64 if n == "count" else np.float64) for n in names}
         dims = stats["mean"].shape
-        if len(dims) != 1 or any(stats[n].shape != dims for n in names if n != "count") \
-                or stats["count"].shape != (1,) or stats["count"][0] < 1:
+        if (
+            len(dims) != 1
+            or any(stats[n].shape != dims for n in names if n != "count")
+            or stats["count"].shape != (1,)
+            or stats["count"][0] < 1
+        ):
             raise ValueError("statistics of inconsistent shapes")
         shape = raw["sketch"].get("shape")
         data = base64.b64decode(str(raw["sketch"].get("float64", "")), validate=True)
-        if not (isinstance(shape, list) and len(shape) == 2 and shape[0] == dims[0] and isinstance(shape[1], int)
-                and 1 <= shape[1] and len(data) == 8 * shape[0] * shape[1]):
+        if not (
+            isinstance(shape, list)
+            and len(shape) == 2
+            and shape[0] == dims[0]
+            and isinstance(shape[1], int)
+            and 1 <= shape[1]
+            and len(data) == 8 * shape[0] * shape[1]
+        ):
             raise ValueError(f"a sketch of shape {shape!r} and {len(data)} bytes does not fit {dims[0]} dimensions")
         return cls(stats, np.frombuffer(data, dtype="<f8").reshape(shape).astype(np.float64))
 

@@ -61,8 +61,14 @@ def make_dataset(cfg: Any) -> Any:
     delta_timestamps = resolve_delta_timestamps(cfg.policy, source.load_metadata())
     if getattr(dcfg, "video_backend", None):
         log.info("dataset.video_backend=%s is not used: episodic decodes videos with PyAV", dcfg.video_backend)
-    common = dict(root=source.location, episodes=dcfg.episodes, delta_timestamps=delta_timestamps,
-                  image_transforms=image_transforms, revision=dcfg.revision, tolerance_s=cfg.tolerance_s)
+    common = dict(
+        root=source.location,
+        episodes=dcfg.episodes,
+        delta_timestamps=delta_timestamps,
+        image_transforms=image_transforms,
+        revision=dcfg.revision,
+        tolerance_s=cfg.tolerance_s,
+    )
     if not dcfg.streaming:
         dataset = LeRobotDataset(dcfg.repo_id, **common)
     else:
@@ -85,12 +91,19 @@ def _state_path(checkpoint_dir: Path) -> Path:
 def _load_stream_state(dataset: Any, checkpoint_dir: Path) -> None:
     path = _state_path(checkpoint_dir)
     if not path.exists():
-        log.warning("%s not found: the stream starts its epoch from the beginning (the checkpoint was not made "
-                    "by episodic lerobot-train)", path)
+        log.warning(
+            "%s not found: the stream starts its epoch from the beginning (the checkpoint was not made "
+            "by episodic lerobot-train)",
+            path,
+        )
         return
     dataset.load_state_dict(json.loads(path.read_text()))
-    log.info("streaming: continuing from %s (epoch %d, %d batches consumed)", path, dataset.epoch,
-             dataset.state.batches_consumed)
+    log.info(
+        "streaming: continuing from %s (epoch %d, %d batches consumed)",
+        path,
+        dataset.epoch,
+        dataset.state.batches_consumed,
+    )
 
 
 class _Run:
@@ -144,14 +157,18 @@ def _import_lerobot_train() -> Any:
     try:
         from lerobot.scripts import lerobot_train
     except ImportError as e:
-        raise SystemExit(f"episodic lerobot-train: LeRobot's training script cannot be imported ({e}); it runs "
-                         f"in an environment with LeRobot 0.4.x installed (pip install lerobot)") from None
+        raise SystemExit(
+            f"episodic lerobot-train: LeRobot's training script cannot be imported ({e}); it runs "
+            f"in an environment with LeRobot 0.4.x installed (pip install lerobot)"
+        ) from None
     missing = [name for name in _PATCHED if not hasattr(lerobot_train, name)]
     if missing:
         import lerobot
 
-        raise SystemExit(f"episodic lerobot-train: lerobot.scripts.lerobot_train (LeRobot "
-                         f"{getattr(lerobot, '__version__', '?')}) has no {', '.join(missing)}; supported: LeRobot 0.4.x")
+        raise SystemExit(
+            f"episodic lerobot-train: lerobot.scripts.lerobot_train (LeRobot "
+            f"{getattr(lerobot, '__version__', '?')}) has no {', '.join(missing)}; supported: LeRobot 0.4.x"
+        )
     return lerobot_train
 
 

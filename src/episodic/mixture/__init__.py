@@ -16,5 +16,16 @@ from .sampling import build_sampler
 from .checking.spec import MixtureEntry, MixtureSpec, Weighting, load_spec
 from .startup.distributed import StartupResult, prepare
 
-__all__ = ["EntryReport", "MixtureEntry", "MixtureSpec", "PreflightReport", "Problem", "StartupResult", "Weighting",
-           "build_sampler", "load_spec", "preflight", "prepare"]
+__all__ = [
+    "EntryReport",
+    "MixtureEntry",
+    "MixtureSpec",
+    "PreflightReport",
+    "Problem",
+    "StartupResult",
+    "Weighting",
+    "build_sampler",
+    "load_spec",
+    "preflight",
+    "prepare",
+]

@@ -46,8 +46,17 @@ from .layout import ACTION, STATE, EntryLayout, MixtureLayout, camera_key
 __all__ = ["PAD_STATS", "STATS_SOURCES", "EntryStats", "entry_stats", "pooled_stats", "stats_json_describes"]
 
 # what a padded dimension gets: every normalisation mode maps its 0 to 0
-PAD_STATS = {"mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0, "q01": -1.0, "q10": -1.0, "q50": 0.0, "q90": 1.0,
-             "q99": 1.0}
+PAD_STATS = {
+    "mean": 0.0,
+    "std": 1.0,
+    "min": -1.0,
+    "max": 1.0,
+    "q01": -1.0,
+    "q10": -1.0,
+    "q50": 0.0,
+    "q90": 1.0,
+    "q99": 1.0,
+}
 STATS_SOURCES = ("auto", "stats.json", "data")
 _NEEDED = ("mean", "std", "min", "max", *QUANTILES)
 
@@ -96,13 +105,25 @@ def stats_json_describes(meta, spec_entry, key: str) -> bool:
 
 
 def _vector_roles(layout: MixtureLayout, e: EntryLayout):
-    return [(shared, key, indices, dim) for shared, key, indices, dim in
-            ((STATE, e.state_key, e.state_indices, layout.state_dim),
-             (ACTION, e.action_key, e.action_indices, layout.action_dim)) if key is not None and dim]
+    return [
+        (shared, key, indices, dim)
+        for shared, key, indices, dim in (
+            (STATE, e.state_key, e.state_indices, layout.state_dim),
+            (ACTION, e.action_key, e.action_indices, layout.action_dim),
+        )
+        if key is not None and dim
+    ]
 
 
-def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers: int | None = None,
-                progress: bool = False, cache=True) -> list[EntryStats]:
+def entry_stats(
+    layout: MixtureLayout,
+    report,
+    *,
+    source: str = "auto",
+    workers: int | None = None,
+    progress: bool = False,
+    cache=True,
+) -> list[EntryStats]:
     """Each entry's statistics under the shared keys (one per `layout.entries`, same order), from `report` (the
     `PreflightReport` the layout was built from; a sequence of `DatasetMetadata` (spec entry i's at i) is taken
     as ``source="stats.json"``: without the spec the selection is unknown). `source`, and the rules: see the
@@ -119,8 +140,13 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
 
         for e in layout.entries:
             meta, spec_entry = metadata[e.index], spec_entries[e.index]
-            keys = tuple(dict.fromkeys(key for _, key, _, _ in _vector_roles(layout, e)
-                                       if source == "data" or not stats_json_describes(meta, spec_entry, key)))
+            keys = tuple(
+                dict.fromkeys(
+                    key
+                    for _, key, _, _ in _vector_roles(layout, e)
+                    if source == "data" or not stats_json_describes(meta, spec_entry, key)
+                )
+            )
             if keys:
                 job_of[e.index] = len(jobs)
                 jobs.append(StatsJob(sources[e.index], meta, keys, _selected(spec_entry, len(meta.episodes)), e.name))
@@ -182,8 +208,9 @@ def _pool_vector(parts: list[tuple[dict, int, tuple[int, np.ndarray] | None]], d
     return out
 
 
-def pooled_stats(layout: MixtureLayout, per_entry: Sequence[Stats],
-                 group_of: Callable[[EntryLayout], object] | None = None) -> dict[object, Stats]:
+def pooled_stats(
+    layout: MixtureLayout, per_entry: Sequence[Stats], group_of: Callable[[EntryLayout], object] | None = None
+) -> dict[object, Stats]:
     """Statistics pooled over the entries of each group (`group_of(entry)`, default the entry's ``group``:
     the spec's ``group`` or the dataset's robot type), by the rule of the module docstring (`per_entry`:
     `entry_stats`'s; the sketches of an `EntryStats` give exact-within-tolerance pooled quantiles)."""
@@ -198,10 +225,15 @@ def pooled_stats(layout: MixtureLayout, per_entry: Sequence[Stats],
             parts = [per_entry[i][key] for i in members if key in per_entry[i]]
             if parts:
                 pooled[key] = aggregate_stats([{"x": p} for p in parts])["x"]
-        for key, dim, dim_of in ((STATE, layout.state_dim, lambda e: e.state_dim),
-                                 (ACTION, layout.action_dim, lambda e: e.action_dim)):
-            parts = [(per_entry[i][key], dim_of(layout.entries[i]), getattr(per_entry[i], "sketches", {}).get(key))
-                     for i in members if key in per_entry[i]]
+        for key, dim, dim_of in (
+            (STATE, layout.state_dim, lambda e: e.state_dim),
+            (ACTION, layout.action_dim, lambda e: e.action_dim),
+        ):
+            parts = [
+                (per_entry[i][key], dim_of(layout.entries[i]), getattr(per_entry[i], "sketches", {}).get(key))
+                for i in members
+                if key in per_entry[i]
+            ]
             if parts and dim:
                 pooled[key] = _pool_vector(parts, dim)
         out[g] = pooled

@@ -18,8 +18,14 @@ from .checking.report import PreflightReport
 __all__ = ["build_sampler"]
 
 
-def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = True, drop_n_first_frames: int = 0,
-                  drop_n_last_frames: int = 0) -> tuple[MixtureSampler, list[int]]:
+def build_sampler(
+    report: PreflightReport,
+    *,
+    seed: int = 0,
+    shuffle: bool = True,
+    drop_n_first_frames: int = 0,
+    drop_n_last_frames: int = 0,
+) -> tuple[MixtureSampler, list[int]]:
     """The sampler of `report`'s mixture and, per sampler entry, the index of its spec entry."""
     if report.on_error == "raise":
         report.raise_for_errors()
@@ -33,6 +39,14 @@ def build_sampler(report: PreflightReport, *, seed: int = 0, shuffle: bool = Tru
         weights.append(report.entries[i].share)
         own.append(report.entries[i].weight)  # its own raw weight: what a resume compares to name re-weighted entries
         names.append(report.entries[i].name)
-    sampler = MixtureSampler(frames, weights, names, samples_per_epoch=report.spec.samples_per_epoch, shuffle=shuffle,
-                             seed=seed, skipped=report.skipped, own_weights=own)
+    sampler = MixtureSampler(
+        frames,
+        weights,
+        names,
+        samples_per_epoch=report.spec.samples_per_epoch,
+        shuffle=shuffle,
+        seed=seed,
+        skipped=report.skipped,
+        own_weights=own,
+    )
     return sampler, used

@@ -11,8 +11,13 @@ import numpy as np
 __all__ = ["order_counts", "share_table"]
 
 
-def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence[float], counts,
-                sizes: Sequence[tuple[int, int]] | None = None) -> dict:
+def share_table(
+    names: Sequence[str],
+    groups: Sequence[object],
+    target: Sequence[float],
+    counts,
+    sizes: Sequence[tuple[int, int]] | None = None,
+) -> dict:
     """Per entry and per group: target share, items counted, realised share (items / all items; 0 before any),
     and the largest absolute difference between the two over entries and over groups; with `sizes` ((episodes,
     frames) per entry: what the mixture, or its side of an eval split, holds), those too, summed per group.
@@ -23,17 +28,29 @@ def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
     target = np.asarray(target, dtype=np.float64).reshape(-1)
     if not len(names) == len(groups) == target.size == counts.size:
-        raise ValueError(f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, "
-                         f"{target.size}, {counts.size}")
+        raise ValueError(
+            f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, "
+            f"{target.size}, {counts.size}"
+        )
     total = int(counts.sum())
     realised = counts / total if total else np.zeros(counts.size)
-    entries = [{"name": str(n), "group": g, "target": float(t), "items": int(c), "realised": float(r)}
-               for n, g, t, c, r in zip(names, groups, target, counts, realised)]
+    entries = [
+        {"name": str(n), "group": g, "target": float(t), "items": int(c), "realised": float(r)}
+        for n, g, t, c, r in zip(names, groups, target, counts, realised)
+    ]
     by: dict[object, list[int]] = {}
     for i, g in enumerate(groups):
         by.setdefault(g, []).append(i)
-    rows = [{"group": g, "entries": len(ix), "target": float(target[ix].sum()), "items": int(counts[ix].sum()),
-             "realised": float(realised[ix].sum())} for g, ix in by.items()]
+    rows = [
+        {
+            "group": g,
+            "entries": len(ix),
+            "target": float(target[ix].sum()),
+            "items": int(counts[ix].sum()),
+            "realised": float(realised[ix].sum()),
+        }
+        for g, ix in by.items()
+    ]
     if sizes is not None:
         if len(sizes) != counts.size:
             raise ValueError(f"one (episodes, frames) per entry: got {len(sizes)} for {counts.size} entries")

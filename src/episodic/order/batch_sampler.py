@@ -78,7 +78,7 @@ class EpisodicBatchSampler:
                 consumed, step, self.rank, self.world_size, self.batch_size, self.num_samples
             )
             if not self.pad_last:  # one rank: the last step's batch is the positions left
-                positions = positions[:self.num_samples - consumed - step * self.batch_size]
+                positions = positions[: self.num_samples - consumed - step * self.batch_size]
             yield self.sampler.indices_at(positions, epoch, self.seed).tolist()
 
     def advance(self, steps: int = 1) -> None:

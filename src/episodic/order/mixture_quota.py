@@ -133,8 +133,15 @@ class QuotaTree:
             phase.append(_phase(seed, node - n, wa + wb))
             heapq.heappush(heap, (wa + wb, node))
         as_array = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-        return cls(units=u, first=as_array(first), second=as_array(second), split=as_array(split),
-                   weight=as_array(weight), phase=as_array(phase), root=heap[0][1])
+        return cls(
+            units=u,
+            first=as_array(first),
+            second=as_array(second),
+            split=as_array(split),
+            weight=as_array(weight),
+            phase=as_array(phase),
+            root=heap[0][1],
+        )
 
     @property
     def total(self) -> int:
@@ -189,6 +196,6 @@ class QuotaTree:
                 out[node] = c
                 continue
             k = node - n
-            c1 = int(muldiv(np.array([c]), self.split[k:k + 1], self.weight[k:k + 1], self.phase[k:k + 1])[0])
+            c1 = int(muldiv(np.array([c]), self.split[k : k + 1], self.weight[k : k + 1], self.phase[k : k + 1])[0])
             stack += [(int(self.first[k]), c1), (int(self.second[k]), c - c1)]
         return out

@@ -38,7 +38,9 @@ class ConsumerId:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}")
         if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
-            raise ValueError(f"need 0 <= worker < num_workers, got worker={self.worker}, num_workers={self.num_workers}")
+            raise ValueError(
+                f"need 0 <= worker < num_workers, got worker={self.worker}, num_workers={self.num_workers}"
+            )
 
     @property
     def consumers(self) -> int:

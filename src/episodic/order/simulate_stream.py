@@ -92,8 +92,13 @@ def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, siz
     nw = max(workers, 1)
     per_worker = []
     for wid in range(nw):
-        plan = consumer_plan(lengths, replace(state, segment=(ws, nw, bs)), ConsumerId(rank, ws, wid, nw),
-                             state.episode_pool_size, state.shuffle)
+        plan = consumer_plan(
+            lengths,
+            replace(state, segment=(ws, nw, bs)),
+            ConsumerId(rank, ws, wid, nw),
+            state.episode_pool_size,
+            state.shuffle,
+        )
         rng = consumer_rng(state.seed, state.epoch, plan.segment, plan.consumer)
         order = PoolOrder([len(r) for r in plan.frames], state.episode_pool_size, rng, state.shuffle)
         _drain(order, plan.skip, sizes)  # fast-forward past what was consumed
@@ -101,7 +106,7 @@ def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, siz
         e = plan.episodes[k]
         f = np.fromiter((plan.frames[a][b] for a, b in zip(k.tolist(), j.tolist())), np.int64, len(k))
         worker = wid if workers else -1
-        per_worker.append([(worker, plan.consumer, e[p:p + bs], f[p:p + bs]) for p in range(0, len(k), bs)])
+        per_worker.append([(worker, plan.consumer, e[p : p + bs], f[p : p + bs]) for p in range(0, len(k), bs)])
     out, r = [], 0
     while any(r < len(b) for b in per_worker):  # round-robin over workers, skipping exhausted ones
         out.extend(b[r] for b in per_worker if r < len(b))
@@ -109,9 +114,16 @@ def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, siz
     return out
 
 
-def simulate_stream(lengths: Mapping[int, int], runs: Sequence[tuple[Topology, int | None]], *, seed: int = 0,
-                    epoch: int = 0, pool_size: int = 64, shuffle: bool = True,
-                    take_size: int | Sequence[int] | None = None) -> StreamSimulation:
+def simulate_stream(
+    lengths: Mapping[int, int],
+    runs: Sequence[tuple[Topology, int | None]],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    pool_size: int = 64,
+    shuffle: bool = True,
+    take_size: int | Sequence[int] | None = None,
+) -> StreamSimulation:
     """Simulate one epoch over episodes ``{episode: length}`` consumed by a job restarted on ``runs``.
 
     ``runs`` is a list of ``(topology, k)``: the job runs on ``topology`` until every rank has handed out

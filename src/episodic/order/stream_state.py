@@ -46,8 +46,9 @@ class StreamState:
         closes the open segment into `history`."""
         topo = (int(world_size), int(num_workers), int(batch_size))
         if self.segment is not None and self.batches_consumed > 0 and self.segment != topo:
-            return replace(self, segment=topo, batches_consumed=0,
-                           history=(*self.history, (*self.segment, self.batches_consumed)))
+            return replace(
+                self, segment=topo, batches_consumed=0, history=(*self.history, (*self.segment, self.batches_consumed))
+            )
         return replace(self, segment=topo)
 
     def direct(self, world_size: int, num_workers: int) -> tuple[tuple, Segment, int]:
@@ -71,9 +72,17 @@ class StreamState:
         """{"seed", "epoch", "batches_consumed", "batch_size", "world_size", "num_workers", "history",
         "episode_pool_size", "shuffle"}; with no open segment, `world_size` (the current one) and 0s."""
         ws, nw, bs = self.segment if self.segment is not None else (int(world_size), 0, 0)
-        return {"seed": self.seed, "epoch": self.epoch, "batches_consumed": self.batches_consumed, "batch_size": bs,
-                "world_size": ws, "num_workers": nw, "history": [list(h) for h in self.history],
-                "episode_pool_size": self.episode_pool_size, "shuffle": self.shuffle}
+        return {
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "batches_consumed": self.batches_consumed,
+            "batch_size": bs,
+            "world_size": ws,
+            "num_workers": nw,
+            "history": [list(h) for h in self.history],
+            "episode_pool_size": self.episode_pool_size,
+            "shuffle": self.shuffle,
+        }
 
     @classmethod
     def from_dict(cls, state: Mapping) -> "StreamState":
@@ -89,28 +98,41 @@ class StreamState:
         hist = []
         for i, h in enumerate(history):
             if not isinstance(h, (list, tuple)) or len(h) != 4:
-                raise ValueError(f"stream state: history[{i}] must be [world_size, num_workers, batch_size, "
-                                 f"batches_consumed], got {h!r}")
+                raise ValueError(
+                    f"stream state: history[{i}] must be [world_size, num_workers, batch_size, "
+                    f"batches_consumed], got {h!r}"
+                )
             names = ("world_size", "num_workers", "batch_size", "batches_consumed")
             lows = (1, 0, 1, 0)
             hist.append(tuple(_int(dict(zip(names, h)), n, low=lo) for n, lo in zip(names, lows)))
         segment = None
         if consumed:
-            segment = (_int(state, "world_size", 1, low=1), _int(state, "num_workers", 0),
-                       _int(state, "batch_size", low=1))
+            segment = (
+                _int(state, "world_size", 1, low=1),
+                _int(state, "num_workers", 0),
+                _int(state, "batch_size", low=1),
+            )
         pool = state.get("episode_pool_size")
         if pool is not None:
             pool = _int(state, "episode_pool_size", low=1)
         shuffle = state.get("shuffle")
         if shuffle is not None and not isinstance(shuffle, bool):
             raise ValueError(f"stream state: field 'shuffle' must be true or false, got {shuffle!r}")
-        return cls(seed=seed, epoch=epoch, batches_consumed=consumed, segment=segment, history=tuple(hist),
-                   episode_pool_size=pool, shuffle=shuffle)
+        return cls(
+            seed=seed,
+            epoch=epoch,
+            batches_consumed=consumed,
+            segment=segment,
+            history=tuple(hist),
+            episode_pool_size=pool,
+            shuffle=shuffle,
+        )
 
     def check_compatible(self, episode_pool_size: int, shuffle: bool) -> None:
         """Raise ValueError when this state was saved under another pool size or shuffle setting."""
         for key, mine in (("episode_pool_size", episode_pool_size), ("shuffle", shuffle)):
             saved = getattr(self, key)
             if saved is not None and saved != mine:
-                raise ValueError(f"stream state was saved with {key}={saved!r}, this dataset has {mine!r}: "
-                                 f"the order would differ")
+                raise ValueError(
+                    f"stream state was saved with {key}={saved!r}, this dataset has {mine!r}: the order would differ"
+                )

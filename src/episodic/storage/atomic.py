@@ -25,8 +25,15 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["AtomicFile", "atomic_path", "atomic_write_bytes", "fsync_directory", "fsync_file", "is_temp_name",
-           "temp_files"]
+__all__ = [
+    "AtomicFile",
+    "atomic_path",
+    "atomic_write_bytes",
+    "fsync_directory",
+    "fsync_file",
+    "is_temp_name",
+    "temp_files",
+]
 
 _TEMP_NAME = re.compile(r"^\..+\.[0-9]+\.[0-9a-f]{12}\.tmp$")
 

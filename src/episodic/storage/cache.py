@@ -66,8 +66,14 @@ class FileCache:
     `max_bytes` (default `episodic.config.file_cache_max_bytes()`, 32 GiB) of them. Fetches follow `policy`
     (default `FetchPolicy()`) and are counted in `stats`."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, policy: FetchPolicy | None = None,
-                 stats: Counters | None = None, max_bytes: int | None = None, grace_s: float = 60.0):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        policy: FetchPolicy | None = None,
+        stats: Counters | None = None,
+        max_bytes: int | None = None,
+        grace_s: float = 60.0,
+    ):
         self.directory = Path(directory) if directory else default_cache_dir() / "files"
         self.policy = policy
         self.stats = stats if stats is not None else Counters()
@@ -163,8 +169,13 @@ class FileCache:
                 deleted += 1
                 self.stats.add(cache_evictions=1)
         if total > self.max_bytes:
-            logger.info("%s: %d bytes in use, above the cache size of %d bytes (files used in the last %g s "
-                        "are kept)", self.directory, total, self.max_bytes, self.grace_s)
+            logger.info(
+                "%s: %d bytes in use, above the cache size of %d bytes (files used in the last %g s are kept)",
+                self.directory,
+                total,
+                self.max_bytes,
+                self.grace_s,
+            )
         return deleted
 
 

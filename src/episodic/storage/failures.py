@@ -14,8 +14,18 @@ import time
 
 from ..format.errors import EpisodicError
 
-__all__ = ["NOT_FOUND", "RAISE", "REFUSED", "RETRY", "RangesIgnored", "TruncatedRead", "classify", "describe",
-           "retry_after", "unanswered"]
+__all__ = [
+    "NOT_FOUND",
+    "RAISE",
+    "REFUSED",
+    "RETRY",
+    "RangesIgnored",
+    "TruncatedRead",
+    "classify",
+    "describe",
+    "retry_after",
+    "unanswered",
+]
 
 
 class RangesIgnored(Exception):

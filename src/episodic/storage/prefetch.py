@@ -76,10 +76,23 @@ class Prefetcher:
     `retries`, `backoff_s` and `max_backoff_s`).
     """
 
-    def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
-                 threads: int = 4, retries: int | None = None, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: Counters | None = None, seed: int | None = None, ranges: bool = True,
-                 max_idle_files: int = 32, policy: FetchPolicy | None = None):
+    def __init__(
+        self,
+        fs,
+        root: str,
+        directory: str | os.PathLike | None,
+        max_bytes: int,
+        local: bool,
+        threads: int = 4,
+        retries: int | None = None,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        stats: Counters | None = None,
+        seed: int | None = None,
+        ranges: bool = True,
+        max_idle_files: int = 32,
+        policy: FetchPolicy | None = None,
+    ):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
@@ -229,6 +242,7 @@ class Prefetcher:
     # ------------------------------------------------------------------ ranges
     def _layout(self, rel: str) -> Mp4Layout | None:
         """The file's sample layout, probed once (None: the file does not allow ranges)."""
+
         def probe() -> Mp4Layout | None:
             if not self.ranges or not rel.lower().endswith((".mp4", ".mov", ".m4v")):
                 return None

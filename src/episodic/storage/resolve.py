@@ -20,10 +20,17 @@ __all__ = ["reopen", "resolve_source"]
 log = logging.getLogger(__name__)
 
 
-def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
-                   episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
-                   storage_options: dict | None = None, cache_dir: str | None = None,
-                   policy: FetchPolicy | None = None, cache_max_bytes: int | None = None) -> Source:
+def resolve_source(
+    repo_id: str | None,
+    root: str | os.PathLike | None,
+    revision: str | None = None,
+    episodes: Sequence[int] | None = None,
+    video_keys: Sequence[str] | None = None,
+    storage_options: dict | None = None,
+    cache_dir: str | None = None,
+    policy: FetchPolicy | None = None,
+    cache_max_bytes: int | None = None,
+) -> Source:
     """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
     when given, else into the cache). Remote reads of the source, Hub downloads included, follow `policy`
     (default FetchPolicy()); whole remote files are cached under `<cache_dir>/files` (default: the episodic
@@ -37,8 +44,10 @@ def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision
     if root is not None:
         local = Path(root)
         if local.is_dir() and any(local.iterdir()):  # a directory of something else: never a Hub download into it
-            raise DatasetFormatError(f"{local}: not a dataset (no meta/info.json); Hub repo {repo_id!r} is downloaded "
-                                     f"only into a new or empty root (check the path, or pass root=None)")
+            raise DatasetFormatError(
+                f"{local}: not a dataset (no meta/info.json); Hub repo {repo_id!r} is downloaded "
+                f"only into a new or empty root (check the path, or pass root=None)"
+            )
         log.warning("%s: no dataset there yet: downloading Hub repo %r into it", local, repo_id)
     else:
         local = hub_root(repo_id, revision)

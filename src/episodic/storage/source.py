@@ -34,8 +34,15 @@ class Source:
     governs its remote reads (local files are read directly). `fs` is this process's filesystem: a remote
     source reopens it from `location` in a forked child or after unpickling."""
 
-    def __init__(self, fs: Any, root: str, cache: FileCache | None = None, location: str | None = None,
-                 storage_options: dict | None = None, policy: FetchPolicy | None = None):
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        cache: FileCache | None = None,
+        location: str | None = None,
+        storage_options: dict | None = None,
+        policy: FetchPolicy | None = None,
+    ):
         self._fs = fs
         self.root = root
         self.cache = cache
@@ -132,16 +139,21 @@ def _filesystem(location: str, options: dict, policy: FetchPolicy) -> tuple[Any,
         raise DatasetFormatError(f"{location}: cannot open this URL ({e})") from None
 
 
-def open_source(location: str | os.PathLike, storage_options: dict | None = None, cache: FileCache | None = None,
-                policy: FetchPolicy | None = None) -> Source:
+def open_source(
+    location: str | os.PathLike,
+    storage_options: dict | None = None,
+    cache: FileCache | None = None,
+    policy: FetchPolicy | None = None,
+) -> Source:
     """`location` is a local directory or any fsspec URL (http(s)://, s3://, hf://, memory://, ...)."""
     location = os.fspath(location)
     options = dict(storage_options or {})
     policy = policy or FetchPolicy()
     if is_url(location):
         fs, root = _filesystem(location, options, policy)
-        return Source(fs=fs, root=root.rstrip("/"), cache=cache, location=location, storage_options=options,
-                      policy=policy)
+        return Source(
+            fs=fs, root=root.rstrip("/"), cache=cache, location=location, storage_options=options, policy=policy
+        )
     root = os.path.abspath(os.path.expanduser(location))
     if not os.path.isdir(root):
         raise DatasetFormatError(f"{root}: dataset directory not found")

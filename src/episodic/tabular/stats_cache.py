@@ -95,8 +95,9 @@ class StatsCache:
         except (OSError, ValueError) as e:
             logger.warning("%s: statistics cache file not readable (%s): computing again", path, e)
             return {}
-        if not (isinstance(raw, dict) and raw.get("version") == STATS_CODE_VERSION
-                and isinstance(raw.get("keys"), dict)):
+        if not (
+            isinstance(raw, dict) and raw.get("version") == STATS_CODE_VERSION and isinstance(raw.get("keys"), dict)
+        ):
             logger.warning("%s: not a statistics cache file of version %d: computing again", path, STATS_CODE_VERSION)
             return {}
         return raw["keys"]

@@ -73,7 +73,11 @@ def _container_index(stream) -> tuple[list, list] | None:
     packets. Only for AV1, whose samples carry no composition offset in mp4 (index time == pts); codecs
     with B-frames (H.264, HEVC) may reorder, so their index is built from the packets."""
     entries = getattr(stream, "index_entries", None)
-    if stream.codec_context.name not in ("av1", "libdav1d", "libaom-av1") or not entries or len(entries) != stream.frames:
+    if (
+        stream.codec_context.name not in ("av1", "libdav1d", "libaom-av1")
+        or not entries
+        or len(entries) != stream.frames
+    ):
         return None
     pts = [e.timestamp for e in entries]
     return pts, [e.is_keyframe for e in entries]
@@ -124,8 +128,9 @@ class VideoReader:
                 raise VideoDecodeError(f"{path}: no video stream")
             self._stream = self._container.streams.video[0]
             if self._stream.codec_context is None:  # e.g. a truncated file: the codec's parameters are missing
-                raise VideoDecodeError(f"{path}: the video stream cannot be decoded (no codec parameters: a "
-                                       f"truncated or corrupt file?)")
+                raise VideoDecodeError(
+                    f"{path}: the video stream cannot be decoded (no codec parameters: a truncated or corrupt file?)"
+                )
             self.index = build_index(self._container, self._stream, path)
         except BaseException:
             self._container.close()
@@ -176,8 +181,9 @@ class VideoReader:
         self.decode_into(frame_indices, out, _HWC_UINT8)
         return out
 
-    def decode_into(self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput,
-                    slots: np.ndarray | None = None) -> None:
+    def decode_into(
+        self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput, slots: np.ndarray | None = None
+    ) -> None:
         """Write frame `frame_indices[i]` into `dest[slots[i]]` (default `dest[i]`; `dest`: (N, *output.shape(
         self.shape)) of output.dtype) in one forward pass: frames in file order, each decoded once however
         often it is asked for, converted straight into its slot."""
@@ -221,7 +227,9 @@ class VideoReader:
                     return frame
         except av.FFmpegError as e:
             self._frames = None
-            raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
+            raise VideoDecodeError(
+                f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})"
+            ) from None
         self._frames = None
         raise VideoDecodeError(
             f"{self.path}: the file ended before the frame at {self.index.times[f]:.4f}s (truncated video?)"
@@ -243,8 +251,9 @@ _READER_PICTURES = 4
 DEFAULT_MIN_OPEN = 32
 
 
-def default_cache_size(files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES,
-                       minimum: int = DEFAULT_MIN_OPEN) -> int:
+def default_cache_size(
+    files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = DEFAULT_MIN_OPEN
+) -> int:
     """The decoder cache size of a process when the user gives none, one rule for every dataset: one reader per
     video file the process reads from at once (`files`: (height, width, number of files) per camera: a
     map-style dataset's whole selection, a streaming consumer's pooled and prefetched episodes), since
@@ -318,8 +327,13 @@ class DecoderCache:
         """This process's hits, misses, evictions, hit rate and open readers."""
         c = self.counters.local()
         hits, misses = c["decoder_hits"], c["decoder_misses"]
-        return {"hits": hits, "misses": misses, "evictions": c["decoder_evictions"],
-                "hit_rate": (hits / (hits + misses)) if hits + misses else 0.0, "open": len(self._readers)}
+        return {
+            "hits": hits,
+            "misses": misses,
+            "evictions": c["decoder_evictions"],
+            "hit_rate": (hits / (hits + misses)) if hits + misses else 0.0,
+            "open": len(self._readers),
+        }
 
     def clear(self) -> None:
         for r in self._readers.values():

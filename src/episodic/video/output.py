@@ -98,15 +98,15 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
     scaled = (h, w) != src_hw
     if out.channels_first and (scaled or planar_exact(frame)):
         for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
-            _put(_rows(p, h, w), dest[c, top:top + h, left:left + w])
+            _put(_rows(p, h, w), dest[c, top : top + h, left : left + w])
     else:
         rgb = _rows(_reformat(reformatter, frame, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
         if out.channels_first:
-            _put(rgb.transpose(2, 0, 1), dest[:, top:top + h, left:left + w])
+            _put(rgb.transpose(2, 0, 1), dest[:, top : top + h, left : left + w])
         else:
-            _put(rgb, dest[top:top + h, left:left + w])
+            _put(rgb, dest[top : top + h, left : left + w])
     axis = 1 if out.channels_first else 0
-    if (h, w) != dest.shape[axis:axis + 2]:
+    if (h, w) != dest.shape[axis : axis + 2]:
         _zero_border(dest, top, left, h, w, axis=axis)
 
 
@@ -114,8 +114,13 @@ def planar_exact(frame) -> bool:
     """Whether swscale's gbrp output of frames like `frame` (pixel format, colorspace, range, size) at their own
     size equals its rgb24 output, checked once per process on a frame of random pixels (see the module docstring).
     """
-    key = (frame.format.name, getattr(frame, "colorspace", None), getattr(frame, "color_range", None),
-           frame.height, frame.width)
+    key = (
+        frame.format.name,
+        getattr(frame, "colorspace", None),
+        getattr(frame, "color_range", None),
+        frame.height,
+        frame.width,
+    )
     exact = _PLANAR_EXACT.get(key)
     if exact is None:
         exact = _PLANAR_EXACT[key] = _probe_planar(key)

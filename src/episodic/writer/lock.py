@@ -23,7 +23,6 @@ class DirectoryLock:
         self.path, self._fd = path, fd
         self.previous = previous  # a holder that died without releasing it (its pid, host, time), or ''
 
-
     @classmethod
     def acquire(cls, path: str, what: str) -> "DirectoryLock":
         """Take the lock or raise `WriterLockedError` naming the holder; `what` is the directory it guards."""
@@ -34,8 +33,9 @@ class DirectoryLock:
             except BlockingIOError:
                 holder = _read(fd) or "another process"
                 os.close(fd)
-                raise WriterLockedError(f"{what}: another writer is using this directory ({holder}); "
-                                        f"wait for it to finish or stop it") from None
+                raise WriterLockedError(
+                    f"{what}: another writer is using this directory ({holder}); wait for it to finish or stop it"
+                ) from None
             except BaseException:
                 os.close(fd)
                 raise

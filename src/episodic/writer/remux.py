@@ -80,8 +80,15 @@ def packet_table(path: str, label: str | None = None) -> PacketTable:
     if not rows:
         raise DatasetFormatError(f"{where}: the video stream has no packet")
     a = np.array(rows, dtype=np.int64)
-    return PacketTable(pts=a[:, 0], dts=a[:, 1], key=a[:, 2].astype(bool), size=a[:, 3], duration=a[:, 4],
-                       time_base=Fraction(time_base), params=params)
+    return PacketTable(
+        pts=a[:, 0],
+        dts=a[:, 1],
+        key=a[:, 2].astype(bool),
+        size=a[:, 3],
+        duration=a[:, 4],
+        time_base=Fraction(time_base),
+        params=params,
+    )
 
 
 @dataclass(frozen=True)
@@ -135,9 +142,11 @@ def _mux(runs: Sequence[PacketRun], out) -> int:
                     ost.time_base = ist.time_base
                     ref = params
                 elif params != ref:
-                    raise WriterSessionError(f"{where}: encoded with other settings than {runs[0].label or runs[0].path} "
-                                             f"({params_key(params)} vs {params_key(ref)}); its packets cannot join "
-                                             f"the same file")
+                    raise WriterSessionError(
+                        f"{where}: encoded with other settings than {runs[0].label or runs[0].path} "
+                        f"({params_key(params)} vs {params_key(ref)}); its packets cannot join "
+                        f"the same file"
+                    )
                 packets = (p for p in inp.demux(ist) if p.dts is not None)
                 pos, current = 0, run.path
             for p in packets:

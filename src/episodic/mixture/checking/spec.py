@@ -79,7 +79,7 @@ WEIGHT_RULES = ("frames", "episodes", "uniform", "temperature", "explicit")
 ON_ERROR = ("raise", "skip")
 DELTA_ROUNDING = ("nearest", "exact")
 CAMERA_ROLE_STYLES = ("names", "slots")
-MAX_EPISODE_INDEX = 2 ** 62 - 1  # episode indices above this cannot name an episode (nor fit int64 arithmetic)
+MAX_EPISODE_INDEX = 2**62 - 1  # episode indices above this cannot name an episode (nor fit int64 arithmetic)
 MAX_WINDOW_S = 1e6  # window times beyond +-this many seconds (11.6 days) are refused: no episode is that long
 _ROLE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 DEFAULT_TOLERANCE_S = 1e-4
@@ -191,10 +191,13 @@ class MixtureSpec:
 
     def to_dict(self) -> dict:
         """The spec in episodic's file format (loads back with `from_dict`)."""
-        out: dict[str, Any] = {"weighting": {"rule": self.weighting.rule, "alpha": self.weighting.alpha,
-                                             "size": self.weighting.size},
-                               "tolerance_s": self.tolerance_s, "delta_rounding": self.delta_rounding,
-                               "on_error": self.on_error, "on_unknown_task": self.on_unknown_task}
+        out: dict[str, Any] = {
+            "weighting": {"rule": self.weighting.rule, "alpha": self.weighting.alpha, "size": self.weighting.size},
+            "tolerance_s": self.tolerance_s,
+            "delta_rounding": self.delta_rounding,
+            "on_error": self.on_error,
+            "on_unknown_task": self.on_unknown_task,
+        }
         for key in ("samples_per_epoch", "max_state_dim", "max_action_dim"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -240,9 +243,23 @@ def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
 
 # ----------------------------------------------------------------------------- parsing
 _ENTRY_FIELDS = [f.name for f in fields(MixtureEntry)]
-_SPEC_FIELDS = ["entries", "weighting", "roles", "tolerance_s", "delta_timestamps", "delta_rounding", "on_error",
-                "on_unknown_task", "samples_per_epoch",
-                "max_state_dim", "max_action_dim", "camera_role_style", "eval_split", "target_fps", "resample"]
+_SPEC_FIELDS = [
+    "entries",
+    "weighting",
+    "roles",
+    "tolerance_s",
+    "delta_timestamps",
+    "delta_rounding",
+    "on_error",
+    "on_unknown_task",
+    "samples_per_epoch",
+    "max_state_dim",
+    "max_action_dim",
+    "camera_role_style",
+    "eval_split",
+    "target_fps",
+    "resample",
+]
 
 
 def _unknown(keys, known: Sequence[str], where: str, problems: list[str]) -> None:
@@ -323,7 +340,9 @@ def _check_roles(roles: Any, where: str, problems: list[str]) -> None:
         elif role.endswith("_is_pad"):
             problems.append(f"{where}: role {role!r} must not end in '_is_pad' (item keys use that suffix for masks)")
         if key is not None and (not isinstance(key, str) or not key):
-            problems.append(f"{where}: role {role!r} must map to a dataset key (a non-empty string) or null, got {key!r}")
+            problems.append(
+                f"{where}: role {role!r} must map to a dataset key (a non-empty string) or null, got {key!r}"
+            )
 
 
 def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: bool = True) -> None:
@@ -333,8 +352,10 @@ def _check_indices(name: str, v: Any, where: str, problems: list[str], unique: b
         problems.append(f"{where}: field {name!r} must be a non-empty list of ints >= 0, got {_clip(v)}")
     elif max(v) > MAX_EPISODE_INDEX:
         big = [i for i in v if i > MAX_EPISODE_INDEX]
-        problems.append(f"{where}: field {name!r} holds {len(big)} value(s) above 2**62 - 1, the largest index "
-                        f"supported (first: {big[0]})")
+        problems.append(
+            f"{where}: field {name!r} holds {len(big)} value(s) above 2**62 - 1, the largest index "
+            f"supported (first: {big[0]})"
+        )
     elif unique and len(set(v)) != len(v):
         repeated = sorted(i for i, k in Counter(v).items() if k > 1)
         problems.append(f"{where}: field {name!r} repeats indices {repeated[:10]}")
@@ -349,20 +370,34 @@ def _check_delta(dt: Any, where: str, problems: list[str]) -> None:
     for role, seconds in dt.items():
         ok = isinstance(seconds, tuple) and seconds and all(_is_num(s) for s in seconds)
         if not ok:
-            problems.append(f"{where}: delta_timestamps[{role!r}] must be a non-empty list of finite seconds, "
-                            f"got {_clip(list(seconds) if isinstance(seconds, tuple) else seconds)}")
+            problems.append(
+                f"{where}: delta_timestamps[{role!r}] must be a non-empty list of finite seconds, "
+                f"got {_clip(list(seconds) if isinstance(seconds, tuple) else seconds)}"
+            )
         elif max(abs(s) for s in seconds) > MAX_WINDOW_S:
             far = next(s for s in seconds if abs(s) > MAX_WINDOW_S)
-            problems.append(f"{where}: delta_timestamps[{role!r}] holds {far!r} s: window times must lie within "
-                            f"+-{MAX_WINDOW_S:g} s")
+            problems.append(
+                f"{where}: delta_timestamps[{role!r}] holds {far!r} s: window times must lie within "
+                f"+-{MAX_WINDOW_S:g} s"
+            )
 
 
-def _number(name: str, v: Any, lo: float, hi: float, where: str, problems: list[str], integer: bool = False,
-            lo_open: bool = False) -> None:
+def _number(
+    name: str,
+    v: Any,
+    lo: float,
+    hi: float,
+    where: str,
+    problems: list[str],
+    integer: bool = False,
+    lo_open: bool = False,
+) -> None:
     ok = (_is_int(v) if integer else _is_num(v)) and (lo < v if lo_open else lo <= v) and v <= hi
     if not ok:
         kind = "an int" if integer else "a number"
-        problems.append(f"{where}: field {name!r} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}")
+        problems.append(
+            f"{where}: field {name!r} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {v!r}"
+        )
 
 
 def _seq(v: Any) -> Any:
@@ -388,23 +423,30 @@ def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
     w = spec.weighting
     if w.rule not in WEIGHT_RULES:
         close = difflib.get_close_matches(str(w.rule), WEIGHT_RULES, n=1)
-        problems.append(f"{origin}: weighting rule {w.rule!r} is not one of {', '.join(WEIGHT_RULES)}"
-                        + (f" (did you mean {close[0]!r}?)" if close else ""))
+        problems.append(
+            f"{origin}: weighting rule {w.rule!r} is not one of {', '.join(WEIGHT_RULES)}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+        )
     if w.rule == "temperature":
         _number("weighting.alpha", w.alpha, 0, 1, origin, problems)
     if w.size not in ("frames", "episodes"):
         problems.append(f"{origin}: weighting size {w.size!r} must be 'frames' or 'episodes'")
     if spec.delta_rounding not in DELTA_ROUNDING:
-        problems.append(f"{origin}: field 'delta_rounding' must be one of {', '.join(DELTA_ROUNDING)}, "
-                        f"got {spec.delta_rounding!r}")
+        problems.append(
+            f"{origin}: field 'delta_rounding' must be one of {', '.join(DELTA_ROUNDING)}, got {spec.delta_rounding!r}"
+        )
     if spec.on_error not in ON_ERROR:
         problems.append(f"{origin}: field 'on_error' must be one of {', '.join(ON_ERROR)}, got {spec.on_error!r}")
     if spec.on_unknown_task not in ON_UNKNOWN_TASK:
-        problems.append(f"{origin}: field 'on_unknown_task' must be one of {', '.join(ON_UNKNOWN_TASK)}, "
-                        f"got {spec.on_unknown_task!r}")
+        problems.append(
+            f"{origin}: field 'on_unknown_task' must be one of {', '.join(ON_UNKNOWN_TASK)}, "
+            f"got {spec.on_unknown_task!r}"
+        )
     if spec.camera_role_style not in CAMERA_ROLE_STYLES:
-        problems.append(f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
-                        f"got {spec.camera_role_style!r}")
+        problems.append(
+            f"{origin}: field 'camera_role_style' must be one of {', '.join(CAMERA_ROLE_STYLES)}, "
+            f"got {spec.camera_role_style!r}"
+        )
     _number("tolerance_s", spec.tolerance_s, 0, 10, origin, problems)
     if spec.eval_split is not None and not isinstance(spec.eval_split, EvalSplit):
         try:
@@ -416,19 +458,24 @@ def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
         _number("target_fps", spec.target_fps, 1, MAX_FPS, origin, problems, integer=True)
     if spec.resample is not None:
         if not isinstance(spec.resample, Mapping):
-            problems.append(f"{origin}: field 'resample' must map roles (state, action) to rules, got {spec.resample!r}")
+            problems.append(
+                f"{origin}: field 'resample' must map roles (state, action) to rules, got {spec.resample!r}"
+            )
         else:
             for role, rule in spec.resample.items():
                 if role not in RESAMPLED_ROLES:
-                    problems.append(f"{origin}: resample: role {role!r} is not resampled by a rule (roles: "
-                                    f"{', '.join(RESAMPLED_ROLES)}; cameras take the nearest frame)")
+                    problems.append(
+                        f"{origin}: resample: role {role!r} is not resampled by a rule (roles: "
+                        f"{', '.join(RESAMPLED_ROLES)}; cameras take the nearest frame)"
+                    )
                 if rule not in RESAMPLE_RULES:
-                    problems.append(f"{origin}: resample[{role!r}] must be one of {', '.join(RESAMPLE_RULES)}, "
-                                    f"got {rule!r}")
+                    problems.append(
+                        f"{origin}: resample[{role!r}] must be one of {', '.join(RESAMPLE_RULES)}, got {rule!r}"
+                    )
             if spec.target_fps is None and spec.resample:
                 problems.append(f"{origin}: field 'resample' needs a 'target_fps' (the rate rows are resampled to)")
     if spec.samples_per_epoch is not None:
-        _number("samples_per_epoch", spec.samples_per_epoch, 1, 2 ** 40 - 1, origin, problems, integer=True)
+        _number("samples_per_epoch", spec.samples_per_epoch, 1, 2**40 - 1, origin, problems, integer=True)
     for key in ("max_state_dim", "max_action_dim"):
         if getattr(spec, key) is not None:
             _number(key, getattr(spec, key), 1, 1 << 16, origin, problems, integer=True)
@@ -449,10 +496,14 @@ def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
         elif not isinstance(e.source, str) or not e.source.strip():
             problems.append(f"{where}: field 'source' must be a non-empty string, got {e.source!r}")
         if e.name is not None and (not isinstance(e.name, str) or not e.name or e.name != e.name.strip()):
-            problems.append(f"{where}: field 'name' must be a non-empty string without surrounding spaces, got {e.name!r}")
+            problems.append(
+                f"{where}: field 'name' must be a non-empty string without surrounding spaces, got {e.name!r}"
+            )
         if isinstance(e.revision, (int, float)) and not isinstance(e.revision, bool):  # YAML made a number of it
-            problems.append(f"{where}: field 'revision' must be a tag, branch or commit SHA (text), got the number "
-                            f"{e.revision!r}: quote it in YAML, e.g. revision: \"{e.revision}\"")
+            problems.append(
+                f"{where}: field 'revision' must be a tag, branch or commit SHA (text), got the number "
+                f'{e.revision!r}: quote it in YAML, e.g. revision: "{e.revision}"'
+            )
         elif e.revision is not None and (not isinstance(e.revision, str) or not e.revision.strip()):
             problems.append(f"{where}: field 'revision' must be a tag, branch or commit SHA, got {e.revision!r}")
         if e.episodes is not None:
@@ -474,8 +525,10 @@ def checked_spec(spec: MixtureSpec, problems: list[str]) -> MixtureSpec:
         if e.root is not None and (not isinstance(e.root, str) or not e.root):
             problems.append(f"{where}: field 'root' must be a directory path, got {e.root!r}")
         elif e.root is not None and is_url(e.root):
-            problems.append(f"{where}: field 'root' is a local copy of a Hub dataset, got the URL {e.root!r}: a "
-                            f"dataset read from a URL is the entry's 'source'")
+            problems.append(
+                f"{where}: field 'root' is a local copy of a Hub dataset, got the URL {e.root!r}: a "
+                f"dataset read from a URL is the entry's 'source'"
+            )
         if e.storage_options is not None and not isinstance(e.storage_options, Mapping):
             problems.append(f"{where}: field 'storage_options' must be an object, got {e.storage_options!r}")
         name = e.name

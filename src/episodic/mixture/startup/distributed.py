@@ -100,8 +100,9 @@ def _localised(report: PreflightReport, roots: list[str | None]) -> PreflightRep
     return replace(report, sources=tuple(sources), metadata=tuple(metadata), metadata_files=())
 
 
-def _parsed(mixture: Any, on_error: str | None) -> tuple[PreflightReport | None, MixtureSpec | None, str | None,
-                                                         BaseException | None]:
+def _parsed(
+    mixture: Any, on_error: str | None
+) -> tuple[PreflightReport | None, MixtureSpec | None, str | None, BaseException | None]:
     """(the report given, the spec given, the digest of its spec, what stopped it): local work only, no request."""
     try:
         if isinstance(mixture, PreflightReport):
@@ -117,9 +118,18 @@ def _parsed(mixture: Any, on_error: str | None) -> tuple[PreflightReport | None,
         return None, None, None, e
 
 
-def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, concurrency: int = 8,
-            timeout_s: float = 600.0, poll_s: float = 0.5, copies_dir: str | Path | None = None,
-            on_error: str | None = None, progress: bool = False) -> StartupResult:
+def prepare(
+    mixture: Any,
+    group: Any = None,
+    *,
+    shared_cache: bool = False,
+    concurrency: int = 8,
+    timeout_s: float = 600.0,
+    poll_s: float = 0.5,
+    copies_dir: str | Path | None = None,
+    on_error: str | None = None,
+    progress: bool = False,
+) -> StartupResult:
     """Make every file that training on a mixture reads local, once per node (``shared_cache=True``: once in all,
     the cache being on storage every node sees), on every rank of `group` (call it on all of them); see the module
     docstring. `mixture`: a `PreflightReport`, or a spec (a file, a dict, a `MixtureSpec`) that every rank parses
@@ -140,8 +150,9 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
     given, spec, digest, failure = _parsed(mixture, on_error)
 
     def check(cancel) -> PreflightReport:
-        return preflight(spec, on_error=on_error, concurrency=concurrency, progress=progress, cancel=cancel,
-                         keep_files=True)
+        return preflight(
+            spec, on_error=on_error, concurrency=concurrency, progress=progress, cancel=cancel, keep_files=True
+        )
 
     def start() -> NodeDownload:  # preflight first, on the thread, when given a spec
         return NodeDownload(given, concurrency, copies_dir, progress, check=check if given is None else None).start()
@@ -201,14 +212,31 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
     mine = outcomes[leader]
     report = own if leader == team.rank else _localised(given, mine["roots"]) if given is not None else loaded
     checked_by = leader if given is None and mine["preflight_seconds"] is not None else None
-    result = StartupResult(report=report, roots=tuple(mine["roots"]), downloader=leader,
-                           preflight_rank=checked_by, preflight_seconds=mine["preflight_seconds"] or 0.0,
-                           files_needed=mine["needed"], files_missing=mine["missing"], files_fetched=mine["files"],
-                           bytes_fetched=mine["bytes"], download_seconds=mine["seconds"],
-                           nodes=len(set(leader_of)), seconds=time.monotonic() - t0)
-    logger.info("mixture start-up: rank %d: %d files needed, %d were missing, %d fetched by rank %d (%d bytes, "
-                "%.2f s); %s", team.rank, result.files_needed, result.files_missing, result.files_fetched, leader,
-                result.bytes_fetched, result.download_seconds,
-                "checked by the caller" if checked_by is None else
-                f"checked by rank {checked_by} in {result.preflight_seconds:.2f} s")
+    result = StartupResult(
+        report=report,
+        roots=tuple(mine["roots"]),
+        downloader=leader,
+        preflight_rank=checked_by,
+        preflight_seconds=mine["preflight_seconds"] or 0.0,
+        files_needed=mine["needed"],
+        files_missing=mine["missing"],
+        files_fetched=mine["files"],
+        bytes_fetched=mine["bytes"],
+        download_seconds=mine["seconds"],
+        nodes=len(set(leader_of)),
+        seconds=time.monotonic() - t0,
+    )
+    logger.info(
+        "mixture start-up: rank %d: %d files needed, %d were missing, %d fetched by rank %d (%d bytes, %.2f s); %s",
+        team.rank,
+        result.files_needed,
+        result.files_missing,
+        result.files_fetched,
+        leader,
+        result.bytes_fetched,
+        result.download_seconds,
+        "checked by the caller"
+        if checked_by is None
+        else f"checked by rank {checked_by} in {result.preflight_seconds:.2f} s",
+    )
     return result

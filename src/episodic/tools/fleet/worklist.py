@@ -87,8 +87,9 @@ def read_worklist(target: str | os.PathLike | list, out_root: str, output_of) ->
             k += 1
             unique = f"{base}-{k}"
         seen_names.add(unique)
-        items.append(WorkItem(name=unique, source=source, output=output_of(out_root, unique), revision=revision,
-                              root=root))
+        items.append(
+            WorkItem(name=unique, source=source, output=output_of(out_root, unique), revision=revision, root=root)
+        )
     if not items:
         raise ValueError(f"{target}: no dataset listed")
     return items
@@ -102,8 +103,10 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text == "slurm":
         got = config.slurm_array_task()
         if got is None:
-            raise ValueError("--shard slurm: SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT are not set (not in a "
-                             "SLURM array job); give --shard K/N")
+            raise ValueError(
+                "--shard slurm: SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT are not set (not in a "
+                "SLURM array job); give --shard K/N"
+            )
         return got
     k, sep, n = text.partition("/")
     try:
