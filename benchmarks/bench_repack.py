@@ -35,14 +35,14 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "tools" / "fleet")]
 
-from fleet_checks import as_v21  # noqa: E402  (test helpers: the v2.1 layout by packet cuts)
-from support import FaultServer, assert_items_equal  # noqa: E402
-
 from episodic.datasets.streaming import StreamingLeRobotDataset  # noqa: E402
 from episodic.demo import write_demo_dataset  # noqa: E402
 from episodic.storage import open_source  # noqa: E402
 from episodic.tools.fleet.relayout import relayout  # noqa: E402
 from episodic.tools.fleet.relayout_plan import RelayoutOptions  # noqa: E402
+
+from fleet_checks import as_v21  # noqa: E402  (test helpers: the v2.1 layout by packet cuts)
+from support import FaultServer, assert_items_equal  # noqa: E402
 
 
 def prepare(data: Path, episodes: int) -> dict[str, tuple[str, str]]:

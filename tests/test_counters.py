@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
-
-import numpy as np
 
 from episodic.counters import FIELDS, Counters, Tally
 

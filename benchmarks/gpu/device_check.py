@@ -72,6 +72,7 @@ if args.dry_run:  # the machine's answers replaced as in tests/datasets/test_gpu
     from episodic.datasets import gpu_frames as G
     from episodic.video import nvdec_caps as C
     from episodic.video.decoder import VideoReader
+
     from support import FakeNvdecDriver
 
     class _PyAV:

@@ -22,8 +22,8 @@ import torch
 from episodic import EpisodicDataset
 from episodic.datasets import gpu_frames as G
 from episodic.datasets.decode import FILES_KEY
-from episodic.datasets.nvdec_sessions import SessionPool
 from episodic.datasets.mixture import MixtureDataset
+from episodic.datasets.nvdec_sessions import SessionPool
 from episodic.datasets.streaming import StreamingLeRobotDataset, StreamingMixtureDataset
 from episodic.demo import write_demo_dataset
 from episodic.format.errors import GpuDecodeError

@@ -17,6 +17,7 @@ from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.testing.synthetic import mixture_spec
+
 from support import add_image_feature
 
 SIZE = (24, 40)

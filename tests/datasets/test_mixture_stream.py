@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.consumer import Consumer, iterate_consumer
+from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.mixture import MixtureSpec, preflight
-from episodic.testing.synthetic import mixture_spec
 from episodic.order.mixture_state import SpecChangeError
 from episodic.order.pool_order import PoolOrder
+from episodic.testing.synthetic import mixture_spec
 
 SIZE = (24, 40)
 

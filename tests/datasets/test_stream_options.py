@@ -48,8 +48,8 @@ def test_the_streaming_dataset_validates_its_arguments(small_root):
 
 def test_options_are_accepted_whole_and_not_beside_their_fields(small_root, synthetic):
     from episodic import StreamingLeRobotDataset, StreamingMixtureDataset
-    from episodic.testing.synthetic import mixture_spec
     from episodic.storage import FetchPolicy
+    from episodic.testing.synthetic import mixture_spec
 
     options = StreamOptions(
         episode_pool_size=3, chunk_size=5, mirror_max_bytes=123, decoder_cache_size=9, fetch=FetchPolicy(retries=2)

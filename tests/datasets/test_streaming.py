@@ -13,6 +13,7 @@ import torch
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
+
 from support import FaultServer, assert_items_equal
 
 FPS = 30

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import HubRepo, HubServer, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, MissingFileError
+
+from support import HubRepo, HubServer, assert_items_equal
 
 pytest.importorskip("huggingface_hub.hf_file_system")
 

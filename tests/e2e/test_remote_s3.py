@@ -9,11 +9,12 @@ import time
 
 import pytest
 import torch
-from support import assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.format import FetchError, MissingFileError
+
+from support import assert_items_equal
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
-from support import FaultServer, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
@@ -22,6 +21,8 @@ from episodic.storage.prefetch import Prefetcher
 from episodic.storage.ranges import RangeFile, add_range, missing_ranges, mp4_ranges_supported, probe_mp4
 from episodic.video import DecoderCache
 from episodic.video.decoder import VideoReader
+
+from support import FaultServer, assert_items_equal
 
 FPS = 30
 TOP = "observation.images.top"

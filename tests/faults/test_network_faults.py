@@ -24,6 +24,7 @@ from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, FetchError, MissingFileError
 from episodic.format.errors import MixturePreflightError
 from episodic.storage import FetchPolicy
+
 from support import FaultServer, assert_items_equal
 
 pytest.importorskip("aiohttp")

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-import writer_checks
-import writer_child as wc
 from episodic.cli import main
 from episodic.storage.atomic import temp_files
 from episodic.tools.repair import repair
 from episodic.writer import DatasetWriter
 from episodic.writer.session import SESSION, directory_state
+
+import writer_checks
+import writer_child as wc
 
 SEED = 4
 

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import writer_checks
-from episodic.tools.repair import repair
 from episodic.format.errors import WriterSessionError
+from episodic.tools.repair import repair
 from episodic.writer.session import ABSENT, DATASET, EMPTY, directory_state
+
+import writer_checks
 
 CHILD = Path(__file__).with_name("writer_child.py")
 EVENT_TIMEOUT_S = 120

@@ -27,6 +27,7 @@ from episodic.format.meta_files import (
 )
 from episodic.storage import open_source
 from episodic.storage.fetch import fetch_bytes
+
 from support import FaultServer
 
 

@@ -10,6 +10,8 @@ from fsspec.implementations.local import LocalFileSystem
 from episodic.format import DatasetFormatError
 from episodic.format.errors import UnsafePathError
 from episodic.format.paths import (
+    DATA_FIELDS,
+    VIDEO_FIELDS,
     cache_name,
     check_repo_id,
     dataset_path,
@@ -18,8 +20,6 @@ from episodic.format.paths import (
     render,
     render_many,
     template_problems,
-    DATA_FIELDS,
-    VIDEO_FIELDS,
 )
 
 

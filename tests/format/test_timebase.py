@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from episodic.format import FrameTimestampError
 from episodic.format.timebase import (
     END_CLAMP_FRAMES,
     SPAN_FRAMES_AFTER,
@@ -21,7 +22,6 @@ from episodic.format.timebase import (
     span_window,
     timestamp_column,
 )
-from episodic.format import FrameTimestampError
 from episodic.tabular import delta_offsets
 from episodic.video import VideoReader
 from episodic.writer.video import VideoFileWriter

@@ -16,6 +16,7 @@ from episodic.format import load_metadata
 from episodic.mixture import MixtureSpec
 from episodic.mixture.checking.entry_checks import selected_episodes
 from episodic.testing.synthetic import mixture_spec
+
 from support import FaultServer
 
 WORKER = Path(__file__).with_name("startup_worker.py")

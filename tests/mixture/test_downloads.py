@@ -18,6 +18,7 @@ from episodic.format.errors import MissingFileError, MixtureStartupError
 from episodic.mixture import preflight
 from episodic.mixture.startup.distributed import prepare
 from episodic.testing.synthetic import mixture_spec
+
 from startup_helpers import data_gets, expected, http_spec
 from support import assert_items_equal
 
@@ -152,6 +153,7 @@ def test_hub_entries_two_revisions_of_one_repo_by_tag_and_commit_sha(synthetic, 
     from fsspec.implementations.local import LocalFileSystem
 
     from episodic.format import load_metadata
+
     from support import HubRepo, HubServer
 
     v1, main = Path(synthetic[0].path), Path(synthetic[3].path)

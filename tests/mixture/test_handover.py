@@ -18,9 +18,9 @@ from episodic.format.errors import MixtureStartupError
 from episodic.mixture import MixtureSpec, load_spec, preflight, prepare
 from episodic.mixture.startup import handover
 from episodic.mixture.startup.handover import handover_dir, read_report, remove_report, spec_digest, write_report
-from episodic.testing.synthetic import mixture_spec
 from episodic.storage.cache import copy_dir
 from episodic.storage.copies import metadata_fingerprint
+from episodic.testing.synthetic import mixture_spec
 
 SPEC = {
     "weighting": {"rule": "temperature", "alpha": 0.5, "size": "episodes"},

@@ -182,6 +182,7 @@ def test_url_roots_are_read_from_there_never_from_the_hub(synthetic, tmp_path, m
     import huggingface_hub.constants
 
     from episodic.cli import main
+
     from support import FaultServer
 
     monkeypatch.setenv("EPISODIC_RETRY_WINDOW", "1")  # the old code asked the Hub: fail fast there

@@ -14,8 +14,8 @@ from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixturePreflightError
 from episodic.mixture import MixtureSpec, build_sampler, preflight
 from episodic.mixture.checking import entry_sources as fetch_module
-from episodic.testing.synthetic import mixture_spec
 from episodic.mixture.checking.weights import raw_weights, shares
+from episodic.testing.synthetic import mixture_spec
 
 
 def test_facts_of_every_entry(synthetic):

@@ -10,6 +10,7 @@ from episodic.cli import main
 from episodic.mixture import build_sampler, preflight
 from episodic.mixture.shares import order_counts, share_table
 from episodic.testing.synthetic import mixture_spec
+
 from support import assert_picture, read_png
 
 

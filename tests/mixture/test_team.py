@@ -12,6 +12,7 @@ import time
 import pytest
 
 from episodic.mixture.startup.team import Team, leaders
+
 from startup_helpers import expected, finish, http_spec, plain_ranks, records, write_spec
 
 pytest.importorskip("aiohttp")

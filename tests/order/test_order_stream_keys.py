@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from episodic.order import consumer_rng, segment_seed
-from episodic.order import permutation
+from episodic.order import consumer_rng, permutation, segment_seed
 
 
 def test_splitmix_constants_are_shared_and_unchanged():

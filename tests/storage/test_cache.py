@@ -16,6 +16,7 @@ import pytest
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, FileCache
 from episodic.storage.fetch import timeout_options
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")

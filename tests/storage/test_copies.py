@@ -14,6 +14,7 @@ from episodic.format import DatasetFormatError, load_metadata
 from episodic.storage import FetchPolicy, open_source
 from episodic.storage.cache import copy_dir
 from episodic.storage.copies import DatasetCopy, metadata_fingerprint
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")

@@ -13,6 +13,7 @@ from episodic.format import FetchError
 from episodic.storage import FetchPolicy, with_retries
 from episodic.storage.failures import RETRY, classify, describe, unanswered
 from episodic.storage.fetch import file_size, timeout_options
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")

@@ -14,12 +14,11 @@ import fsspec
 import numpy as np
 import pytest
 
+from episodic.counters import Counters
 from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
-from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
 from episodic.storage.cache import FileCache
-from episodic.storage.hosts import HOSTS
 from episodic.storage.fetch import (
     RangesIgnored,
     fetch_bytes,
@@ -29,7 +28,9 @@ from episodic.storage.fetch import (
     timeout_options,
     version_token,
 )
+from episodic.storage.hosts import HOSTS
 from episodic.tabular import load_columns
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")

@@ -16,6 +16,7 @@ from episodic.format import FetchError
 from episodic.storage import FetchPolicy
 from episodic.storage.fetch import fetch_bytes, timeout_options, with_retries
 from episodic.storage.hosts import HOSTS, host_key
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")

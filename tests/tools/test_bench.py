@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from episodic.cli import main
-from support import assert_picture as _assert_not_blank, read_png as _png
 from episodic.tools.bench import BenchConfig, default_lerobot_python, lerobot_side_script, run_bench
+
+from support import assert_picture as _assert_not_blank, read_png as _png
 
 
 def test_bench_cli_writes_json_and_csv(tiny_root, tmp_path, capsys):

@@ -23,8 +23,8 @@ from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from ..video.decoder import default_cache_size
 from .access import BatchAccess
-from .facts import DatasetFacts
 from .decode import EntryFrames, camera_files
+from .facts import DatasetFacts
 from .gather import Rows, gather
 from .gpu_frames import gpu_setup
 from .item_layout import single_layout

@@ -24,14 +24,14 @@ import numpy as np
 import torch
 
 from ..counters import Counters, Tally
-from ..mixture.layout import MixtureLayout
 from ..mixture.checking.report import PreflightReport
+from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
+from ..video.output import FrameOutput
 from .access import BatchAccess
 from .facts import MixtureFacts
-from ..video.output import FrameOutput
 from .gather import gather
 from .gpu_frames import gpu_setup
 from .item_layout import mixture_layout

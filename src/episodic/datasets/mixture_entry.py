@@ -25,8 +25,8 @@ from .. import config
 from ..counters import Counters
 from ..format.errors import EpisodeIndexError
 from ..mixture.checking.entry_checks import selected_episodes
-from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.checking.report import PreflightReport
+from ..mixture.layout import EntryLayout, MixtureLayout
 from ..tabular import UnknownTasks, load_columns
 from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache

@@ -12,8 +12,8 @@
 
 from .checking import preflight
 from .checking.report import EntryReport, PreflightReport, Problem
-from .sampling import build_sampler
 from .checking.spec import MixtureEntry, MixtureSpec, Weighting, load_spec
+from .sampling import build_sampler
 from .startup.distributed import StartupResult, prepare
 
 __all__ = [

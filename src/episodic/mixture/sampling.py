@@ -10,8 +10,8 @@ is read.
 from __future__ import annotations
 
 from ..order.frames import EpisodeFrames
-from ..tabular.resample import episode_bounds
 from ..order.mixture_sampler import MixtureSampler
+from ..tabular.resample import episode_bounds
 from .checking.entry_checks import selected_episodes
 from .checking.report import PreflightReport
 

@@ -25,9 +25,9 @@ from itertools import cycle
 import numpy as np
 
 from episodic.order.pool_order import PoolOrder
+from episodic.order.shard import ConsumerId
 from episodic.order.simulate import Topology
 from episodic.order.stream_keys import consumer_rng
-from episodic.order.shard import ConsumerId
 from episodic.order.stream_plan import consumer_plan
 from episodic.order.stream_state import StreamState
 

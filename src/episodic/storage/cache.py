@@ -32,9 +32,9 @@ except ImportError:  # pragma: no cover - not POSIX: evictions are not serialise
     fcntl = None
 
 from .. import config
-from .atomic import atomic_write_bytes
 from ..counters import Counters
 from ..format.paths import cache_name, inside
+from .atomic import atomic_write_bytes
 from .fetch import FetchPolicy, fetch_bytes, file_info, version_token
 
 __all__ = ["FileCache", "copy_dir", "default_cache_dir"]

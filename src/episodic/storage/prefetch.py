@@ -43,9 +43,9 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from .atomic import atomic_write_bytes
 from ..counters import Counters
 from ..format.paths import dataset_path, inside
+from .atomic import atomic_write_bytes
 from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size
 from .ranges import (
     Mp4Layout,

@@ -11,7 +11,6 @@ from typing import Sequence
 
 import numpy as np
 
-
 PLOT_INSTALL = 'pip install "episodic[plot]"'
 
 

@@ -104,10 +104,9 @@ def mixture_stats(
     """Every entry's statistics (computed from its selected rows, index selections applied, under the shared
     keys) and each group's (pooled), for the mixture `spec` (a file, dict or `MixtureSpec`)."""
     from ..mixture import preflight
+    from ..mixture.checking.split_sides import side_report
     from ..mixture.layout import MixtureLayout
     from ..mixture.norm_stats import entry_stats, pooled_stats
-
-    from ..mixture.checking.split_sides import side_report
 
     # with an eval split, the training side's (what a mixture dataset normalises both sides with)
     report = side_report(preflight(spec, on_error=on_error, progress=progress), "train")

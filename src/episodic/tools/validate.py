@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError, ProblemList
 from ..format.metadata import DatasetMetadata
 from ..format.timebase import TIME_EPS_S, end_clamp_s, frames_to_seconds
-from ..storage.source import Source, open_source
 from ..progress import bar
+from ..storage.source import Source, open_source
 from ..tabular.values import check_rows, column_values
 from ..video import VideoReader
 from ..video.image import decode_image

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodic import LeRobotDataset
+
 from support import assert_items_equal
 
 

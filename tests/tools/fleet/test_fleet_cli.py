@@ -8,6 +8,7 @@ import json
 import sys
 
 from episodic.cli import main
+
 from fleet_checks import items_equal, make_list
 
 

@@ -22,6 +22,7 @@ from episodic.tools.fleet.summary import summary_table
 from episodic.tools.fleet.worklist import WorkItem, parse_shard, read_worklist, shard
 from episodic.tools.stats_command import dataset_stats, to_json
 from episodic.tools.validate import validate
+
 from fleet_checks import items_equal, make_list
 
 BROKEN_ERROR = "observation.images"  # the broken dataset's error names its missing camera's file

@@ -20,6 +20,7 @@ import pytest
 from episodic.tools.fleet.relayout import DONE_RECORD
 from episodic.tools.fleet.worklist import read_worklist
 from episodic.tools.validate import validate
+
 from fleet_checks import items_equal
 from test_fleet_run import BROKEN_ERROR, run_shards_killed_and_again
 

@@ -22,6 +22,7 @@ from episodic.storage.atomic import temp_files
 from episodic.tools.fleet.relayout import DONE_RECORD, STAGING, relayout
 from episodic.tools.fleet.relayout_plan import RelayoutOptions
 from episodic.writer.lock import DirectoryLock
+
 from fleet_checks import data_row_groups, items_equal, tree_digest
 from support import FIXTURES, LEROBOT_FIXTURE
 
@@ -233,6 +234,7 @@ def test_a_remote_source_over_http(multifile_root, tmp_path):
     """A source read over HTTP (the tests' server on 127.0.0.1): its files fetched through the fetch policy into the
     cache, the result's items equal the original's, and a run again finds it done (the source's version tokens)."""
     from episodic.storage.cache import FileCache
+
     from support import FaultServer
 
     with FaultServer(multifile_root.parent) as server:

@@ -67,8 +67,8 @@ from typing import Any
 
 from ...format.errors import MixtureSpecError
 from ...order.eval_split import EvalSplit
-from ...tabular.resample import MAX_FPS, RESAMPLE_RULES
 from ...storage.source import is_url
+from ...tabular.resample import MAX_FPS, RESAMPLE_RULES
 from ...tabular.values import ON_UNKNOWN_TASK
 
 __all__ = ["MixtureEntry", "MixtureSpec", "Weighting", "RESERVED_ROLES", "WEIGHT_RULES", "ON_ERROR", "load_spec"]

@@ -48,12 +48,12 @@ from ... import config
 from ...checks import check_number
 from ...format.errors import EpisodicError
 from ...storage.source import open_source
-from .downloads import NodeDownload
-from .handover import handover_dir, read_report, remove_report, spec_digest, write_report
-from .outcomes import local_cause, outcome, raise_checks, raise_failures, raise_loads, raise_mismatch, told
 from ..checking import preflight
 from ..checking.report import PreflightReport
 from ..checking.spec import ON_ERROR, MixtureSpec, load_spec
+from .downloads import NodeDownload
+from .handover import handover_dir, read_report, remove_report, spec_digest, write_report
+from .outcomes import local_cause, outcome, raise_checks, raise_failures, raise_loads, raise_mismatch, told
 from .team import Team, claims_download, leaders
 
 __all__ = ["StartupResult", "prepare"]

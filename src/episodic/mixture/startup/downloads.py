@@ -32,9 +32,9 @@ from ...progress import bar
 from ...storage import hub
 from ...storage.copies import DatasetCopy, metadata_fingerprint
 from ..checking.entry_sources import hub_dir, source_kind
-from .files import entry_files
 from ..checking.report import PreflightReport
 from ..checking.spec import MixtureEntry
+from .files import entry_files
 
 __all__ = ["DownloadFailure", "EntryPlan", "NodeDownload", "local_root", "plan_entry"]
 

@@ -47,9 +47,9 @@ from ...format.paths import inside
 from ...storage.atomic import atomic_write_bytes
 from ...storage.copies import metadata_fingerprint
 from ...storage.source import open_source
-from .downloads import local_root
 from ..checking.report import EntryReport, PreflightReport, Problem
 from ..checking.spec import ON_ERROR, RESERVED_ROLES, MixtureSpec
+from .downloads import local_root
 
 __all__ = ["MAX_BYTES", "handover_dir", "read_report", "remove_report", "spec_digest", "write_report"]
 

@@ -9,6 +9,7 @@
 Importing this package imports no torch, so `episodic bench-summarize` does not either.
 """
 
+from .lerobot_compare import default_lerobot_python, lerobot_side_script, ratios, run_lerobot
 from .options import (
     DEMO_EPISODES,
     SCHEMA,
@@ -19,9 +20,8 @@ from .options import (
     parse_cameras,
     resolve_cameras,
 )
-from .lerobot_compare import default_lerobot_python, lerobot_side_script, ratios, run_lerobot
-from .tables import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
 from .runner import counter_deltas, environment, make_loader, run_bench
+from .tables import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
 
 __all__ = [
     "DEMO_EPISODES",
