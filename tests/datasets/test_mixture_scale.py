@@ -6,7 +6,6 @@ import gc
 import json
 import time
 
-import numpy as np
 import pytest
 
 from episodic.datasets.mixture import MixtureDataset

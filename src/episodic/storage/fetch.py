@@ -68,7 +68,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
 from ..checks import check_number
-from ..format.errors import EpisodicError, FetchError, MissingFileError
+from ..format.errors import FetchError, MissingFileError
 from ..format.meta_files import too_large
 from .failures import (
     NOT_FOUND,

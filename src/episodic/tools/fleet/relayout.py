@@ -42,7 +42,7 @@ from ...writer.lock import DirectoryLock
 from ...writer.remux import PacketRun, copy_runs, packet_table
 from .provenance import check_record, make_record, read_record, source_fingerprint, write_record
 from .relayout_meta import write_relayout_metadata
-from .relayout_plan import DataFileFacts, Plan, RelayoutOptions, plan_layout
+from .relayout_plan import DataFileFacts, RelayoutOptions, plan_layout
 from .video_units import file_units
 
 __all__ = ["DONE_RECORD", "STAGING", "relayout"]
