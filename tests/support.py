@@ -302,7 +302,7 @@ class FaultServer:
         """The answers with `status` so far (for `path` only, when given)."""
         return [a for a in self.answers if a[3] == status and (path is None or a[2] == path)]
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -460,7 +460,7 @@ class HubServer:
     ask (`HubHandler`): `repos` maps repo ids to `HubRepo`s; `endpoint` is its URL (HF_ENDPOINT, or storage_options'
     "endpoint"); `requests` lists (method, path) of every GET and HEAD."""
 
-    def __init__(self, repos: dict[str, "HubRepo"]):
+    def __init__(self, repos: dict[str, HubRepo]):
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
         self._server.daemon_threads = True
         self._server.repos = self.repos = dict(repos)
@@ -473,7 +473,7 @@ class HubServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -93,7 +93,7 @@ class Counters:
                     row[col] = value
             row[_ACTIVE] = 1.0
 
-    def timer(self, name: str) -> "_Timer":
+    def timer(self, name: str) -> _Timer:
         """A context manager that adds the seconds its block takes to counter `name` (also when it raises)."""
         return _Timer(self, name)
 

@@ -94,7 +94,7 @@ def decode_threads() -> int:
 
 
 # ---------------------------------------------------------------------------------------------- fork safety
-_FORK_HOOKS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_FORK_HOOKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def after_fork(obj: Any) -> Any:

@@ -381,7 +381,7 @@ class RecordingServer:
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    def __enter__(self) -> "RecordingServer":
+    def __enter__(self) -> RecordingServer:
         self.thread.start()
         return self
 

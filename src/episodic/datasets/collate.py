@@ -48,7 +48,7 @@ class SlotBatch:
 
     __slots__ = ("layout", "slot")
 
-    def __init__(self, slot: torch.Tensor, batch: "Batch"):
+    def __init__(self, slot: torch.Tensor, batch: Batch):
         self.slot = slot
         self.layout = [
             (k, None, list(v), None)
@@ -97,12 +97,12 @@ class Batch:
             return SlotBatch(slot, self)
         return {k: list(v) if isinstance(v, list) else Own(v) for k, v in self.tensors.items()}
 
-    def item(self, b: int) -> "Item":
+    def item(self, b: int) -> Item:
         item = Item((k, v[b]) for k, v in self.tensors.items())
         item._batch, item._pos = self, b
         return item
 
-    def items(self) -> list["Item"]:
+    def items(self) -> list[Item]:
         """All items, with one unbind per key rather than one index per item."""
         cols = [(k, v if isinstance(v, list) else v.unbind(0)) for k, v in self.tensors.items()]
         out = []

@@ -60,7 +60,7 @@ class ItemSpec:
         columns: Sequence[str] | None = None,
         on_unknown_task: str = "warn",
         resampling: Resampling | None = None,
-    ) -> "ItemSpec":
+    ) -> ItemSpec:
         """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
         those it maps). `resampling`: rows at its fps (`tabular.resample`; its rules checked against the
         features), windows on its grid."""

@@ -82,7 +82,7 @@ class MapLoader(TrackedLoader):
 class _StreamView(torch.utils.data.IterableDataset):
     """The dataset as a StreamingLoader hands it to its DataLoader: one iteration snapshot, no state."""
 
-    def __init__(self, dataset: "StreamingDataset", iteration: Iteration):
+    def __init__(self, dataset: StreamingDataset, iteration: Iteration):
         self.dataset, self.iteration = dataset, iteration
 
     def __iter__(self):
@@ -98,7 +98,7 @@ class StreamingLoader:
 
     def __init__(
         self,
-        dataset: "StreamingDataset",
+        dataset: StreamingDataset,
         batch_size: int = 32,
         num_workers: int = 0,
         even_batches: bool | None = None,

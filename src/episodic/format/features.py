@@ -66,7 +66,7 @@ class Feature:
         return out
 
     @classmethod
-    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> "Feature":
+    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> Feature:
         where = f"{source}: feature {name!r}"
         if "/" in name:
             raise DatasetFormatError(f"{where}: feature names must not contain '/'")

@@ -94,7 +94,7 @@ class DatasetInfo:
 
     # ------------------------------------------------------------------ io
     @classmethod
-    def from_dict(cls, raw: Any, source: str = "meta/info.json") -> "DatasetInfo":
+    def from_dict(cls, raw: Any, source: str = "meta/info.json") -> DatasetInfo:
         """The info of a parsed info.json. Every problem of the file is found before raising: the
         DatasetFormatError lists them all (`problems`), each naming the file and the field."""
         if not isinstance(raw, dict):
@@ -188,7 +188,7 @@ class DatasetInfo:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str = "meta/info.json") -> "DatasetInfo":
+    def from_json(cls, text: str | bytes, source: str = "meta/info.json") -> DatasetInfo:
         try:
             raw = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -56,7 +56,7 @@ class KeyStats:
     def count(self) -> int:
         return int(np.asarray(self.stats["count"]).reshape(-1)[0])
 
-    def select(self, indices: Sequence[int] | None) -> "KeyStats":
+    def select(self, indices: Sequence[int] | None) -> KeyStats:
         """The statistics of the dimensions `indices` (in that order; None: all)."""
         if indices is None:
             return self
@@ -80,7 +80,7 @@ class KeyStats:
         }
 
     @classmethod
-    def from_json(cls, raw: Any) -> "KeyStats":
+    def from_json(cls, raw: Any) -> KeyStats:
         """Back from `to_json`'s form, checked: ValueError when anything is missing or does not fit."""
         if (
             not isinstance(raw, Mapping)

@@ -143,7 +143,7 @@ class _Run:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(path, json.dumps(self.dataset.state_dict(), indent=1).encode())
 
-    def __enter__(self) -> "_Run":
+    def __enter__(self) -> _Run:
         for name in _PATCHED:
             setattr(self.lt, name, getattr(self, name))
         return self

@@ -105,7 +105,7 @@ class MixtureLayout:
     @classmethod
     def from_report(
         cls, report: PreflightReport, image_size: Sequence[int] | None = None, resize_mode: str = "stretch"
-    ) -> "MixtureLayout":
+    ) -> MixtureLayout:
         """The layout of `report`'s entries that take part (status ``ok``). Raises `MixtureLayoutError` listing
         every problem: a role windowed differently in two entries, cameras of several sizes without
         `image_size`, a bad `image_size` or `resize_mode`."""
@@ -169,7 +169,7 @@ class MixtureLayout:
             entries=tuple(entries),
         )
 
-    def restricted(self, indices: Sequence[int]) -> "MixtureLayout":
+    def restricted(self, indices: Sequence[int]) -> MixtureLayout:
         """The same keys, shapes and windows with only the entries of spec indices `indices`, re-numbered in order
         (one side of an eval split, where an entry may have no episode: its items keep the mixture's layout)."""
         keep = set(int(i) for i in indices)

@@ -61,7 +61,7 @@ class EvalSplit:
             raise ValueError("; ".join(problems))
 
     @classmethod
-    def of(cls, value: Any) -> "EvalSplit | None":
+    def of(cls, value: Any) -> EvalSplit | None:
         """An option given as an `EvalSplit`, a fraction, a mapping of its fields, or None (no split)."""
         if value is None or isinstance(value, EvalSplit):
             return value

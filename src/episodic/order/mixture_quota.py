@@ -114,7 +114,7 @@ class QuotaTree:
     root: int
 
     @classmethod
-    def build(cls, units: Sequence[int], seed: int | None = None) -> "QuotaTree":
+    def build(cls, units: Sequence[int], seed: int | None = None) -> QuotaTree:
         u = np.asarray(list(units), dtype=np.int64).reshape(-1)
         if u.size == 0 or (u < 0).any() or not (u > 0).any():
             raise ValueError(f"units must be >= 0 with at least one > 0, got {u.tolist()[:10]}")

@@ -81,7 +81,7 @@ class MixtureState:
         samples_per_epoch: int,
         skipped: Sequence[str] = (),
         weights: Sequence[float] = (),
-    ) -> "MixtureState":
+    ) -> MixtureState:
         """The state of a mixture that starts at epoch 0, every entry at draw 0."""
         return cls(
             epoch=0,
@@ -101,7 +101,7 @@ class MixtureState:
         return (epoch - self.epoch) * self.samples_per_epoch + np.asarray(positions, dtype=np.int64)
 
     # ------------------------------------------------------------------ spec changes
-    def same_spec(self, other: "MixtureState") -> bool:
+    def same_spec(self, other: MixtureState) -> bool:
         return (self.names, self.units, self.frames, self.samples_per_epoch, self.skipped) == (
             other.names,
             other.units,
@@ -110,7 +110,7 @@ class MixtureState:
             other.skipped,
         )
 
-    def changes(self, new: "MixtureState") -> list[str]:
+    def changes(self, new: MixtureState) -> list[str]:
         """What differs between this (saved) state's mixture and `new`'s, in words; empty when nothing. Re-weighted:
         the kept entries whose own weight changed (with both states' weights recorded; else whose units changed,
         which changing one entry's weight does to all)."""
@@ -141,7 +141,7 @@ class MixtureState:
             out.append(f"skipped entries {_short(self.skipped)} -> {_short(new.skipped)}")
         return out
 
-    def continued(self, new: "MixtureState", seed: int | None, epoch: int, consumed: int) -> "MixtureState":
+    def continued(self, new: MixtureState, seed: int | None, epoch: int, consumed: int) -> MixtureState:
         """The state that resumes this one's run at (`epoch`, `consumed`) with `new`'s mixture (see the module
         docstring); `seed` is the quota tree's seed (it shapes the sequence whose counts are carried over)."""
         if self.same_spec(new):
@@ -179,7 +179,7 @@ class MixtureState:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping) -> "MixtureState":
+    def from_dict(cls, raw: Mapping) -> MixtureState:
         """Validates every field; the error names the field and what it must be."""
         if not isinstance(raw, Mapping):
             raise ValueError(f"mixture state must be a dict, got {type(raw).__name__}")

@@ -41,7 +41,7 @@ class StreamState:
     shuffle: bool | None = None
 
     # ------------------------------------------------------------------ transitions
-    def open_segment(self, world_size: int, num_workers: int, batch_size: int) -> "StreamState":
+    def open_segment(self, world_size: int, num_workers: int, batch_size: int) -> StreamState:
         """The state a loader of this topology starts from: a different topology after consumed batches
         closes the open segment into `history`."""
         topo = (int(world_size), int(num_workers), int(batch_size))
@@ -60,10 +60,10 @@ class StreamState:
             history, consumed = (*history, (*seg, consumed)), 0
         return history, (seg if consumed else (world_size, num_workers, 1)), consumed
 
-    def advanced(self, batches: int = 1) -> "StreamState":
+    def advanced(self, batches: int = 1) -> StreamState:
         return replace(self, batches_consumed=self.batches_consumed + int(batches))
 
-    def at_epoch(self, epoch: int) -> "StreamState":
+    def at_epoch(self, epoch: int) -> StreamState:
         """The start of epoch `epoch` (the open segment's topology is kept, nothing consumed)."""
         return replace(self, epoch=int(epoch), batches_consumed=0, history=())
 
@@ -85,7 +85,7 @@ class StreamState:
         }
 
     @classmethod
-    def from_dict(cls, state: Mapping) -> "StreamState":
+    def from_dict(cls, state: Mapping) -> StreamState:
         """Validates every field; the error names the field and what it must be."""
         if not isinstance(state, Mapping):
             raise ValueError(f"stream state must be a dict, got {type(state).__name__}")

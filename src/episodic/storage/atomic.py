@@ -137,7 +137,7 @@ class AtomicFile:
         except FileNotFoundError:
             pass
 
-    def __enter__(self) -> "AtomicFile":
+    def __enter__(self) -> AtomicFile:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -51,7 +51,7 @@ class Columns:
         """Position of each row's episode in `episodes` (O(log E) per row)."""
         return np.searchsorted(self.starts, rows, side="right") - 1
 
-    def episode(self, i: int) -> "Columns":
+    def episode(self, i: int) -> Columns:
         """The rows of the i-th selected episode alone (views, no copy)."""
         s, t = int(self.starts[i]), int(self.starts[i + 1])
         return Columns(
@@ -63,7 +63,7 @@ class Columns:
         )
 
     @staticmethod
-    def concat(parts: "list[Columns]") -> "Columns":
+    def concat(parts: list[Columns]) -> Columns:
         """The rows of several Columns side by side (their episodes in the given order)."""
         offsets = np.concatenate([[0], np.cumsum([len(c) for c in parts])]).astype(np.int64)
         starts = np.concatenate([c.starts[:-1] + o for c, o in zip(parts, offsets)] + [offsets[-1:]]).astype(np.int64)

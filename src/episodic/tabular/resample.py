@@ -59,7 +59,7 @@ class Resampling:
         object.__setattr__(self, "rules", dict(self.rules))
 
     @classmethod
-    def of(cls, target_fps: int | None, rules: Mapping[str, str] | None = None) -> "Resampling | None":
+    def of(cls, target_fps: int | None, rules: Mapping[str, str] | None = None) -> Resampling | None:
         """The resampling a dataset's ``target_fps`` and ``resample`` arguments ask for (None: none)."""
         if target_fps is None:
             if rules:

@@ -127,7 +127,7 @@ class DatasetWriter:
                 raise
 
     @classmethod
-    def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> "DatasetWriter":
+    def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> DatasetWriter:
         """Continue the interrupted session in `root` with its own settings: `add_episode` goes on after its
         last complete episode. `.recovery` says what was kept and what was dropped."""
         settings = read_settings(os.path.abspath(os.fspath(root)))
@@ -285,7 +285,7 @@ class DatasetWriter:
         except Exception as e:  # noqa: BLE001  see the docstring
             log.warning("%s: cleaning up after abort failed: %s", self.root, e)
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -349,7 +349,7 @@ class DatasetWriter:
                 )
         self._session.remove_group(g)
 
-    def _recover(self) -> "Recovery":
+    def _recover(self) -> Recovery:
         """Rebuild the state from the journal; drop what no complete episode owns."""
         records, torn = self._session.read_journal()
         for i, rec in enumerate(records):

@@ -24,7 +24,7 @@ class DirectoryLock:
         self.previous = previous  # a holder that died without releasing it (its pid, host, time), or ''
 
     @classmethod
-    def acquire(cls, path: str, what: str) -> "DirectoryLock":
+    def acquire(cls, path: str, what: str) -> DirectoryLock:
         """Take the lock or raise `WriterLockedError` naming the holder; `what` is the directory it guards."""
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)

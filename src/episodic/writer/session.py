@@ -122,7 +122,7 @@ class Session:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, root: str, settings: dict[str, Any], overwrite: bool, resume: bool, fsync: bool) -> "Session":
+    def open(cls, root: str, settings: dict[str, Any], overwrite: bool, resume: bool, fsync: bool) -> Session:
         """Lock `root` and start a session there (a new one, or the interrupted one when `resume` and its
         settings equal `settings`). Refuses, before changing anything, a directory it must not write into."""
         _refuse(root, directory_state(root), overwrite, resume)

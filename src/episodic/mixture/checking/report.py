@@ -92,7 +92,7 @@ class Problem:
     suggestions: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "problem") -> "Problem":
+    def from_dict(cls, raw: Any, where: str = "problem") -> Problem:
         """A problem from `PreflightReport.to_dict`'s form, checked (see the module docstring)."""
         raw = _checked_fields(raw, _PROBLEM_FIELDS, where)
         return cls(raw["entry"], raw["name"], raw["field"], raw["message"], raw["severity"], tuple(raw["suggestions"]))
@@ -151,7 +151,7 @@ class EntryReport:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "entry") -> "EntryReport":
+    def from_dict(cls, raw: Any, where: str = "entry") -> EntryReport:
         """An entry's facts from `to_dict`'s form, checked (see the module docstring)."""
         raw = dict(_checked_fields(raw, _ENTRY_FIELDS, where))
         raw["cameras"] = dict(raw["cameras"])

@@ -142,7 +142,7 @@ class MixtureSpec:
     ignored: tuple[str, ...] = ()  # fields of a foreign format that were read but play no part
 
     @classmethod
-    def build(cls, entries: Sequence[MixtureEntry], **options) -> "MixtureSpec":
+    def build(cls, entries: Sequence[MixtureEntry], **options) -> MixtureSpec:
         """A checked spec from objects: every problem raised together, names filled in."""
         origin = options.pop("origin", "<objects>")
         problems: list[str] = []
@@ -151,7 +151,7 @@ class MixtureSpec:
         return spec
 
     @classmethod
-    def from_dict(cls, raw: Any, origin: str = "<dict>") -> "MixtureSpec":
+    def from_dict(cls, raw: Any, origin: str = "<dict>") -> MixtureSpec:
         """A spec from parsed JSON/YAML: episodic's format (``entries``) or OpenTau's (``datasets``, also inside
         a training config's ``dataset_mixture``)."""
         if isinstance(raw, Mapping) and ("datasets" in raw or "dataset_mixture" in raw):
@@ -166,7 +166,7 @@ class MixtureSpec:
         return spec
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "MixtureSpec":
+    def from_file(cls, path: str | os.PathLike) -> MixtureSpec:
         from .refs import resolve_refs
 
         return cls.from_dict(resolve_refs(path), origin=str(Path(path)))
@@ -232,7 +232,7 @@ class MixtureSpec:
         return out
 
 
-def load_spec(spec: "MixtureSpec | Mapping | str | os.PathLike") -> MixtureSpec:
+def load_spec(spec: MixtureSpec | Mapping | str | os.PathLike) -> MixtureSpec:
     """A `MixtureSpec` from a spec, a parsed dict, or a JSON/YAML file path."""
     if isinstance(spec, MixtureSpec):
         return spec

@@ -162,7 +162,7 @@ class NodeDownload:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ thread
-    def start(self) -> "NodeDownload":
+    def start(self) -> NodeDownload:
         self._thread = threading.Thread(target=self.run, name="episodic-mixture-download", daemon=True)
         self._thread.start()
         return self

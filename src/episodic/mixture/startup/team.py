@@ -95,7 +95,7 @@ class Team:
         self.rank, self.size, self.timeout_s = rank, size, timeout_s
 
     @classmethod
-    def open(cls, group: Any = None, timeout_s: float = 600.0) -> "Team":
+    def open(cls, group: Any = None, timeout_s: float = 600.0) -> Team:
         dist = _dist()
         if dist is None:
             if group is not None:

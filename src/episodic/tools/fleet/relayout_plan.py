@@ -63,7 +63,7 @@ class RelayoutOptions:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> "RelayoutOptions":
+    def from_json(cls, raw: dict[str, Any]) -> RelayoutOptions:
         if not isinstance(raw, dict):
             raise ValueError(f"relayout options must be an object, got {raw!r}")
         known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
