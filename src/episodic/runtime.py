@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import config
 

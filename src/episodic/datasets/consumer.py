@@ -22,9 +22,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem

@@ -15,9 +15,10 @@ instead of pixels; `gpu_frames.GpuFrames` decodes them in the main process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

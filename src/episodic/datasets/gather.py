@@ -14,8 +14,8 @@ holds their frame references (`decode.FrameRefs`) and lists their files under `d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

@@ -27,9 +27,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch

@@ -4,8 +4,8 @@ the selected episodes (`select_episodes`). The user's arguments are checked here
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 

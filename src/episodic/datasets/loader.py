@@ -13,8 +13,9 @@ resume (also on another number of ranks or workers), `set_epoch()`, `stats()` an
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch

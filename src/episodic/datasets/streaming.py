@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch

@@ -5,8 +5,9 @@ sketch: `format.quantiles`) and their aggregation (`aggregate_stats`)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

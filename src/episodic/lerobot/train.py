@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from ..storage.atomic import atomic_write_bytes
 

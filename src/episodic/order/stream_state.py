@@ -11,8 +11,9 @@ re-splits exactly the rest. Identical on every rank of a synchronous job; JSON-s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["StreamState", "Segment"]
 

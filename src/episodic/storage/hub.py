@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
 
 from fsspec.implementations.local import LocalFileSystem
 

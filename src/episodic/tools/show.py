@@ -4,9 +4,9 @@ picture (camera frames at evenly spaced times, state/action curves; needs matplo
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

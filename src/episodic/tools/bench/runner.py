@@ -83,7 +83,7 @@ def environment() -> dict:
         "cpu_usable": usable,
         "torch_threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .options import SCHEMA, BenchError
 
