@@ -49,7 +49,7 @@ def write_big(root: str, episodes: int, length: int) -> None:
         "action": {"dtype": "float32", "shape": [ACTION]},
     }
     with DatasetWriter(root, fps=30, features=feats, overwrite=True, fsync=False) as w:
-        for e in range(episodes):
+        for _e in range(episodes):
             state = np.cumsum(rng.normal(0, 0.05, (length, STATE)), axis=0) + rng.normal(0, 1, STATE)
             action = state[:, :ACTION] + rng.normal(0, 0.01, (length, ACTION))
             w.add_episode(

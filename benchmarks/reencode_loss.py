@@ -35,7 +35,7 @@ def main() -> None:
         **{k: {"dtype": "video", "shape": [H, W, 3]} for k in keys},
     }
     with DatasetWriter(tmp / "av1", fps=30, features=feats, vcodec="av1", fsync=False) as w:
-        for e in range(EPISODES):
+        for _e in range(EPISODES):
             w.add_episode(
                 {
                     "observation.state": np.zeros((LENGTH, 6), np.float32),

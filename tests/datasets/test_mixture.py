@@ -78,7 +78,7 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
     got_all = ds.get_batch(allflat[perm])
     inverse = np.argsort(perm)
     start = 0
-    for (e, d, want), flat in zip(refs, flats):
+    for (e, _d, want), flat in zip(refs, flats):
         sel = inverse[start : start + len(flat)]
         start += len(flat)
         got = {k: (v[sel] if torch.is_tensor(v) else [v[i] for i in sel]) for k, v in got_all.items()}

@@ -170,7 +170,7 @@ def test_exact_resume_at_every_step_of_a_small_mixture():
 def test_elastic_resume_is_exactly_once():
     s = make(6, seed=4)
     rng = np.random.default_rng(0)
-    for trial in range(12):
+    for _trial in range(12):
         topos = [
             Topology(int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(0, 4)), int(rng.integers(1, 6)))
             for _ in range(4)

@@ -59,7 +59,7 @@ def test_rotation_into_files_and_chunks(multifile_root):
     assert len(videos) >= 3
     ds = EpisodicDataset(multifile_root)
     eps = ds.meta.episodes
-    for key, cam in eps.cameras.items():  # episodes of one file follow each other in time, starting at 0
+    for cam in eps.cameras.values():  # episodes of one file follow each other in time, starting at 0
         for fid in range(len(cam.files)):
             owners = np.flatnonzero(cam.file_id == fid)
             assert cam.from_ts[owners[0]] == 0

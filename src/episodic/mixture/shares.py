@@ -56,7 +56,7 @@ def share_table(
             raise ValueError(f"one (episodes, frames) per entry: got {len(sizes)} for {counts.size} entries")
         for row, (e, f) in zip(entries, sizes):
             row["episodes"], row["frames"] = int(e), int(f)
-        for row, (g, ix) in zip(rows, by.items()):
+        for row, ix in zip(rows, by.values()):
             row["episodes"], row["frames"] = sum(int(sizes[i][0]) for i in ix), sum(int(sizes[i][1]) for i in ix)
     err = float(np.abs(realised - target).max()) if total and target.size else 0.0
     gerr = max((abs(r["realised"] - r["target"]) for r in rows), default=0.0) if total else 0.0

@@ -74,7 +74,7 @@ def bench_summary_chart(rows: Sequence[dict], path: str | os.PathLike, title: st
     bh = 0.38
     a2.barh(y - bh / 2, np.nan_to_num(p50), height=bh, color="#38a169", label="p50")
     a2.barh(y + bh / 2, np.nan_to_num(p95), height=bh, color="#e53e3e", label="p95")
-    for yi, a, b in zip(y, p50, p95):
+    for yi, a in zip(y, p50):
         if np.isnan(a):
             a2.text(0, yi, " n/a", va="center", fontsize=8, color="grey")
     a2.set_xlabel("batch latency, ms (lower is better)")

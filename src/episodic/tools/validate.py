@@ -292,7 +292,7 @@ def _check_video(
                 )
                 continue
             ends.append((e, lo, end))
-        for e, lo, end in ends if decode or full else ():
+        for e, lo, _end in ends if decode or full else ():
             n = int(eps.length[e])
             # --full: every frame the loader can ask for (in blocks, one forward pass); else the first and last
             frames = np.arange(n) if full else np.unique([0, max(n - 1, 0)])

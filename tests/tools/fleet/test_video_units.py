@@ -88,7 +88,7 @@ def test_placed_units_follow_each_other_and_keep_their_episodes_times():
     shifts, times = place_units(members)
     assert shifts[0] == -8 * T  # the file's first frame at time 0
     spans = [(u.min_pts + s, u.end_pts + s, u.min_dts + s, u.max_dts + s) for u, s in zip(members, shifts)]
-    for (lo, hi, dlo, dhi), (lo2, _, dlo2, _) in zip(spans, spans[1:]):
+    for (_lo, hi, _dlo, dhi), (lo2, _, dlo2, _) in zip(spans, spans[1:]):
         assert lo2 >= hi and dlo2 > dhi  # presentation and decode times keep increasing
     assert spans[1][0] % T == 0  # a unit's first frame on the frame grid
     for u, s in zip(members, shifts):
