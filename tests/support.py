@@ -252,7 +252,7 @@ class FaultServer:
                 data, mtime = None, None
         if data is None or not self.validators:
             return data, {}
-        headers = {"ETag": '"%s"' % hashlib.sha1(data).hexdigest()[:16]}
+        headers = {"ETag": f'"{hashlib.sha1(data).hexdigest()[:16]}"'}
         if mtime is not None:
             headers["Last-Modified"] = email.utils.formatdate(mtime, usegmt=True)
         return data, headers

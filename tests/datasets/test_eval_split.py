@@ -117,11 +117,14 @@ def _indices(batches) -> list[int]:
 def test_sides_are_the_same_on_every_world_size_and_worker_count(root, workers):
     split = EvalSplit(0.3, seed=5)
     full = EpisodicDataset(root, video_keys=[])
-    rows = lambda eps: {
-        int(full.meta.episodes.dataset_from_index[e]) + j  # noqa: E731
-        for e in eps
-        for j in range(int(full.meta.episodes.length[e]))
-    }
+
+    def rows(eps):
+        return {
+            int(full.meta.episodes.dataset_from_index[e]) + j
+            for e in eps
+            for j in range(int(full.meta.episodes.length[e]))
+        }
+
     for side in ("train", "eval"):
         want = rows(_episodes_of(EpisodicDataset(root, video_keys=[], eval_split=split, split=side)))
         for ws in (1, 2, 3):

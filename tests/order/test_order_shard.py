@@ -92,7 +92,10 @@ def test_resume_at_every_step_same_topology_is_identical():
     topo = Topology(nodes=1, ranks_per_node=3, workers=2, batch_size=2)
     ref = simulate(sampler, topo, epochs=2)
     total_steps = max(b.step for b in ref.batches) + 1
-    key = lambda sim: [(b.step, b.epoch, b.rank, b.indices.tolist()) for b in sim.batches]
+
+    def key(sim):
+        return [(b.step, b.epoch, b.rank, b.indices.tolist()) for b in sim.batches]
+
     for stop in range(1, total_steps):
         resumed = simulate(sampler, topo, [(stop, topo)], epochs=2)
         assert key(resumed) == key(ref), f"stream differs after a restart at step {stop}"

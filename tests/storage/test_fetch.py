@@ -459,9 +459,9 @@ def test_errors_of_huggingface_hubs_http_client_are_classified():
 
         return call
 
-    status = lambda code: httpx.HTTPStatusError(
-        str(code), request=request, response=httpx.Response(code, request=request)
-    )  # noqa: E731
+    def status(code):
+        return httpx.HTTPStatusError(str(code), request=request, response=httpx.Response(code, request=request))
+
     stats = Counters()
     got = with_retries(
         failing(

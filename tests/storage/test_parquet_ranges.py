@@ -7,6 +7,7 @@ import io
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -79,8 +80,8 @@ def test_row_group_spans_hold_everything_a_row_group_read_needs(data_file):
         kept[s:e] = data[s:e]
     doctored = pq.ParquetFile(io.BytesIO(bytes(kept)))
     assert doctored.read_row_groups([1, 3]).equals(pf.read_row_groups([1, 3]))
-    with pytest.raises(Exception):  # and not row group 0: its bytes are gone
-        assert doctored.read_row_groups([0]).equals(pf.read_row_groups([0]))
+    with pytest.raises((OSError, pa.ArrowException)):  # and not row group 0: its bytes are gone (a read error)
+        doctored.read_row_groups([0])
     # through a RangeFile the spans are fetched in one round of requests, exactly
     fetch = _Remote(data)
     rf = open_ranged(fetch, len(data), (footer, data[footer:]))
