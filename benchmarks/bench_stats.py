@@ -138,13 +138,13 @@ def main() -> None:
         solo = tempfile.mkdtemp(prefix="episodic-stats-cache-")  # cold runs with one process (and no threads)
         try:
             for name, call in (
-                ("big_cold", lambda: compute_stats([job], workers=a.workers, cache=cache)),
-                ("big_cached", lambda: compute_stats([job], workers=a.workers, cache=cache)),
-                ("big_cold_1", lambda: compute_stats([job], workers=1, cache=solo)),
+                ("big_cold", lambda cache=cache: compute_stats([job], workers=a.workers, cache=cache)),
+                ("big_cached", lambda cache=cache: compute_stats([job], workers=a.workers, cache=cache)),
+                ("big_cold_1", lambda solo=solo: compute_stats([job], workers=1, cache=solo)),
                 ("big_numpy", lambda: numpy_reference(big)),
-                ("mix_cold", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
-                ("mix_cached", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
-                ("mix_cold_1", lambda: mixture_stats(spec, workers=1, cache=solo)),
+                ("mix_cold", lambda cache=cache: mixture_stats(spec, workers=a.workers, cache=cache)),
+                ("mix_cached", lambda cache=cache: mixture_stats(spec, workers=a.workers, cache=cache)),
+                ("mix_cold_1", lambda solo=solo: mixture_stats(spec, workers=1, cache=solo)),
             ):
                 t0, c0 = time.perf_counter(), _cpu()
                 got = call()

@@ -201,7 +201,7 @@ def nvdec_limit() -> dict:
         for k in sorted({1, 4, 8, max(1, _engines())}):
             counts, errors = [0] * k, []
 
-            def work(j):
+            def work(j, path=path, n=n, counts=counts, errors=errors):  # this round's, bound now
                 try:
                     s = backend.open(path)
                     g = np.random.default_rng(j)

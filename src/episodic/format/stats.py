@@ -167,11 +167,10 @@ def aggregate_stats(per_episode: Iterable[Mapping[str, Mapping[str, np.ndarray]]
         counts = np.array([float(np.asarray(p["count"]).reshape(-1)[0]) for p in parts])
         total = counts.sum()
         w = counts / total if total > 0 else np.full(len(parts), 1.0 / max(len(parts), 1))
-        shape_w = lambda a: w.reshape((-1,) + (1,) * (np.asarray(a).ndim - 1))  # noqa: E731
         means = np.stack([np.asarray(p["mean"], dtype=np.float64) for p in parts])
-        mean = (means * shape_w(means)).sum(axis=0)
+        mean = (means * _per_part(w, means)).sum(axis=0)
         var_parts = np.stack([np.asarray(p["std"], dtype=np.float64) ** 2 for p in parts])
-        var = ((var_parts + (means - mean) ** 2) * shape_w(means)).sum(axis=0)
+        var = ((var_parts + (means - mean) ** 2) * _per_part(w, means)).sum(axis=0)
         agg = {
             "min": np.min(np.stack([np.asarray(p["min"]) for p in parts]), axis=0),
             "max": np.max(np.stack([np.asarray(p["max"]) for p in parts]), axis=0),
@@ -182,9 +181,14 @@ def aggregate_stats(per_episode: Iterable[Mapping[str, Mapping[str, np.ndarray]]
         for q in QUANTILES:
             if all(q in p for p in parts):
                 qv = np.stack([np.asarray(p[q], dtype=np.float64) for p in parts])
-                agg[q] = (qv * shape_w(qv)).sum(axis=0)
+                agg[q] = (qv * _per_part(w, qv)).sum(axis=0)
         out[key] = agg
     return out
+
+
+def _per_part(w: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """The weights `w` (one per part) shaped to broadcast over `a` (the parts stacked on its first axis)."""
+    return w.reshape((-1,) + (1,) * (np.asarray(a).ndim - 1))
 
 
 def stats_to_json(stats: Stats) -> dict:

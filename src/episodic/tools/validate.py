@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,10 +101,10 @@ def _bar(items, desc: str, progress: bool):
     return bar(items, enabled=progress, desc=desc, unit="file")
 
 
-def _each_file(report: Report, path: str, check) -> None:
-    """Run one file's check; any exception becomes a problem naming the file."""
+def _each_file(report: Report, path: str, check: Callable[..., object], *args: object) -> None:
+    """Run one file's check, `check(*args)`; any exception becomes a problem naming the file."""
     try:
-        check()
+        check(*args)
     except EpisodicError as e:
         report.problems.extend(e.problems if isinstance(e, DatasetFormatError) else [str(e)])
     except Exception as e:  # noqa: BLE001
@@ -120,7 +121,7 @@ def _check_data(
         if not rel:  # its path was unsafe or unrenderable: reported with the metadata
             continue
         path = posixpath.join(meta.root, rel)
-        _each_file(report, path, lambda: _check_data_file(meta, source, report, fid, path, tolerance_s, full))
+        _each_file(report, path, _check_data_file, meta, source, report, fid, path, tolerance_s, full)
 
 
 def _read_table(source: Source, rel: str, path: str, owners: np.ndarray, full: bool) -> pa.Table:
@@ -246,7 +247,7 @@ def _check_videos(
         if not rel:
             continue
         path = posixpath.join(meta.root, rel)
-        _each_file(report, path, lambda: _check_video(meta, source, report, key, fid, path, tolerance_s, decode, full))
+        _each_file(report, path, _check_video, meta, source, report, key, fid, path, tolerance_s, decode, full)
 
 
 def _check_video(
