@@ -1,4 +1,4 @@
-"""Loading benchmark, map-style or streaming: frames/s, time to first batch, peak memory (PSS and RSS) of the
+r"""Loading benchmark, map-style or streaming: frames/s, time to first batch, peak memory (PSS and RSS) of the
 process tree, and each figure as a fraction of the machine's decode limit for the same files.
 
 --mode map: episodic's LeRobotDataset under a torch DataLoader (shuffled); --mode stream: episodic's
@@ -15,7 +15,8 @@ once, RSS in every process that maps them.
 The decode limit (benchmarks/decode_limit.py, plain PyAV, measured in the same run unless --no-limit):
 random single frames per second with one process per core, divided by the cameras per sample.
 
-    python benchmarks/bench_loaders.py --root DATASET [--mode stream] [--lerobot-python .bench/lerobot-venv/bin/lerobot-python] [--json OUT]
+    python benchmarks/bench_loaders.py --root DATASET [--mode stream] [--json OUT] \
+        [--lerobot-python .bench/lerobot-venv/bin/lerobot-python]
     python benchmarks/bench_loaders.py --write-synthetic DIR --episodes 200 [--height 480 --width 640 --cameras 2]
 """
 
@@ -223,9 +224,8 @@ def main() -> int:
             b = base.get(r["workers"])
             for c in configs:
                 if b and f"{c}_frames_per_s" in b:
-                    print(
-                        f"vs baseline, workers={r['workers']} {c}: {r[f'{c}_frames_per_s'] / b[f'{c}_frames_per_s']:.2f}x"
-                    )
+                    ratio = r[f"{c}_frames_per_s"] / b[f"{c}_frames_per_s"]
+                    print(f"vs baseline, workers={r['workers']} {c}: {ratio:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "decode_limit": limit, "args": vars(args)}, f, indent=2)
@@ -252,7 +252,8 @@ def _table(rows: list[dict], names: list[str], limit: dict | None) -> None:
             if f"{n}_frames_per_s" not in r:
                 continue
             print(
-                f"{r['mode']:>6} {r['workers']:>7} {n:>8} {r[f'{n}_frames_per_s']:>9.0f} {r.get(f'{n}_of_limit', nan):>8.0%} "
+                f"{r['mode']:>6} {r['workers']:>7} {n:>8} {r[f'{n}_frames_per_s']:>9.0f} "
+                f"{r.get(f'{n}_of_limit', nan):>8.0%} "
                 f"{r.get(f'{n}_of_decode_only', nan):>8.0%} "
                 f"{r.get(f'{n}_vs_lerobot', nan):>6.2f} {r[f'{n}_time_to_first_batch_s']:>7.2f} "
                 f"{r[f'{n}_peak_pss_tree_mb']:>7.0f} {r[f'{n}_peak_rss_tree_mb']:>7.0f}"

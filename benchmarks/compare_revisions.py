@@ -77,9 +77,11 @@ def main() -> int:
                 row["ratio_frames_per_s"] = row["after_frames_per_s"] / row["before_frames_per_s"]
                 rows.append(row)
                 print(
-                    f"{mode:6} w{workers} {'video  ' if video else 'tabular'}  frames/s {row['before_frames_per_s']:>9,.0f}"
+                    f"{mode:6} w{workers} {'video  ' if video else 'tabular'}  "
+                    f"frames/s {row['before_frames_per_s']:>9,.0f}"
                     f" -> {row['after_frames_per_s']:>9,.0f} ({row['ratio_frames_per_s']:.2f}x)   first batch "
-                    f"{row['before_time_to_first_batch_s']:.2f} -> {row['after_time_to_first_batch_s']:.2f} s   peak RSS "
+                    f"{row['before_time_to_first_batch_s']:.2f} -> {row['after_time_to_first_batch_s']:.2f} s   "
+                    "peak RSS "
                     f"{row['before_peak_rss_tree_mb']:,.0f} -> {row['after_peak_rss_tree_mb']:,.0f} MB",
                     flush=True,
                 )

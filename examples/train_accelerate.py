@@ -1,6 +1,7 @@
-"""Tiny training loop under Hugging Face ``accelerate`` with an exactly resumable sample order.
+r"""Tiny training loop under Hugging Face ``accelerate`` with an exactly resumable sample order.
 
-    accelerate launch --num_processes 2 examples/train_accelerate.py --root /tmp/episodic_demo --ckpt /tmp/order_ckpt_acc.pt
+    accelerate launch --num_processes 2 examples/train_accelerate.py \
+        --root /tmp/episodic_demo --ckpt /tmp/order_ckpt_acc.pt
 
 ``accelerate`` shards and resumes DataLoaders itself (``BatchSamplerShard``,
 ``skip_first_batches``, its own epoch counter); combined with an order that is already

@@ -190,15 +190,15 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 class FaultServer:
     """A static HTTP/1.1 server on 127.0.0.1 (a real socket, keep-alive) that misbehaves on demand.
 
-    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each request
-    (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of
-    the content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
+    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each
+    request (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of the
+    content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
 
-    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by
-    default, and whose path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`),
-    "reset" (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body,
-    announced as such), "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that
-    fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
+    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by default, and whose
+    path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`), "reset"
+    (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body, announced as such),
+    "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that fraction of the other GETs fails at
+    random (500, reset, truncate). `failures` counts injected faults.
     `hang.set()`: every request waits, never answering, until cleared. `kill()`: stop listening and drop
     every open connection (connection refused from then on); `start()`: listen again on the same port.
     `requests` lists (method, path, Range header) of every request; `answers` (time.time() when the answer was
@@ -329,9 +329,10 @@ def _hub_entry(root: Path, path: Path) -> dict:
 
 
 class HubHandler(http.server.BaseHTTPRequestHandler):
-    """The part of the Hugging Face Hub API that huggingface_hub uses (a `HubServer`'s requests): GET /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>],
-    POST /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range).
-    Unknown repos, revisions and paths get 404 with the Hub's X-Error-Code."""
+    """The part of the Hugging Face Hub API that huggingface_hub uses (a `HubServer`'s requests): GET
+    /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>], POST
+    /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range). Unknown repos,
+    revisions and paths get 404 with the Hub's X-Error-Code."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes

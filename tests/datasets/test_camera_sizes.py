@@ -4,9 +4,10 @@ The independent reference is PyAV's ``frame.to_ndarray(format="rgb24")`` of ever
 (channels first; ``/ 255`` in float32 for float items, as LeRobot's ``x.float() / 255``). The matrix: widths
 24, 40, 56, 424, 600, 640 (remainders mod 16 of 8, 8, 8, 8, 8, 0: FFmpeg's SIMD yuv->gbrp left the last 8
 columns unwritten at such widths) x heights 16, 30, 240, 480 x codecs AV1, H.264, HEVC x uint8 and float32 x
-map-style, streaming and a mixture. Each (codec, height) is one dataset written by episodic's writer with a
-camera per width; a camera the encoder cannot take is refused by the writer (`REFUSED`), which is checked too:
-every width is decoded in some codec at every height. Frames are patterns of every column and row, different per frame, episode and channel.
+map-style, streaming and a mixture. Each (codec, height) is one dataset written by episodic's writer with a camera per
+width; a camera the encoder cannot take is refused by the writer (`REFUSED`), which is checked too: every width is
+decoded in some codec at every height. Frames are patterns of every column and row, different per frame, episode and
+channel.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """One rank of a mixture start-up, launched by torchrun or as a plain process (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT in the environment) from test_startup.py (not a test module).
 
-Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs `episodic.mixture.startup.distributed.prepare`
-on the real gloo process group and writes what it got to <out>/rank<r>.json: the result's figures, roots and report
-(entries, episode lengths, where each entry is read from), or the error's type, message and fields.
+Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs
+`episodic.mixture.startup.distributed.prepare` on the real gloo process group and writes what it got to
+<out>/rank<r>.json: the result's figures, roots and report (entries, episode lengths, where each entry is read from), or
+the error's type, message and fields.
 With --tamper-handover, a rank that reads a handed-over report first overwrites the file with a pickle that would
 create <out>/code-ran-rank<r> when loaded (someone who can write the hand-over directory).
 With --again N, prepare runs N more times in the job (the --late-rank sleeping --again-late-s before each), each

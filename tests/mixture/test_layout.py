@@ -70,8 +70,8 @@ def test_one_camera_size_needs_no_image_size(synthetic):
 
 
 def _doc_examples() -> dict[str, str]:
-    """The spec examples as the docs print them: the first ```yaml block of docs/mixtures.md and the ``::`` block
-    of the `episodic.mixture.checking.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
+    """The spec examples as the docs print them: the first ```yaml block of docs/mixtures.md and the ``::`` block of the
+    `episodic.mixture.checking.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
     import re
     from pathlib import Path
 

@@ -165,7 +165,8 @@ def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
     text = "entries:\n" + "".join(
         f"  - {{source: org/ds, name: n{i}, revision: {sha}}}\n" for i, sha in enumerate(SHAS[:2])
     )
-    text += f'  - {{source: org/ds, name: quoted, revision: "{SHAS[2]}"}}\n  - {{source: org/ds, name: letters, revision: {SHAS[3]}}}\n'
+    text += f'  - {{source: org/ds, name: quoted, revision: "{SHAS[2]}"}}\n'
+    text += f"  - {{source: org/ds, name: letters, revision: {SHAS[3]}}}\n"
     (tmp_path / "m.yaml").write_text(text)
     assert [e.revision for e in MixtureSpec.from_file(tmp_path / "m.yaml").entries] == SHAS
     (tmp_path / "n.yaml").write_text(
@@ -193,7 +194,8 @@ def test_on_unknown_task_is_checked_and_kept():
     [
         (
             {"entries": [{"source": "a/b", "episodes": [0, 2**70]}]},
-            r"entries\[0\] \(a/b\): field 'episodes' holds 1 value\(s\) above 2\*\*62 - 1.*first: 1180591620717411303424",
+            r"entries\[0\] \(a/b\): field 'episodes' holds 1 value\(s\) above 2\*\*62 - 1"
+            r".*first: 1180591620717411303424",
         ),
         (
             {"entries": [{"source": "a/b", "exclude_episodes": [2**64]}]},
@@ -202,7 +204,8 @@ def test_on_unknown_task_is_checked_and_kept():
         ({"entries": [{"source": "a/b", "state_indices": [0, 2**63]}]}, r"entries\[0\] \(a/b\): field 'state_indices'"),
         (
             {"entries": [{"source": "a/b", "delta_timestamps": {"action": [0.0, 1e300]}}]},
-            r"entries\[0\] \(a/b\): delta_timestamps\['action'\] holds 1e\+300 s: window times must lie within \+-1e\+06 s",
+            r"entries\[0\] \(a/b\): delta_timestamps\['action'\] holds 1e\+300 s: "
+            r"window times must lie within \+-1e\+06 s",
         ),
         (
             {"entries": ["a/b"], "delta_timestamps": {"state": [-1e300]}},

@@ -1,4 +1,5 @@
-"""The streaming order of a mixture: whole episodes per epoch, budgets kept over epochs, exactly once on any topology."""
+"""The streaming order of a mixture: whole episodes per epoch, budgets kept over epochs, exactly once on any
+topology."""
 
 import numpy as np
 

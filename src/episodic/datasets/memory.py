@@ -60,11 +60,11 @@ def _unused(base: torch.Tensor) -> bool:
 
 
 class FramePool:
-    """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool
-    keeps idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that,
-    idle buffers are left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles batches too).
-    Without torch's storage use count (`runtime.storage_use_count`, a private API: checked, not assumed) every
-    buffer is fresh."""
+    """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool keeps
+    idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that, idle buffers are
+    left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles
+    batches too). Without torch's storage use count (`runtime.storage_use_count`, a private API: checked, not assumed)
+    every buffer is fresh."""
 
     def __init__(self, keep_batches: int = 2):
         self.keep_batches = keep_batches

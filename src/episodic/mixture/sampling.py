@@ -1,10 +1,10 @@
 """The map-style order of a checked mixture: a `MixtureSampler` built from a preflight report.
 
-Entries that take part (status ``ok``, share > 0 or not) become the sampler's entries, in spec order, each with
-the frames of its selected episodes (`entry_checks.selected_episodes`, minus ``drop_n_first/last_frames`` per
-episode; resampled frames at the spec's ``target_fps``, `tabular.resample.episode_bounds`); weights are the report's shares; skipped entries are recorded in the mixture state. Flat indices are
-the entries' kept frames side by side, over the entries that take part (`MixtureSampler.split`). No data file
-is read.
+Entries that take part (status ``ok``, share > 0 or not) become the sampler's entries, in spec order, each with the
+frames of its selected episodes (`entry_checks.selected_episodes`, minus ``drop_n_first/last_frames`` per episode;
+resampled frames at the spec's ``target_fps``, `tabular.resample.episode_bounds`); weights are the report's shares;
+skipped entries are recorded in the mixture state. Flat indices are the entries' kept frames side by side, over the
+entries that take part (`MixtureSampler.split`). No data file is read.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The content cache of computed statistics (`tabular.column_stats`): one JSON file per (dataset, episode selection) under
-``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
+"""The content cache of computed statistics (`tabular.column_stats`): one JSON file per (dataset, episode selection)
+under ``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
 key's feature description: dtype and shape, checked when read), named by the SHA-256 of what decides the result:
 
 - the code's version (`STATS_CODE_VERSION`) and the quantile sketch's size;

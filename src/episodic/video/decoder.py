@@ -155,8 +155,9 @@ class VideoReader:
         return self._stream.codec_context.height, self._stream.codec_context.width
 
     def locate(self, times: np.ndarray, tolerance_s: float, clamp_s: float | None = None) -> np.ndarray:
-        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default
-        `timebase.end_clamp_s`: one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
+        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default `timebase.end_clamp_s`:
+        one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than
+        tolerance_s."""
         times = np.asarray(times, dtype=np.float64)
         idx, dist = self.index.nearest(times)
         far = dist >= tolerance_s
@@ -169,7 +170,8 @@ class VideoReader:
         if bad.any():
             raise FrameTimestampError(
                 f"{self.path}: no frame within tolerance_s={tolerance_s} of timestamps "
-                f"{np.round(times[bad][:8], 6).tolist()} (nearest frames at {np.round(self.index.times[idx[bad][:8]], 6).tolist()}; "
+                f"{np.round(times[bad][:8], 6).tolist()} "
+                f"(nearest frames at {np.round(self.index.times[idx[bad][:8]], 6).tolist()}; "
                 f"the file holds {len(self.index)} frames from {self.index.times[0]:.4f}s to {last:.4f}s)",
             )
         return idx

@@ -1,15 +1,14 @@
 """Check one mixture entry against its dataset's metadata: every problem collected, none raised.
 
-Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left to train on
-after the spec's ``eval_split``: the sizes are the training side's, the held-out ones recorded apart), every
-role's key (exists, is a camera for camera roles, a numeric vector for ``state``/``action``, text for
-``task``), state/action index selections inside the vector and the result within the mixture's
-``max_state_dim``/``max_action_dim``, ``delta_timestamps`` converted with the entry's own fps, or the mixture's
-``target_fps`` (rounded to the
-nearest frame, the rounding recorded; with ``delta_rounding="exact"`` each must be on the grid within the
-entry's tolerance, LeRobot's rule),
-camera frame rates against the dataset's, task labels present, statistics present for state and action. A key that does not exist gets the closest
-existing keys (difflib) as suggestions. Pure: metadata in, facts and problems out; numpy only.
+Checked: the episode selection (``episodes``/``exclude_episodes`` inside the dataset, something left to train on after
+the spec's ``eval_split``: the sizes are the training side's, the held-out ones recorded apart), every role's key
+(exists, is a camera for camera roles, a numeric vector for ``state``/``action``, text for ``task``), state/action index
+selections inside the vector and the result within the mixture's ``max_state_dim``/``max_action_dim``,
+``delta_timestamps`` converted with the entry's own fps, or the mixture's ``target_fps`` (rounded to the nearest frame,
+the rounding recorded; with ``delta_rounding="exact"`` each must be on the grid within the entry's tolerance, LeRobot's
+rule), camera frame rates against the dataset's, task labels present, statistics present for state and action. A key
+that does not exist gets the closest existing keys (difflib) as suggestions. Pure: metadata in, facts and problems out;
+numpy only.
 """
 
 from __future__ import annotations

@@ -166,7 +166,10 @@ def load_results(paths: Sequence[str | os.PathLike]) -> list[dict]:
 
 def summary_table(rows: list[dict]) -> str:
     w = max([len("configuration")] + [len(r["label"]) for r in rows])
-    head = f"{'configuration':<{w}}  {'frames/s':>9}  {'p50 ms':>8}  {'p95 ms':>8}  {'p99 ms':>8}  {'ttfb s':>7}  {'RSS MB':>7}  {'cache hit':>9}"
+    head = (
+        f"{'configuration':<{w}}  {'frames/s':>9}  {'p50 ms':>8}  {'p95 ms':>8}  {'p99 ms':>8}  {'ttfb s':>7}  "
+        f"{'RSS MB':>7}  {'cache hit':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         hr = "-" if r["hit_rate"] is None else f"{100 * r['hit_rate']:.0f}%"

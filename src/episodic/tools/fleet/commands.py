@@ -142,9 +142,9 @@ def add_parsers(sub, relayout, fleet) -> None:
         "repack",
         "a v3.0 dataset re-laid out: row groups and files of target sizes, chunk directories; items equal",
         "Write SRC anew at DST with one row group per episode, or row groups of up to --row-group-mb "
-        "(with a page index and page checksums either way), data and video files of about --data-file-mb / --video-file-mb "
-        "(many small files into few, or large ones split at episode boundaries) and --chunks-size files "
-        "per chunk directory; rows and frame packets copied, every item equal. Crash-safe and "
+        "(with a page index and page checksums either way), data and video files of about --data-file-mb / "
+        "--video-file-mb (many small files into few, or large ones split at episode boundaries) and --chunks-size "
+        "files per chunk directory; rows and frame packets copied, every item equal. Crash-safe and "
         "resumable like convert; SRC may be a list (see convert).",
         relayout,
     )

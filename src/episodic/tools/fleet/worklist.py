@@ -1,11 +1,11 @@
 """The datasets a fleet run works on, each with its result's place, and a SLURM array task's share of them.
 
-A list is a mixture spec (JSON or YAML: its entries' sources, names, revisions, Hub roots, read as a mixture reads
-them; the episode selections and roles play no part: a tool works on whole datasets), or a text file of sources (one per line;
-blank lines and ``#`` comments skipped), or sources given directly. A source that appears twice is worked on
-once (its first entry). Each dataset's result goes under the output directory at its *name*: the entry's name,
-else the source's last path part (a Hub repo id stays ``owner/name``), made a safe relative path (letters,
-digits, ``._-``; anything else becomes ``_``), and unique (``-2``, ``-3``, ... in list order).
+A list is a mixture spec (JSON or YAML: its entries' sources, names, revisions, Hub roots, read as a mixture reads them;
+the episode selections and roles play no part: a tool works on whole datasets), or a text file of sources (one per line;
+blank lines and ``#`` comments skipped), or sources given directly. A source that appears twice is worked on once (its
+first entry). Each dataset's result goes under the output directory at its *name*: the entry's name, else the source's
+last path part (a Hub repo id stays ``owner/name``), made a safe relative path (letters, digits, ``._-``; anything else
+becomes ``_``), and unique (``-2``, ``-3``, ... in list order).
 
 `shard(items, k, n)`: the items of array task `k` of `n`: those at positions ``k, k + n, k + 2n, ...`` of the
 list. A pure function of the list: every task of the array computes the same list, the tasks' shares are
