@@ -29,7 +29,7 @@ from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
-from ..video.output import FrameOutput
+from ..video.output import FrameOutput, check_image_size
 from .access import BatchAccess
 from .facts import MixtureFacts
 from .gather import gather
@@ -133,7 +133,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
             decode_device,
             cpu_fallback,
             gpu_decoders,
-            FrameOutput(size=image_size, resize_mode=resize_mode),
+            FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
             self.counters,
         )
         self.engines.decode_on_gpu(gpu_keys)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..checks import check_number
 from ..storage.fetch import FetchPolicy
@@ -65,7 +66,8 @@ class _Unset:
         return "<default>"
 
 
-UNSET = _Unset()  # a streaming constructor's tuning argument that was not given
+# a streaming constructor's tuning argument that was not given; typed Any: it is the default of arguments of every type
+UNSET: Any = _Unset()
 
 
 def stream_options(options: StreamOptions | None, cache_max_bytes=UNSET, **given) -> StreamOptions:

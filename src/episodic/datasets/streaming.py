@@ -37,7 +37,7 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from ..video.output import FrameOutput
+from ..video.output import FrameOutput, check_image_size
 from .access import finish_batch
 from .collate import Batch, deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
@@ -184,7 +184,8 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
         when the topology matches; counts nothing (use `loader()` for that)."""
         _, ws = resolve_topology(self.rank, self.world_size)
-        history, segment, consumed = self.state.direct(ws, runtime.worker()[1] if runtime.in_worker() else 0)
+        worker = runtime.worker()
+        history, segment, consumed = self.state.direct(ws, worker[1] if worker is not None else 0)
         state = StreamState(
             seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment, history=history
         )
@@ -196,6 +197,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         rank, ws = resolve_topology(self.rank, self.world_size)
         wid, nw = runtime.worker() or (0, 1)
         st = it.state
+        assert st.segment is not None, "an iteration's state has an open segment"
         seg_ws, seg_nw, _ = st.segment
         if (seg_ws, max(seg_nw, 1)) != (ws, nw):
             raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
@@ -417,6 +419,8 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
     `MixtureDataset`.
     """
 
+    epochs: MixtureEpochs
+
     def __init__(
         self,
         spec,
@@ -473,7 +477,7 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
             decode_device,
             cpu_fallback,
             gpu_decoders,
-            FrameOutput(size=image_size, resize_mode=resize_mode),
+            FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
             counters,
         )
         _local_for_gpu(gpu, self.engines.sources)

@@ -5,8 +5,10 @@ from the first samples of the order itself (`order_counts`, what ``episodic mixt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["order_counts", "share_table"]
 
@@ -14,7 +16,7 @@ __all__ = ["order_counts", "share_table"]
 def share_table(
     names: Sequence[str],
     groups: Sequence[object],
-    target: Sequence[float],
+    target: ArrayLike,
     counts,
     sizes: Sequence[tuple[int, int]] | None = None,
 ) -> dict:
@@ -26,26 +28,26 @@ def share_table(
     "groups": [{"group", "entries", "target", "items", "realised"[, "episodes", "frames"]}], "max_abs_error": ...,
     "max_abs_error_groups": ...}``"""
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
-    target = np.asarray(target, dtype=np.float64).reshape(-1)
-    if not len(names) == len(groups) == target.size == counts.size:
+    want = np.asarray(target, dtype=np.float64).reshape(-1)
+    if not len(names) == len(groups) == want.size == counts.size:
         raise ValueError(
             f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, "
-            f"{target.size}, {counts.size}"
+            f"{want.size}, {counts.size}"
         )
     total = int(counts.sum())
     realised = counts / total if total else np.zeros(counts.size)
-    entries = [
+    entries: list[dict[str, Any]] = [
         {"name": str(n), "group": g, "target": float(t), "items": int(c), "realised": float(r)}
-        for n, g, t, c, r in zip(names, groups, target, counts, realised)
+        for n, g, t, c, r in zip(names, groups, want, counts, realised)
     ]
     by: dict[object, list[int]] = {}
     for i, g in enumerate(groups):
         by.setdefault(g, []).append(i)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "group": g,
             "entries": len(ix),
-            "target": float(target[ix].sum()),
+            "target": float(want[ix].sum()),
             "items": int(counts[ix].sum()),
             "realised": float(realised[ix].sum()),
         }
@@ -58,7 +60,7 @@ def share_table(
             row["episodes"], row["frames"] = int(e), int(f)
         for row, ix in zip(rows, by.values()):
             row["episodes"], row["frames"] = sum(int(sizes[i][0]) for i in ix), sum(int(sizes[i][1]) for i in ix)
-    err = float(np.abs(realised - target).max()) if total and target.size else 0.0
+    err = float(np.abs(realised - want).max()) if total and want.size else 0.0
     gerr = max((abs(r["realised"] - r["target"]) for r in rows), default=0.0) if total else 0.0
     return {"items": total, "entries": entries, "groups": rows, "max_abs_error": err, "max_abs_error_groups": gerr}
 

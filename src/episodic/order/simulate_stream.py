@@ -66,7 +66,7 @@ class StreamSimulation:
 def _takes(take_size: int | Sequence[int] | None, batch_size: int) -> Iterator[int]:
     if take_size is None:
         take_size = batch_size
-    sizes = [int(take_size)] if np.ndim(take_size) == 0 else [int(t) for t in take_size]
+    sizes = [int(t) for t in np.atleast_1d(take_size)]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"take sizes must be >= 1, got {take_size!r}")
     return cycle(sizes)
@@ -84,10 +84,13 @@ def _drain(order: PoolOrder, m: int, sizes: Iterator[int]) -> tuple[np.ndarray, 
     return np.concatenate(ks), np.concatenate(js)
 
 
-def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, sizes: Iterator[int]) -> list[tuple]:
+def _rank_batches(
+    lengths: Mapping[int, int], state: StreamState, rank: int, sizes: Iterator[int], pool_size: int, shuffle: bool
+) -> list[tuple]:
     """Rank ``rank``'s batches left in the open segment of ``state`` (worker, consumer, episodes, frames), in
     the order a new DataLoader iterator hands them out: every worker's plan is `consumer_plan`'s, as in the
-    dataset."""
+    dataset (whose state holds the same `pool_size` and `shuffle`)."""
+    assert state.segment is not None, "a run's state has an open segment"
     ws, workers, bs = state.segment
     nw = max(workers, 1)
     per_worker = []
@@ -96,18 +99,19 @@ def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, siz
             lengths,
             replace(state, segment=(ws, nw, bs)),
             ConsumerId(rank, ws, wid, nw),
-            state.episode_pool_size,
-            state.shuffle,
+            pool_size,
+            shuffle,
         )
         rng = consumer_rng(state.seed, state.epoch, plan.segment, plan.consumer)
-        order = PoolOrder([len(r) for r in plan.frames], state.episode_pool_size, rng, state.shuffle)
+        order = PoolOrder([len(r) for r in plan.frames], pool_size, rng, shuffle)
         _drain(order, plan.skip, sizes)  # fast-forward past what was consumed
         k, j = _drain(order, order.total - order.pos, sizes)
         e = plan.episodes[k]
         f = np.fromiter((plan.frames[a][b] for a, b in zip(k.tolist(), j.tolist())), np.int64, len(k))
         worker = wid if workers else -1
         per_worker.append([(worker, plan.consumer, e[p : p + bs], f[p : p + bs]) for p in range(0, len(k), bs)])
-    out, r = [], 0
+    out: list[tuple] = []
+    r = 0
     while any(r < len(b) for b in per_worker):  # round-robin over workers, skipping exhausted ones
         out.extend(b[r] for b in per_worker if r < len(b))
         r += 1
@@ -148,7 +152,7 @@ def simulate_stream(
         state = state.open_segment(topo.world_size, topo.workers, topo.batch_size)  # as StreamingLoader does
         segment = len(state.history)
         sizes = _takes(take_size, topo.batch_size)
-        streams = [_rank_batches(lengths, state, r, sizes) for r in range(topo.world_size)]
+        streams = [_rank_batches(lengths, state, r, sizes, pool_size, shuffle) for r in range(topo.world_size)]
         n = max(map(len, streams)) if k is None else min(int(k), *map(len, streams))
         for s in range(n):
             for r, stream in enumerate(streams):

@@ -26,8 +26,13 @@ from episodic.order.stream_state import StreamState
 __all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan", "split_problems"]
 
 
+# the frames (offsets in their episode) an episode has still to emit: an untouched episode's `range`, or an
+# ascending int64 array
+Frames = range | np.ndarray
+
+
 def segment_plan(
-    remaining: Mapping[int, Sequence[int]],
+    remaining: Mapping[int, Frames],
     world_size: int,
     num_workers: int,
     seed: int,
@@ -49,14 +54,14 @@ def segment_plan(
 
 def remaining_after(
     lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int, pool_size: int, shuffle: bool
-) -> dict[int, Sequence[int]]:
+) -> dict[int, Frames]:
     """Frames (offsets in their episode) not yet consumed after the closed segments `history`, each
     [world_size, num_workers, batch_size, batches_consumed] (batches consumed per rank).
 
     Every episode of `lengths` is a key of the result; an episode untouched so far keeps an O(1)
     `range`, a touched one gets an ascending int64 array (empty once it is fully consumed).
     `num_workers=0` (no DataLoader workers) counts as one consumer per rank."""
-    remaining = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
+    remaining: dict[int, Frames] = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
     for s, (ws, nw, bs, k) in enumerate(history):
         nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
         cand, plans, _ = segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
@@ -103,6 +108,7 @@ def consumer_plan(
     `batches_consumed` batches of the segment's batch size into it; seed and epoch). A new DataLoader iterator
     starts its round-robin at worker 0: worker w plays the part of the worker that was w places after the one
     due to hand out the next batch."""
+    assert state.segment is not None, "a consumer plans the open segment"
     seed, epoch, history, batch_size = state.seed, state.epoch, state.history, state.segment[2]
     remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
     segment = len(history)
@@ -125,6 +131,7 @@ def consumer_plan(
 def segment_batches(lengths: Mapping[int, int], state: StreamState, pool_size: int, shuffle: bool) -> list[int]:
     """Batches each rank hands out in the open segment of `state` (its topology and batch size, after its
     `history`), counted from its start."""
+    assert state.segment is not None, "batches of the open segment"
     world_size, num_workers, batch_size = state.segment
     nw = max(num_workers, 1)
     remaining = remaining_after(lengths, state.history, state.seed, state.epoch, pool_size, shuffle)

@@ -52,14 +52,17 @@ class StreamState:
             )
         return replace(self, segment=topo)
 
-    def direct(self, world_size: int, num_workers: int) -> tuple[tuple, Segment, int]:
+    def direct(self, world_size: int, num_workers: int) -> tuple[tuple[tuple[int, int, int, int], ...], Segment, int]:
         """(history, segment, batches consumed) for an iteration that does not go through a loader (a
         dataset iterated as it is, or by a plain DataLoader): it continues the open segment when the
         topology matches, else closes it, and counts nothing."""
         seg, history, consumed = self.segment, self.history, self.batches_consumed
         if seg is not None and consumed > 0 and (seg[0], seg[1]) != (world_size, num_workers):
             history, consumed = (*history, (*seg, consumed)), 0
-        return history, (seg if consumed else (world_size, num_workers, 1)), consumed
+        if not consumed:
+            seg = (world_size, num_workers, 1)
+        assert seg is not None, "batches consumed outside a segment"
+        return history, seg, consumed
 
     def advanced(self, batches: int = 1) -> StreamState:
         return replace(self, batches_consumed=self.batches_consumed + int(batches))
@@ -96,7 +99,7 @@ class StreamState:
         history = state.get("history", [])
         if not isinstance(history, (list, tuple)):
             raise ValueError(f"stream state: field 'history' must be a list, got {history!r}")
-        hist = []
+        hist: list[tuple[int, int, int, int]] = []
         for i, h in enumerate(history):
             if not isinstance(h, (list, tuple)) or len(h) != 4:
                 raise ValueError(
@@ -105,7 +108,8 @@ class StreamState:
                 )
             names = ("world_size", "num_workers", "batch_size", "batches_consumed")
             lows = (1, 0, 1, 0)
-            hist.append(tuple(_int(dict(zip(names, h)), n, low=lo) for n, lo in zip(names, lows)))
+            ws, nw, bs, k = (_int(dict(zip(names, h)), n, low=lo) for n, lo in zip(names, lows))
+            hist.append((ws, nw, bs, k))
         segment = None
         if consumed:
             segment = (
