@@ -121,12 +121,12 @@ class DatasetInfo:
                 features[name] = Feature.from_json(name, spec, source)
         for name, spec in DEFAULT_FEATURES.items():  # the reader relies on their kind: integers, float times
             f = features.get(name)
-            kind = "f" if spec["dtype"].startswith("float") else "iu"
+            kinds = "f" if spec["dtype"].startswith("float") else "iu"
             if f is not None and (
-                f.shape != (1,) or f.is_camera or f.dtype == "string" or np.dtype(f.dtype).kind not in kind
+                f.shape != (1,) or f.is_camera or f.dtype == "string" or np.dtype(f.dtype).kind not in kinds
             ):
                 problems.add(
-                    f"{source}: feature {name!r} must be {'a float' if kind == 'f' else 'an integer'} of "
+                    f"{source}: feature {name!r} must be {'a float' if kinds == 'f' else 'an integer'} of "
                     f"shape [1], got {f.dtype} {list(f.shape)}"
                 )
         known = {f.name for f in cls.__dataclass_fields__.values()}  # type: ignore[attr-defined]
@@ -163,10 +163,11 @@ class DatasetInfo:
                 problems.add(f"{source}: field {name!r} has an invalid value {v!r}")
         v21 = version is not None and version != V30
         unsafe = False  # a template that leaves the root: the error is an UnsafePathError
-        for name, fields in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
+        for name, standard in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
             template = values[name]
             if template is None:
                 continue
+            fields: tuple[str, ...] = standard
             if v21:  # per-episode files; the reader falls back to the standard template when this one is v3.0's
                 fields = tuple(dict.fromkeys(fields + (V21_VIDEO_FIELDS if name == "video_path" else V21_DATA_FIELDS)))
             for problem, kind in template_problems(template, fields):

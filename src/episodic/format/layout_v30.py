@@ -196,7 +196,7 @@ def load_v30(
                 times.append(np.full(len(ep_index), np.nan))  # lenient: already reported
                 present = False
         if present:
-            _check_times(*times, key, source, problems)
+            _check_times(times[0], times[1], key, source, problems)
         cameras[key] = CameraFiles(files=files, file_id=file_id, from_ts=times[0], to_ts=times[1])
     known = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"}
     extra = table.select([c for c in table.column_names if c not in known and not c.startswith("videos/")])

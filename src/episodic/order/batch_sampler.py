@@ -14,12 +14,23 @@ step on every rank. ``iter()`` always starts from the current state.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, Protocol
 
 from episodic.order import shard
-from episodic.order.sampler import EpisodeAwareSampler
 from episodic.order.state import OrderState
 
-__all__ = ["EpisodicBatchSampler", "TrackedLoader"]
+__all__ = ["EpisodicBatchSampler", "IndexOrder", "TrackedLoader"]
+
+
+class IndexOrder(Protocol):
+    """What an `EpisodicBatchSampler` batches: a global order of `len()` positions, each mapped to a dataset
+    index by `indices_at` (an `EpisodeAwareSampler`, a `MixtureSampler`)."""
+
+    seed: int
+
+    def __len__(self) -> int: ...
+
+    def indices_at(self, positions: Any, epoch: int | None = None, seed: int | None = None) -> Any: ...
 
 
 class EpisodicBatchSampler:
@@ -35,7 +46,7 @@ class EpisodicBatchSampler:
 
     def __init__(
         self,
-        sampler: EpisodeAwareSampler,
+        sampler: IndexOrder,
         batch_size: int,
         *,
         rank: int | None = None,

@@ -20,6 +20,8 @@ __all__ = ["MixtureBatchSampler"]
 class MixtureBatchSampler(EpisodicBatchSampler):
     """Rank ``rank``'s batches of flat mixture indices (`MixtureSampler.split` gives (entry, row))."""
 
+    sampler: MixtureSampler
+
     def __init__(
         self,
         sampler: MixtureSampler,
