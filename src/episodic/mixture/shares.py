@@ -31,8 +31,7 @@ def share_table(
     want = np.asarray(target, dtype=np.float64).reshape(-1)
     if not len(names) == len(groups) == want.size == counts.size:
         raise ValueError(
-            f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, "
-            f"{want.size}, {counts.size}"
+            f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, {want.size}, {counts.size}"
         )
     total = int(counts.sum())
     realised = counts / total if total else np.zeros(counts.size)

@@ -45,8 +45,8 @@ def is_temp_name(name: str) -> bool:
 
 def temp_files(root: str | os.PathLike) -> list[str]:
     """Every temporary file of this module's naming under `root` (sorted paths)."""
-    found = []
-    for directory, _, files in os.walk(root):
+    found: list[str] = []
+    for directory, _, files in os.walk(os.fspath(root)):
         found.extend(os.path.join(directory, f) for f in files if is_temp_name(f))
     return sorted(found)
 

@@ -28,8 +28,10 @@ from pathlib import Path
 
 try:
     import fcntl
+
+    _FLOCK = True
 except ImportError:  # pragma: no cover - not POSIX: evictions are not serialised (unlinks stay idempotent)
-    fcntl = None
+    _FLOCK = False
 
 from .. import config
 from ..counters import Counters
@@ -129,7 +131,7 @@ class FileCache:
         number of files deleted. Skipped when another process is evicting."""
         if not self.directory.is_dir():
             return 0
-        if fcntl is None:
+        if not _FLOCK:
             return self._evict_locked(keep)
         with open(self.directory / ".evict.lock", "a") as lock:
             try:

@@ -78,8 +78,8 @@ def metadata_fingerprint(meta: DatasetMetadata) -> str:
         add(value)
     for key in sorted(ep.cameras):
         cam = ep.cameras[key]
-        for value in (key, list(cam.files), cam.file_id, cam.from_ts, cam.to_ts):
-            add(value)
+        for part in (key, list(cam.files), cam.file_id, cam.from_ts, cam.to_ts):
+            add(part)
     for feature in sorted(meta.stats or {}):
         for stat in sorted(meta.stats[feature]):
             add(f"{feature}/{stat}")

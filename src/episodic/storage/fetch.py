@@ -348,6 +348,7 @@ def fetch_bytes(
         return _check_length(data, expected, url, "whole file")
 
     def ranged() -> bytes:
+        assert start is not None and end is not None, "a range has both ends"
         data = fs.cat_file(path, start=start, end=end)
         if len(data) > end - start:
             raise RangesIgnored(f"{url}: asked for bytes {start}-{end}, got {len(data)} bytes")

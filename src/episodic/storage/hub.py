@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeGuard
 
 from fsspec.implementations.local import LocalFileSystem
 
@@ -180,9 +181,9 @@ def download(
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-def is_commit(revision: str | None) -> bool:
+def is_commit(revision: str | None) -> TypeGuard[str]:
     """`revision` is a full commit SHA (40 lowercase hex digits)."""
-    return bool(revision) and _COMMIT.fullmatch(revision) is not None
+    return revision is not None and _COMMIT.fullmatch(revision) is not None
 
 
 def local_commit(local_dir: str | os.PathLike, rel: str = "meta/info.json") -> str | None:

@@ -114,7 +114,7 @@ class Prefetcher:
         self._idle: OrderedDict[str, None] = OrderedDict()  # unreferenced files on disk, oldest first
         self._pool = None if local else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episodic-fetch")
 
-    def path(self, rel: str) -> str:
+    def path(self, rel: str) -> str | Path:
         return self.remote_path(rel) if self.local else self.mirror_path(rel)
 
     def remote_path(self, rel: str) -> str:
@@ -124,6 +124,7 @@ class Prefetcher:
     def mirror_path(self, rel: str) -> Path:
         """`rel`'s file in the mirror, checked to stay inside the mirror directory (format.paths.inside): the
         one path every write, sparse write and unlink of a mirror file uses."""
+        assert self.directory is not None, "a remote source's prefetcher has a mirror directory"
         return Path(inside(self.directory, rel, f"mirror file of {self.url(rel)}"))
 
     def url(self, rel: str) -> str:
@@ -156,6 +157,7 @@ class Prefetcher:
         with self._lock:
             self._refs[rel] = self._refs.get(rel, 0) + 1
             self._idle.pop(rel, None)
+        assert self._pool is not None, "a remote source's prefetcher has a thread pool"
         return self._pool.submit(fn, *args)
 
     def release(self, rel: str) -> None:
@@ -213,7 +215,7 @@ class Prefetcher:
         with self._lock:
             fut = table.get(rel)
             owner = fut is None or (fut.done() and fut.exception() is not None)
-            if owner:
+            if fut is None or owner:
                 fut = table[rel] = Future()
         if owner:
             try:

@@ -179,7 +179,7 @@ def open_ranged(
 
 def open_for_read(
     fs, path: str, policy: FetchPolicy | None = None, counters: Any = None, min_read: int = 0
-) -> BinaryIO:
+) -> BinaryIO | RangeFile:
     """A seekable read-only binary file of `path` on `fs`. A local file is opened directly. A remote file
     is a `RangeFile` whose reads are range requests retried under `policy` (its tail, for a parquet file
     the whole footer, fetched at once); the whole file (retried) when its size is unknown or the server
@@ -242,7 +242,8 @@ def _leaves(t) -> int:
 def leaf_columns(schema, names: list[str]) -> list[int]:
     """Indices of the parquet leaf columns (column chunks) that hold the top-level fields `names` of a
     file whose Arrow schema is `schema` (`ParquetFile(...).schema_arrow`)."""
-    wanted, out, pos = set(names), [], 0
+    wanted, pos = set(names), 0
+    out: list[int] = []
     for f in schema:
         n = _leaves(f.type)
         if f.name in wanted:
@@ -255,10 +256,11 @@ def row_group_spans(metadata, groups, leaves: list[int] | None = None) -> list[R
     """Byte spans [start, end) to read for row groups `groups` of a parquet file, from its metadata
     (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`): one span per row group holding all
     its column chunks, or with `leaves` (`leaf_columns`) one span per column chunk of those columns."""
-    spans = []
+    spans: list[Range] = []
     for g in groups:
         rg = metadata.row_group(g)
-        lo, hi = None, None
+        lo: int | None = None
+        hi: int | None = None
         for j in range(rg.num_columns) if leaves is None else leaves:
             c = rg.column(j)
             start = c.data_page_offset
@@ -270,7 +272,7 @@ def row_group_spans(metadata, groups, leaves: list[int] | None = None) -> list[R
                 continue
             lo = start if lo is None else min(lo, start)
             hi = end if hi is None else max(hi, end)
-        if lo is not None:
+        if lo is not None and hi is not None:
             spans.append((int(lo), int(hi)))
     return spans
 
@@ -326,7 +328,7 @@ def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
                 return None
             s = c.streams.video[0]
             entries = getattr(s, "index_entries", None)
-            if not entries or len(entries) != s.frames:
+            if not entries or len(entries) != s.frames or s.time_base is None:
                 return None
             tb = float(s.time_base)
             pos = np.fromiter((e.pos for e in entries), np.int64, len(entries))

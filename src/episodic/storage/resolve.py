@@ -39,6 +39,8 @@ def resolve_source(
     if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)
     if repo_id is None:
+        if root is None:
+            raise TypeError("a dataset needs a repo_id or a root (a directory or URL): both are None")
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
     check_repo_id(repo_id)
     if root is not None:

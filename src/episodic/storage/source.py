@@ -24,7 +24,7 @@ from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
 from ..format.paths import dataset_path
 from .cache import FileCache
 from .fetch import FetchPolicy, fetch_bytes, is_local, timeout_options
-from .ranges import open_for_read
+from .ranges import RangeFile, open_for_read
 
 
 class Source:
@@ -62,6 +62,7 @@ class Source:
     @property
     def fs(self) -> Any:
         if self._fs is None:  # a forked child or an unpickled copy: this process's own filesystem
+            assert self.location is not None, "a source whose filesystem is dropped is reopened from its location"
             self._fs = _filesystem(self.location, self.storage_options, self.policy)[0]
         return self._fs
 
@@ -119,7 +120,7 @@ class Source:
         """The dataset's metadata, its files read with `read_bytes` (`problems`: see `load_metadata`)."""
         return load_metadata(self.fs, self.root, read=self.read_bytes, problems=problems)
 
-    def open_for_read(self, path: str) -> BinaryIO:
+    def open_for_read(self, path: str) -> BinaryIO | RangeFile:
         """A seekable binary file of `path` (a path on `fs`, as `path(rel)` gives; `load_columns` passes
         these): the file itself when local, else retried range reads (`storage.ranges.open_for_read`)."""
         counters = self.cache.stats if self.cache is not None else None
