@@ -6,12 +6,17 @@ as items for torch's DataLoader (`__getitem__`, `__getitems__`), or whole to a D
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
+
+if TYPE_CHECKING:
+    from ..counters import Counters
+    from .gpu_frames import GpuFrames
 
 
 def finish_batch(ds, batch: dict, transforms: bool = True) -> dict:
@@ -29,7 +34,15 @@ class BatchAccess:
     """Needs `build(indices, dtype) -> dict` (a placed batch), `camera_keys`, `return_uint8`,
     `image_transforms`, `counters` and `gpu` (a `gpu_frames.GpuFrames` with decode_device="cuda", else None)."""
 
-    gpu = None
+    build: Callable[[Sequence[int] | np.ndarray, str], dict]
+    camera_keys: Sequence[str]
+    return_uint8: bool
+    image_transforms: Callable | None
+    counters: Counters
+    gpu: GpuFrames | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError  # the dataset's
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
         """One dict of batched tensors for these positions (text values are lists of strings)."""

@@ -117,6 +117,8 @@ class Item(dict):
     """One item (a plain dict of tensors) that remembers the batch it comes from."""
 
     __slots__ = ("_batch", "_pos")
+    _batch: Batch
+    _pos: int
 
 
 class ItemBatch(Sequence):

@@ -75,10 +75,11 @@ class EntryReader:
         self.spec, self.options, self.counters, self.decoders = spec, options, counters, decoders
         self.eps = episodes
         self.local = source.is_local
-        self.mirror = None
+        mirror = None
         if not self.local:
             os.makedirs(mirror_base, exist_ok=True)
-            self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
+            mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
+        self.mirror = mirror
         o = options
         self.prefetcher = Prefetcher(
             source.fs,
@@ -90,18 +91,20 @@ class EntryReader:
             policy=o.fetch,
             stats=counters,
         )
-        if self.local:
+        if mirror is None:
             self.meta = self.remote_meta = meta
             self.source = source
         else:  # videos are decoded from the mirror; data files are read by range requests
-            self.meta = replace(meta, fs=LocalFileSystem(), root=self.mirror)
+            self.meta = replace(meta, fs=LocalFileSystem(), root=mirror)
             self.remote_meta = replace(meta, fs=source.fs, root=source.root)
-            self.source = Source(fs=LocalFileSystem(), root=self.mirror)
+            self.source = Source(fs=LocalFileSystem(), root=mirror)
         # the thread that reads rows ahead: the reader's own, or one its consumer shares among readers (a consumer
         # opens one reader per entry it draws from: a thread started and joined for each cost ~3 ms)
         self.own_pool = tab_pool is None
         self.tab_pool = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular") if self.own_pool else tab_pool
+            tab_pool
+            if tab_pool is not None
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
         )
         self.blocks: dict[int, Future] = {}
         self.rows: dict[int, Columns] = {}  # list position -> the episode's rows, once admitted

@@ -59,7 +59,8 @@ class EntryFrames:
         """info.json's (height, width) of camera `key`, read once."""
         hw = self._hw.get(key)
         if hw is None:
-            hw = self._hw[key] = tuple(self.meta.info.camera_hw(key)[:2])
+            h, w, _ = self.meta.info.camera_hw(key)
+            hw = self._hw[key] = (h, w)
         return hw
 
     def output(self, dtype) -> FrameOutput:
@@ -71,7 +72,7 @@ class EntryFrames:
 
     def frame_shape(self, key: str) -> tuple[int, int, int]:
         """(C, H, W) of camera `key`'s frames at the spec's output size."""
-        return tuple(self.spec.frames.shape(self.hw(key)))
+        return self.spec.frames.shape(self.hw(key))
 
     def check_size(self, key: str, hw: Sequence[int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
@@ -85,11 +86,18 @@ class EntryFrames:
             )
 
     def jobs(
-        self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray, output: FrameOutput
+        self,
+        key: str,
+        eps: np.ndarray,
+        times: np.ndarray,
+        dest: np.ndarray,
+        target: np.ndarray,
+        output: FrameOutput | FrameRefs,
     ) -> list[FrameJob]:
         """The jobs that decode camera `key`'s frames at `times` ((B, T) seconds inside each row's episode, rows of
-        episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)): one per video file the
-        episodes are in."""
+        episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)), or locate them into
+        `dest`'s frame references when `output` is the batch's `FrameRefs`: one per video file the episodes are
+        in."""
         cam = self.meta.episodes.cameras[key]
         query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
         fids = cam.file_id[eps]
@@ -193,6 +201,7 @@ class FrameJob(NamedTuple):
 
     def run(self, reader=None) -> None:
         reader = reader or self.reader()
+        assert self.dest is not None and self.slots is not None, "a job that runs has a destination"
         try:
             frames = self.frames if self.frames is not None else reader.locate(self.times, self.entry.spec.tolerance_s)
             if isinstance(self.output, FrameRefs):

@@ -147,16 +147,16 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
             elif f.kind == "mask":
                 out[at] = False
                 if src is not None:
-                    out[at, : layout.field(f.base).dims[g.part.entry]] = True
+                    out[at, : layout.base_of(f).dims[g.part.entry]] = True
             elif f.kind == "entry":
                 out[at] = layout.entry_index[g.part.entry]
     run_jobs([_job(parts) for parts in jobs.values()])
     for g, src_key, key in copies:
         view[key][g.pos] = view[src_key][g.pos]
-    out = {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
+    batch = {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
     if refs is not None:
-        out[FILES_KEY] = refs.files
-    return out
+        batch[FILES_KEY] = refs.files
+    return batch
 
 
 def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, parts: Sequence[Rows]) -> tuple:
@@ -165,15 +165,22 @@ def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, part
         if f.shape is not None:
             return (*lead, *f.shape)
         src = next(p for p in parts if f.sources[p.entry] is not None)  # a single dataset: its own frame size
-        return (*lead, *src.frames.frame_shape(f.sources[src.entry]))
+        key = f.sources[src.entry]
+        assert key is not None
+        return (*lead, *src.frames.frame_shape(key))
     if f.kind == "pad":
-        base = layout.field(f.base)
+        base = layout.base_of(f)
         return (n,) if base.window is None else (n, base.window)
     if f.kind == "mask":
-        return (n, *layout.field(f.base).shape)
+        shape = layout.base_of(f).shape
+        assert shape is not None, "a mask describes values of a fixed shape"
+        return (n, *shape)
     if f.kind == "entry":
         return (n,)
-    return (*lead, *(f.shape if f.shape is not None else column.shape[1:]))
+    if f.shape is not None:
+        return (*lead, *f.shape)
+    assert column is not None, f"field {f.key!r} takes its column's shape"
+    return (*lead, *column.shape[1:])
 
 
 def _values(f: Field, g: _Group, src: str | None, out: np.ndarray, at, whole: bool) -> None:
@@ -221,6 +228,7 @@ def _texts(f: Field, g: _Group) -> list[str]:
         if src == "task":
             return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
         return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
+    assert src is not None, f"text field {f.key!r} has a column"
     return arrays[src][g.rows].tolist()
 
 

@@ -111,7 +111,7 @@ def fit_frames(frames: torch.Tensor, output: FrameOutput) -> torch.Tensor:
     agree within the tolerance `video.output` states)."""
     if output.size is None:
         return frames
-    src_hw = tuple(frames.shape[-2:])
+    src_hw = (frames.shape[-2], frames.shape[-1])
     h, w, top, left = output.placement(src_hw)
     H, W = output.frame_hw(src_hw)
     if (h, w) == src_hw and (H, W) == src_hw:
@@ -195,8 +195,13 @@ class GpuFrames:
         self._cpu = DecoderCache(max_open=32, counters=Counters())
         # batches decoded side by side by a loader: enough to give every session a file
         self.prefetch = max(1, self.decoders // max(1, len(self.shapes)))
-        self._threads = ThreadPoolExecutor(max_workers=self.decoders, thread_name_prefix="episodic-gpu")
-        self._ahead = ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch")
+        # None after a fork, like `sessions` (`complete` refuses to decode there)
+        self._threads: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=self.decoders, thread_name_prefix="episodic-gpu"
+        )
+        self._ahead: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch"
+        )
         self._cpu_lock = threading.Lock()  # the CPU fallback's decoder cache is not thread-safe
         self._forked = False
         runtime.after_fork(self)
@@ -219,7 +224,8 @@ class GpuFrames:
         if files is None:
             return batch
         t0 = time.perf_counter()
-        requests, plans = {}, {}
+        requests: dict[tuple[bool, str, bytes], np.ndarray] = {}
+        plans: dict[str, tuple[torch.Size, np.ndarray]] = {}
         for key in self.shapes:
             refs = batch.get(key)
             if refs is None:
@@ -253,7 +259,9 @@ class GpuFrames:
     def _decode(self, requests: dict) -> dict:
         """Each (fallback, path, frames) request's frames (K, 3, H, W) uint8 on the device, files side by side."""
         gpu = [(k, v) for k, v in requests.items() if not k[0]]
-        futures = {k: self._threads.submit(self._gpu_file, k[1], v) for k, v in gpu}
+        threads = self._threads
+        assert threads is not None, "GPU frames are decoded in the process that built them (`complete`)"
+        futures = {k: threads.submit(self._gpu_file, k[1], v) for k, v in gpu}
         with self._cpu_lock:  # the cache is not thread-safe
             out = {k: self._cpu_file(k[1], v) for k, v in requests.items() if k[0]}
         for k, f in futures.items():
@@ -261,18 +269,20 @@ class GpuFrames:
         return out
 
     def _gpu_file(self, path: str, frames: np.ndarray) -> torch.Tensor:
-        session = self.sessions.acquire(path)
+        sessions = self.sessions
+        assert sessions is not None, "a GPU key's file is decoded by the dataset's sessions"
+        session = sessions.acquire(path)
         ok = False
         try:
-            got = self.sessions.backend.frames(session, frames.tolist())
+            got = sessions.backend.frames(session, frames.tolist())
             ok = True
         except VideoDecodeError as e:
             raise VideoDecodeError(f"{path}: frames {frames[:8].tolist()}: {e}") from None
         finally:
             if ok:
-                self.sessions.release(path, session)
+                sessions.release(path, session)
             else:
-                self.sessions.drop()
+                sessions.drop()
         self.counters.add(gpu_frames=len(frames))
         return fit_frames(got.to(self.device), self.output)
 
@@ -299,8 +309,10 @@ class GpuFrames:
         """`finish(batch)` of each of `batches`, in order, with up to `self.prefetch` batches decoded ahead on
         threads: one batch holds a file or two per camera, too few to keep every NVDEC engine busy."""
         pending: deque = deque()
+        pool = self._ahead
+        assert pool is not None, "GPU frames are decoded in the process that built them"
         for batch in batches:
-            pending.append(self._ahead.submit(finish, batch))
+            pending.append(pool.submit(finish, batch))
             if len(pending) > self.prefetch:
                 yield pending.popleft().result()
         while pending:

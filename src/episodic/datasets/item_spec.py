@@ -16,7 +16,7 @@ from ..order.eval_split import SIDES, EvalSplit, split_episodes
 from ..tabular import UNKNOWN_TASK, Columns, UnknownTasks, delta_offsets
 from ..tabular.resample import Resampling, episode_bounds, episode_lengths, resample_columns
 from ..tabular.values import unknown_task_rows
-from ..video.output import FrameOutput
+from ..video.output import FrameOutput, check_image_size
 
 __all__ = ["ItemSpec", "listed_episodes", "select_episodes"]
 
@@ -105,7 +105,7 @@ class ItemSpec:
             offsets=offsets,
             tolerance_s=float(tolerance_s),
             tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
-            frames=FrameOutput(size=image_size, resize_mode=resize_mode),
+            frames=FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
             text_keys=tuple(text),
             unknown_tasks=unknown_tasks,
             resampling=resampling,

@@ -22,6 +22,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +94,7 @@ class FramePool:
                 if base is None:
                     base = torch.empty(e.nbytes, dtype=torch.uint8)
                     self._keep(base)
-                out.append(torch.empty(0, dtype=dtype).set_(base.untyped_storage(), 0, e.shape))
+                out.append(_tensor_on(base.untyped_storage(), 0, e.shape, dtype))
             if self.enabled and big:
                 self._trim()
         return out
@@ -197,6 +198,12 @@ def place(arrays: dict) -> dict[str, torch.Tensor]:
     return {k: taken[k] if k in taken else torch.from_numpy(v) for k, v in arrays.items()}
 
 
+def _tensor_on(storage, offset: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous `dtype` tensor of `shape` over `storage` (an UntypedStorage), from element `offset` on."""
+    # torch's stub lists set_(storage, offset, size) only with a stride; set_ itself defaults it (contiguous)
+    return torch.empty(0, dtype=dtype).set_(storage, offset, shape)  # type: ignore[call-overload]
+
+
 def _layout(arrays: dict, align: int = 64) -> tuple[dict[str, int], int]:
     offsets, total = {}, 0
     for key, a in arrays.items():
@@ -212,8 +219,8 @@ def _views(block: torch.Tensor, arrays: dict, offsets: dict[str, int], base: int
     out = {}
     for key, a in arrays.items():
         dtype = np.dtype(a.dtype)
-        t = torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).set_(
-            storage, (base + offsets[key]) // dtype.itemsize, a.shape
+        t = _tensor_on(
+            storage, (base + offsets[key]) // dtype.itemsize, a.shape, torch.from_numpy(np.empty(0, dtype)).dtype
         )
         if not isinstance(a, Empty):
             t.numpy()[...] = a
@@ -236,7 +243,7 @@ def receive(block: torch.Tensor, layout: list) -> dict:
         dt = np.dtype(dt)
         nbytes = math.prod(shape) * dt.itemsize
         dtype = torch.from_numpy(np.empty(0, dt)).dtype
-        out[k] = torch.empty(0, dtype=dtype).set_(storage[off : off + nbytes], 0, tuple(shape))
+        out[k] = _tensor_on(storage[off : off + nbytes], 0, tuple(shape), dtype)
     RECEIVED.hold(block)
     return out
 
