@@ -221,8 +221,8 @@ def _windows(entries: list[EntryLayout], cameras: tuple[str, ...], problems: lis
                 f"role {role!r}: windows differ between entries: {'; '.join(parts)} (give every entry "
                 "the same number of delta_timestamps for it)"
             )
-        elif lengths and next(iter(lengths)) is not None:
-            out[role] = int(next(iter(lengths)))
+        elif (first := next(iter(lengths), None)) is not None:
+            out[role] = int(first)
     return out
 
 
@@ -234,9 +234,9 @@ def _image_size(report: PreflightReport, entries: list[EntryLayout], image_size,
             problems.append(str(e))
             return None
     sizes: dict[tuple[int, int], list[str]] = {}
-    for e in entries:
-        for role, shape in report.entries[e.index].camera_shapes.items():
-            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{e.name}:{role}")
+    for entry in entries:
+        for role, shape in report.entries[entry.index].camera_shapes.items():
+            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{entry.name}:{role}")
     if len(sizes) > 1:
         listed = ", ".join(f"{h}x{w} ({len(v)} cameras, e.g. {v[0]})" for (h, w), v in sorted(sizes.items())[:6])
         problems.append(

@@ -36,12 +36,16 @@ the padding values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..format.quantiles import pooled_quantiles
 from ..format.stats import QUANTILES, Stats, aggregate_stats
 from .layout import ACTION, STATE, EntryLayout, MixtureLayout, camera_key
+
+if TYPE_CHECKING:
+    from ..tabular.column_stats import StatsJob
 
 __all__ = ["PAD_STATS", "STATS_SOURCES", "EntryStats", "entry_stats", "pooled_stats", "stats_json_describes"]
 
@@ -134,7 +138,8 @@ def entry_stats(
         metadata, spec_entries, sources = report.metadata, report.spec.entries, report.sources
     else:
         metadata, spec_entries, sources, source = report, None, (), "stats.json"
-    jobs, job_of = [], {}
+    jobs: list[StatsJob] = []
+    job_of: dict[int, int] = {}
     if source != "stats.json":
         from ..tabular.column_stats import StatsJob
 
@@ -166,10 +171,9 @@ def entry_stats(
                 mine[camera_key(role)].setdefault("count", np.asarray([total], dtype=np.int64))
                 mine.origin[camera_key(role)] = "stats.json"
         result = computed[job_of[e.index]] if e.index in job_of else None
-        got = result.keys if result is not None else {}
         for shared, key, indices, dim in _vector_roles(layout, e):
-            if key in got:
-                ks = got[key].select(indices)
+            if result is not None and key in result.keys:
+                ks = result.keys[key].select(indices)
                 mine[shared] = _vector(ks.stats, None, dim, ks.count)
                 mine.origin[shared] = "data"
                 mine.sketches[shared] = (ks.count, ks.sketch)
@@ -196,8 +200,9 @@ def _pool_vector(parts: list[tuple[dict, int, tuple[int, np.ndarray] | None]], d
         band = [(p, sketch) for p, d, sketch in parts if d >= hi]
         members = [{"x": {n: (p[n][lo:hi] if n != "count" else p[n]) for n in (*names, "count")}} for p, _ in band]
         agg = aggregate_stats(members)["x"]
-        if quantiles and all(sketch is not None for _, sketch in band):  # the pooled data's quantiles
-            qs = pooled_quantiles([(n, sk[lo:hi]) for _, (n, sk) in band], [QUANTILES[q] for q in quantiles])
+        sketches = [sketch for _, sketch in band if sketch is not None]
+        if quantiles and len(sketches) == len(band):  # every member's sketch: the pooled data's quantiles
+            qs = pooled_quantiles([(n, sk[lo:hi]) for n, sk in sketches], [QUANTILES[q] for q in quantiles])
             agg.update(zip(quantiles, qs))
         for n in names:
             pieces[n].append(np.asarray(agg[n], dtype=np.float64).reshape(-1))
@@ -229,12 +234,12 @@ def pooled_stats(
             (STATE, layout.state_dim, lambda e: e.state_dim),
             (ACTION, layout.action_dim, lambda e: e.action_dim),
         ):
-            parts = [
+            vectors = [
                 (per_entry[i][key], dim_of(layout.entries[i]), getattr(per_entry[i], "sketches", {}).get(key))
                 for i in members
                 if key in per_entry[i]
             ]
-            if parts and dim:
-                pooled[key] = _pool_vector(parts, dim)
+            if vectors and dim:
+                pooled[key] = _pool_vector(vectors, dim)
         out[g] = pooled
     return out

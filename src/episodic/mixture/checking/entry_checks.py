@@ -118,7 +118,7 @@ def check_entry(
     selected, held = entry_sides(spec, entry, meta)
     all_lengths = episode_lengths(meta, spec.target_fps)  # at the mixture's control rate, when it has one
     frames = int(all_lengths[selected].sum())
-    if selected.size == 0 and held.size:
+    if selected.size == 0 and held.size and spec.eval_split is not None:
         add(
             "eval_split",
             f"the eval split {spec.eval_split.to_dict()} holds out all {held.size} selected episode(s): "
@@ -136,29 +136,31 @@ def check_entry(
     if not camera_roles and not removed.difference(RESERVED_ROLES):  # names no camera role: all, by default
         camera_roles = default_camera_roles(info.camera_keys, spec.camera_role_style)
     cameras, shapes = {}, {}
-    for role, key in camera_roles.items():
-        f = features.get(key)
+    for role, camera in camera_roles.items():
+        f = features.get(camera)
         if f is None:
             add(
                 f"roles.{role}",
-                f"no feature {key!r} in this dataset (cameras: {info.camera_keys})",
-                suggestions=_closest(key, info.camera_keys) or _closest(key, list(features)),
+                f"no feature {camera!r} in this dataset (cameras: {info.camera_keys})",
+                suggestions=_closest(camera, info.camera_keys) or _closest(camera, list(features)),
             )
             continue
         if not f.is_camera:
             add(
                 f"roles.{role}",
-                f"feature {key!r} is {f.dtype}, not a camera (cameras: {info.camera_keys})",
-                suggestions=_closest(key, info.camera_keys),
+                f"feature {camera!r} is {f.dtype}, not a camera (cameras: {info.camera_keys})",
+                suggestions=_closest(camera, info.camera_keys),
             )
             continue
-        h, w, c = info.camera_hw(key)
+        h, w, c = info.camera_hw(camera)
         if c not in (1, 3):
-            add(f"roles.{role}", f"camera {key!r} has {c} channels; 1 or 3 are supported")
+            add(f"roles.{role}", f"camera {camera!r} has {c} channels; 1 or 3 are supported")
         vfps = f.info.get("video.fps") if isinstance(f.info, dict) else None
         if isinstance(vfps, (int, float)) and not isinstance(vfps, bool) and abs(vfps - info.fps) > 1e-6:
-            add(f"roles.{role}", f"camera {key!r} is encoded at {vfps} fps, the dataset at {info.fps} fps", "warning")
-        cameras[role], shapes[role] = key, (int(h), int(w), int(c))
+            add(
+                f"roles.{role}", f"camera {camera!r} is encoded at {vfps} fps, the dataset at {info.fps} fps", "warning"
+            )
+        cameras[role], shapes[role] = camera, (int(h), int(w), int(c))
     repeated = sorted({k for k in cameras.values() if list(cameras.values()).count(k) > 1})
     if repeated:
         add("roles", f"camera key(s) {repeated} mapped to more than one role", "warning")
@@ -195,9 +197,12 @@ def check_entry(
             continue
         dim = int(f.shape[0])
         if indices is not None:
-            bad = [i for i in indices if i >= dim]
-            if bad:
-                add(f"{role}_indices", f"indices {bad[:10]} out of range: {key!r} has {dim} dimensions (0..{dim - 1})")
+            outside = [i for i in indices if i >= dim]
+            if outside:
+                add(
+                    f"{role}_indices",
+                    f"indices {outside[:10]} out of range: {key!r} has {dim} dimensions (0..{dim - 1})",
+                )
             dim = len(indices)
         if limit is not None and dim > limit:
             add(f"roles.{role}", f"{key!r} has {dim} dimensions, more than max_{role}_dim={limit}")

@@ -136,12 +136,12 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
             continue
         root = d.get("root")
         episodes = d.get("episodes")
-        remote = isinstance(root, str) and is_url(root)  # the dataset is there: read it from there
+        remote = root if isinstance(root, str) and is_url(root) else None  # the dataset is there: read it from there
         entries.append(
             MixtureEntry(
-                source=root if remote else repo,
-                name=repo if remote and repos.count(repo) == 1 else None,
-                root=None if remote else root,
+                source=remote if remote is not None else repo,
+                name=repo if remote is not None and repos.count(repo) == 1 else None,
+                root=None if remote is not None else root,
                 revision=d.get("revision"),
                 episodes=tuple(episodes) if isinstance(episodes, list) else episodes,
                 weight=weights[i] if weights is not None else None,

@@ -119,6 +119,7 @@ class _Resolver:
             return node, 1, 0
         if depth >= MAX_NESTING:
             raise _too_deep(holder)
+        done: tuple[Any, int, int]  # (the resolved node, its nodes, its depth)
         held = self.nodes.get(id(node))
         if held is not None:
             done = held[1:]
@@ -128,11 +129,11 @@ class _Resolver:
             parts = [self.node(v, holder, stack, depth + 1) for v in node]
             done = [p[0] for p in parts], 1 + sum(p[1] for p in parts), 1 + max((p[2] for p in parts), default=0)
         elif REF_KEY not in node:
-            parts = {k: self.node(v, holder, stack, depth + 1) for k, v in node.items()}
+            items = {k: self.node(v, holder, stack, depth + 1) for k, v in node.items()}
             done = (
-                {k: p[0] for k, p in parts.items()},
-                1 + sum(p[1] for p in parts.values()),
-                1 + max((p[2] for p in parts.values()), default=0),
+                {k: p[0] for k, p in items.items()},
+                1 + sum(p[1] for p in items.values()),
+                1 + max((p[2] for p in items.values()), default=0),
             )
         else:
             done = self.ref(node, holder, stack, depth)

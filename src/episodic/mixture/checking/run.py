@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 from .entry_checks import check_entry
@@ -33,7 +35,7 @@ def _error_text(e: BaseException) -> str:
 
 
 def preflight(
-    spec,
+    spec: MixtureSpec | Mapping | str | os.PathLike,
     on_error: str | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: bool = False,
@@ -46,7 +48,7 @@ def preflight(
     `keep_files`: the report keeps the metadata files of URL entries as read (`PreflightReport.metadata_files`), for
     the start-up to write local copies from them without asking again."""
     t0 = time.perf_counter()
-    spec: MixtureSpec = load_spec(spec)
+    spec = load_spec(spec)
     on_error = spec.on_error if on_error is None else on_error
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -60,21 +62,22 @@ def preflight(
     problems: list[Problem] = []
     for i, (entry, got) in enumerate(zip(spec.entries, fetched)):
         if got.meta is None:
-            problems.append(Problem(i, entry.name, "source", _error_text(got.error)))
-            reports.append(EntryReport(index=i, name=entry.name, source=entry.source))
+            assert got.error is not None, "an entry whose metadata was not read has its error"
+            problems.append(Problem(i, entry.label, "source", _error_text(got.error)))
+            reports.append(EntryReport(index=i, name=entry.label, source=entry.source))
             continue
         if entry.revision is not None and got.kind != "hub":
             problems.append(
                 Problem(
                     i,
-                    entry.name,
+                    entry.label,
                     "revision",
                     f"applies to Hub datasets only; ignored for a {got.kind} source",
                     "warning",
                 )
             )
-        report, found = check_entry(spec, i, entry, got.meta)
-        reports.append(report)
+        entry_report, found = check_entry(spec, i, entry, got.meta)
+        reports.append(entry_report)
         problems += found
 
     # mixture-wide: windows for roles no entry has

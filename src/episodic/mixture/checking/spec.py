@@ -163,6 +163,7 @@ class MixtureSpec:
         if spec is not None:
             spec = checked_spec(spec, problems)
         raise_problems(problems, origin)
+        assert spec is not None, "_parse lists a problem when it gives no spec (raised above)"
         return spec
 
     @classmethod

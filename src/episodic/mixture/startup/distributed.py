@@ -150,6 +150,7 @@ def prepare(
     given, spec, digest, failure = _parsed(mixture, on_error)
 
     def check(cancel) -> PreflightReport:
+        assert spec is not None, "a rank preflights the spec it was given"
         return preflight(
             spec, on_error=on_error, concurrency=concurrency, progress=progress, cancel=cancel, keep_files=True
         )
@@ -171,9 +172,11 @@ def prepare(
             work.cancel()
             work = None
         if not stop:
+            assert digest is not None, "every rank read its spec (else stop)"
             if work is None and leader == team.rank:
                 work = start()
             if team.size == 1:
+                assert work is not None, "a rank alone downloads"
                 work.join()
             else:
                 while True:
@@ -182,6 +185,7 @@ def prepare(
                     if not team.any(work is not None and work.alive, "downloads under way"):
                         break
             if work is not None and work.error is None:
+                assert work.report is not None, "a download that ended without an error has its report"
                 own = _localised(work.report, [p.root for p in work.plans])
                 if any(nodes[r][4] for r, lead in enumerate(leader_of) if lead == team.rank != r):
                     try:  # to the ranks of this node (every rank, on a shared cache) that were given the spec
@@ -191,6 +195,7 @@ def prepare(
             outcomes = team.gather(outcome(work, handover, handover_error) if work is not None else None, "outcomes")
             if given is None and leader != team.rank and all(o is None or o["error"] is None for o in outcomes):
                 try:
+                    assert spec is not None, "a rank given no report was given a spec"
                     _, token = outcomes[leader]["handover"]
                     loaded = read_report(handover_dir(copies_dir), digest, token, spec, copies_dir)
                 except Exception as e:  # noqa: BLE001 -- told to the team, raised everywhere
@@ -209,8 +214,10 @@ def prepare(
     raise_mismatch(digests, leader_of, [n[0] for n in nodes])
     raise_failures(outcomes, team.rank, local_cause(work, handover_error))
     raise_loads(loads, leader_of, team.rank, load_error)
+    assert outcomes is not None, "raised above when the ranks stopped before the outcomes"
     mine = outcomes[leader]
     report = own if leader == team.rank else _localised(given, mine["roots"]) if given is not None else loaded
+    assert report is not None, "the downloading rank's report, or one handed over"
     checked_by = leader if given is None and mine["preflight_seconds"] is not None else None
     result = StartupResult(
         report=report,

@@ -186,6 +186,7 @@ class NodeDownload:
         t0 = time.monotonic()
         try:
             if self.report is None:
+                assert self.check is not None, "the constructor took a report or a check"
                 self.stage = "preflight"
                 self.report = self.check(self._cancel)
                 self.check_seconds = time.monotonic() - t0
@@ -209,13 +210,17 @@ class NodeDownload:
     def _one(self, plan: EntryPlan, rel: str | None) -> None:
         if self._cancel.is_set():
             return
+        report = self.report
+        assert report is not None, "files are fetched once the report is there"
         try:
             if rel is None:
+                assert plan.meta is not None, "a metadata job is queued for a plan that fetches metadata"
                 plan.meta()
                 return
+            assert plan.fetch is not None, "a file job is queued for a plan with missing files"
             n = plan.fetch(rel)
         except BaseException as e:  # noqa: BLE001
-            where = plan.url(rel) if rel is not None else (self.report.spec.entries[plan.index].source + " (metadata)")
+            where = plan.url(rel) if rel is not None else (report.spec.entries[plan.index].source + " (metadata)")
             raise DownloadFailure(plan.index, plan.name, where, e) from e
         with self._lock:
             self.files += 1

@@ -240,8 +240,8 @@ def read_report(
     except ValueError as e:
         raise _refused(path, str(e), e) from None
     sources, metadata = [], []
-    for i, (root, fingerprint, entry) in enumerate(zip(held["roots"], held["fingerprints"], spec.entries)):
-        source, meta = _entry(path, i, entry, root, fingerprint, copies_dir)
+    for i, (root, fingerprint, spec_entry) in enumerate(zip(held["roots"], held["fingerprints"], spec.entries)):
+        source, meta = _entry(path, i, spec_entry, root, fingerprint, copies_dir)
         sources.append(source)
         metadata.append(meta)
     return PreflightReport(

@@ -119,7 +119,8 @@ def raise_mismatch(digests: Sequence[str | None], leader_of: Sequence[int], plac
     more = f"; so do ranks {wrong[1:]}" if len(wrong) > 1 else ""
     raise MixtureStartupError(
         f"mixture start-up failed: rank {r} ({places[r]}) was given another mixture spec than rank {lead}, which "
-        f"checks the mixture and downloads for it (spec digest {digests[r][:12]} against {digests[lead][:12]})"
+        f"checks the mixture and downloads for it (spec digest {str(digests[r])[:12]} against "
+        f"{str(digests[lead])[:12]})"
         f"{more}: give every rank the same spec",
         rank=r,
         error_type="MixtureSpecMismatch",
