@@ -236,6 +236,7 @@ def compute_stats(
     def done(i: int, keys: tuple[str, ...], value: tuple[dict, float]) -> None:
         stats, seconds = value
         res = results[i]
+        assert res is not None, "a job computes keys after its result was made"
         res.keys.update(stats)
         res.keys = {k: res.keys[k] for k in jobs[i].keys}  # the job's key order
         res.computed, res.seconds = keys, seconds
@@ -282,4 +283,6 @@ def compute_stats(
             + "\n  - ".join(text for text, _ in failures[:10])
             + more
         )
-    return results
+    out = [r for r in results if r is not None]
+    assert len(out) == len(jobs), "every job has its result, or a failure was raised above"
+    return out

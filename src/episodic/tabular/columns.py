@@ -201,7 +201,7 @@ def load_columns(
     _check_sizes(meta, episodes, lengths, nbytes)
     images: dict[str, list] = {n: [None] * total for n in image_names}
     mmap_files: dict[str, AtomicFile] = {}  # memory-mapped columns: written under temporary names, then renamed
-    if use_mmap:
+    if use_mmap and mmap_dir is not None:
         key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
         base = Path(mmap_dir) / key
     try:
@@ -222,8 +222,10 @@ def load_columns(
                     ) from None
         _read_files(meta, episodes, starts, names, arrays, images, progress, open_file, unknown_tasks)
         for n, f in mmap_files.items():
-            arrays[n].flush()
-            del arrays[n]
+            mapped = arrays.pop(n)
+            assert isinstance(mapped, np.memmap)
+            mapped.flush()
+            del mapped
             arrays[n] = np.load(f.commit(), mmap_mode="r")
     except BaseException:
         arrays.clear()  # the maps go before their files
@@ -293,7 +295,7 @@ def _read_files(
         frame = np.arange(len(ep_col), dtype=np.int64) - np.repeat(np.cumsum(lengths[sel]) - lengths[sel], lengths[sel])
         tolerant = unknown_tasks is not None and unknown_tasks.tolerant
         check_rows(path, ep_col, frame, first, file_values, None if tolerant else len(meta.tasks), ProblemList())
-        if tolerant and "task_index" in file_values:
+        if unknown_tasks is not None and tolerant and "task_index" in file_values:
             unknown_tasks.add(ep_col, file_values["task_index"])
         for n in image_names:
             col = t.column(n).combine_chunks()

@@ -9,7 +9,7 @@ than decoding on from where the decoder already is.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -137,7 +137,7 @@ class VideoReader:
             raise
         self._stream.codec_context.thread_count = thread_count
         self._reformatter = VideoReformatter()
-        self._frames = None  # live decode generator
+        self._frames: Iterator[av.VideoFrame] | None = None  # live decode generator
         self._next = 0  # index of the frame the live generator yields next (-1: unknown)
         self.frames_decoded = 0
         self.seeks = 0
@@ -215,10 +215,12 @@ class VideoReader:
         self._next = k
         self.seeks += 1
 
-    def _decode_until(self, f: int) -> np.ndarray:
+    def _decode_until(self, f: int) -> av.VideoFrame:
         target = int(self.index.pts[f])
+        frames = self._frames
+        assert frames is not None, "a seek starts the live generator first"
         try:
-            for frame in self._frames:
+            for frame in frames:
                 self.frames_decoded += 1
                 if frame.pts is None:
                     continue

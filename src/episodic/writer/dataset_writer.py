@@ -97,7 +97,7 @@ class DatasetWriter:
         self.video_keys = [k for k, f in self.features.items() if f.is_video]
         self.data_keys = [k for k, f in self.features.items() if not f.is_video]
         self.robot_type = robot_type
-        self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
+        self.video_opts: dict[str, Any] = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
         name = encoder_name(vcodec)
         if self.video_keys:
             check_gop(name, gop)
@@ -387,11 +387,11 @@ class DatasetWriter:
             for g in [*series.pending, series.open]:
                 if os.path.exists(os.path.join(self.root, g.rel)):
                     continue
-                for e in g.episodes:
-                    path = self._session.segment_path(g, e)
+                for ep in g.episodes:
+                    path = self._session.segment_path(g, ep)
                     if not os.path.isfile(path):
                         raise WriterSessionError(
-                            f"{path}: segment of complete episode {e} is missing; the session "
+                            f"{path}: segment of complete episode {ep} is missing; the session "
                             f"cannot be finalized with it"
                         )
                     keep.add(path)

@@ -20,7 +20,8 @@ class DirectoryLock:
     """A held lock on `path` (see the module docstring); `release()` gives it back."""
 
     def __init__(self, path: str, fd: int, previous: str):
-        self.path, self._fd = path, fd
+        self.path = path
+        self._fd: int | None = fd
         self.previous = previous  # a holder that died without releasing it (its pid, host, time), or ''
 
     @classmethod

@@ -263,13 +263,15 @@ class VideoFileWriter:
     def add(self, frames: np.ndarray) -> float:
         """Append HWC uint8 frames; returns the time (seconds) of the first one inside this file."""
         start = frames_to_seconds(self.frames, self.fps)
+        container = self._container
+        assert container is not None, "opened by the constructor"
         for img in frames:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
             frame.pts = self.frames
             frame.time_base = Fraction(1, self.fps)
             for packet in self._stream.encode(frame):
                 self.bytes += packet.size
-                self._container.mux(packet)
+                container.mux(packet)
             self.frames += 1
         return start
 
@@ -278,11 +280,13 @@ class VideoFileWriter:
 
     def close(self, fsync: bool = False) -> None:
         """Flush the encoder, close the file and rename it (flushed to the disk first with `fsync`)."""
+        sink, container = self._sink, self._container
+        assert sink is not None and container is not None, "opened by the constructor"
         try:
             for packet in flush_encoder(self._stream, self.final_path):
                 self.bytes += packet.size
-                self._container.mux(packet)
-            finish_output(self._sink, self._container, self.tmp_path, self.frames)
+                container.mux(packet)
+            finish_output(sink, container, self.tmp_path, self.frames)
             self._file.commit(fsync=fsync)
         except BaseException:
             self.abort()
@@ -401,12 +405,15 @@ def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = Fals
 
 
 def _remux(segments: Sequence[str], out, fps: int) -> int:
-    ost, ref, ticks, offset, total = None, None, 0, 0, 0
+    ost, ticks, offset, total = None, 0, 0, 0
+    ref: tuple = ()  # the first segment's stream_params
     for path in segments:
         with av.open(path) as inp:
             ist = inp.streams.video[0]
             params = stream_params(ist)
             if ost is None:
+                if ist.time_base is None:
+                    raise WriterSessionError(f"{path}: the video stream has no time base")
                 ost = out.add_stream_from_template(ist, opaque=True)
                 ost.time_base = ist.time_base
                 ref, frame_ticks = params, Fraction(1, fps) / ist.time_base
@@ -422,6 +429,8 @@ def _remux(segments: Sequence[str], out, fps: int) -> int:
             for packet in inp.demux(ist):
                 if packet.dts is None:  # the demuxer's flush packet
                     continue
+                if packet.pts is None:
+                    raise WriterSessionError(f"{path}: packet {count} has no presentation time")
                 if count == 0 and packet.pts != 0:
                     raise WriterSessionError(f"{path}: the first frame is at {packet.pts} x {ist.time_base} s, not 0")
                 packet.pts += offset
