@@ -333,7 +333,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _run_fleet(
-    command: str, task: str, target: str, out: str, options: dict, args: argparse.Namespace, single: bool
+    command: str, task: str, target: str | list[str], out: str, options: dict, args: argparse.Namespace, single: bool
 ) -> int:
     from .format.errors import MixtureSpecError
     from .tools.fleet.driver import run_fleet

@@ -24,7 +24,7 @@ def synthetic_episode(
     state = (np.sin(t * freq * 2 * np.pi + phase) * rng.uniform(0.2, 1.0, dim)).astype(np.float32)
     action = np.roll(state, -1, axis=0)
     action[-1] = state[-1]
-    out = {"observation.state": state, "action": action.astype(np.float32)}
+    out: dict[str, np.ndarray] = {"observation.state": state, "action": action.astype(np.float32)}
     yy, xx = np.mgrid[0:height, 0:width]
     for c, key in enumerate(cameras):
         base = np.stack(

@@ -157,7 +157,7 @@ class FrameRefs:
     order first met) and, written by each job into its rows of an int64 (N * T, 3) array, (file number, frame
     index in the file, the frame's pts). Jobs run on several threads: numbering is locked."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.files: list[str] = []
         self._numbers: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -220,7 +220,7 @@ class FrameJob(NamedTuple):
 class _DecodePool:
     """This process's decode threads (a forked child makes its own: the parent's threads are not there)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pool: ThreadPoolExecutor | None = None
         self.threads = 0
         runtime.after_fork(self)

@@ -266,7 +266,7 @@ class _Received:
     mappings stay, so a worker's next batch in a slot maps no new pages here). Without torch's storage use count
     (`runtime.storage_use_count`) no slot is held: it stays taken, and its worker goes on with fresh blocks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.held: list[torch.Tensor] = []
         self.handed_back: deque = deque(maxlen=10)  # 2 workers x 5 slots
         runtime.after_fork(self)

@@ -129,7 +129,7 @@ class DatasetInfo:
                     f"{source}: feature {name!r} must be {'a float' if kinds == 'f' else 'an integer'} of "
                     f"shape [1], got {f.dtype} {list(f.shape)}"
                 )
-        known = {f.name for f in cls.__dataclass_fields__.values()}  # type: ignore[attr-defined]
+        known = {f.name for f in cls.__dataclass_fields__.values()}
         has_video = any(f.is_video for f in features.values()) or any(
             isinstance(s, dict) and s.get("dtype") == "video" for s in feats_raw.values()
         )

@@ -70,6 +70,7 @@ def make_dataset(cfg: Any) -> Any:
         revision=dcfg.revision,
         tolerance_s=cfg.tolerance_s,
     )
+    dataset: LeRobotDataset | StreamingLeRobotDataset
     if not dcfg.streaming:
         dataset = LeRobotDataset(dcfg.repo_id, **common)
     else:
@@ -78,8 +79,10 @@ def make_dataset(cfg: Any) -> Any:
             _load_stream_state(dataset, Path(cfg.checkpoint_path))
     if dcfg.use_imagenet_stats:
         for key in dataset.meta.camera_keys:
+            # tensors among the numpy statistics, as LeRobot's make_dataset puts them (its policies read them)
+            camera_stats: dict[str, Any] = dataset.meta.stats.setdefault(key, {})
             for stats_type, stats in IMAGENET_STATS.items():
-                dataset.meta.stats.setdefault(key, {})[stats_type] = torch.tensor(stats, dtype=torch.float32)
+                camera_stats[stats_type] = torch.tensor(stats, dtype=torch.float32)
     return dataset
 
 
@@ -130,7 +133,7 @@ class _Run:
         if not self._streaming():
             yield from self.originals["cycle"](dataloader)
             return
-        kwargs = {"pin_memory": bool(getattr(dataloader, "pin_memory", False))}
+        kwargs: dict[str, Any] = {"pin_memory": bool(getattr(dataloader, "pin_memory", False))}
         if self.cfg.num_workers > 0:
             kwargs["prefetch_factor"] = getattr(dataloader, "prefetch_factor", None) or 2
         loader = self.dataset.loader(batch_size=self.cfg.batch_size, num_workers=self.cfg.num_workers, **kwargs)

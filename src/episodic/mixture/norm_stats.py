@@ -36,7 +36,7 @@ the padding values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class EntryStats(dict):
     quantile sketch of the entry's real dimensions, (d, m))), `cached` (the keys read from the statistics cache)
     and `seconds` (the computation's time; 0 when all came from the cache)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.origin: dict[str, str] = {}
         self.sketches: dict[str, tuple[int, np.ndarray]] = {}

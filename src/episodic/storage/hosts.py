@@ -71,7 +71,7 @@ class Hosts:
     """The per-host facts of this process (see the module docstring). Every method takes a key of `host_key`
     (or the Hub endpoint); a None key has no facts."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, float] = {}
         self._silent: dict[str, _Silence] = {}

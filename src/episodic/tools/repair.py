@@ -24,6 +24,7 @@ class RepairReport:
                 f"its files were removed, the directory is empty"
             )
         if self.repaired:
+            assert self.recovery is not None, "a repair recovers a session"
             return f"repaired {self.root}: {self.recovery.summary()}; finalized as a LeRobot v3.0 dataset"
         if self.cleaned:
             return (

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..format.features import DEFAULT_FEATURES
+from ..format.metadata import DatasetMetadata
 from ..progress import bar
 from .text import printable
 
@@ -36,7 +37,7 @@ class EpisodeTable:
 
     dataset: str
     episode: int
-    meta: object
+    meta: DatasetMetadata
     fps: int
     times: np.ndarray  # (T,) seconds
     task: str

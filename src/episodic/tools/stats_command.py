@@ -188,6 +188,7 @@ def _grid(heads: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) 
 def stats_table(result: dict) -> str:
     """A compact table of `result`: per key (a dataset), or per entry and per group (a mixture), then the time."""
     lines: list[str] = []
+    rows: list[tuple[str, ...]]
     if result["kind"] == "dataset":
         rows = [
             (

@@ -275,26 +275,26 @@ def _check_video(
         frame_t = frames_to_seconds(1, meta.fps)
         last = reader.index.times[-1]
         ends = []
-        for e in owners:
-            lo, hi, n = float(cam.from_ts[e]), float(cam.to_ts[e]), int(eps.length[e])
+        for ep in owners:
+            lo, hi, n = float(cam.from_ts[ep]), float(cam.to_ts[ep]), int(eps.length[ep])
             if not (np.isfinite(lo) and np.isfinite(hi)):
                 continue  # reported with the metadata
             length_s = frames_to_seconds(n, meta.fps)
             if hi - lo < length_s - tolerance_s - TIME_EPS_S or abs((hi - lo) - length_s) > frame_t + tolerance_s:
                 report.add(
-                    f"{path}: episode {e}, camera {key!r}: from/to timestamps {lo:.4f}..{hi:.4f}s span "
+                    f"{path}: episode {ep}, camera {key!r}: from/to timestamps {lo:.4f}..{hi:.4f}s span "
                     f"{hi - lo:.4f}s but the episode has {n} frames ({length_s:.4f}s)"
                 )
             end = lo + frames_to_seconds(max(n - 1, 0), meta.fps)
             if end > last + end_clamp_s(meta.fps, tolerance_s):  # the decoder would not clamp it to the last frame
                 report.add(
-                    f"{path}: episode {e}, camera {key!r}: video ends at {last:.4f}s, before the episode's "
+                    f"{path}: episode {ep}, camera {key!r}: video ends at {last:.4f}s, before the episode's "
                     f"last frame at {end:.4f}s (video shorter than its metadata)"
                 )
                 continue
-            ends.append((e, lo, end))
-        for e, lo, _end in ends if decode or full else ():
-            n = int(eps.length[e])
+            ends.append((ep, lo, end))
+        for ep, lo, _end in ends if decode or full else ():
+            n = int(eps.length[ep])
             # --full: every frame the loader can ask for (in blocks, one forward pass); else the first and last
             frames = np.arange(n) if full else np.unique([0, max(n - 1, 0)])
             try:
@@ -303,7 +303,7 @@ def _check_video(
                     report.count("frames decoded", len(block))
             except EpisodicError as err:
                 report.add(
-                    f"episode {e}, camera {key!r}: {'a frame' if full else 'first/last frame'} not decodable: {err}"
+                    f"episode {ep}, camera {key!r}: {'a frame' if full else 'first/last frame'} not decodable: {err}"
                 )
     finally:
         reader.close()

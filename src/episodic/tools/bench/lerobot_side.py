@@ -237,7 +237,8 @@ def cmd_items(a: argparse.Namespace) -> None:
         for k, v in item.items():
             out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(a.out, **out)
+    # numpy's stub types **kwds as if a key could be its allow_pickle flag; these keys are array names
+    np.savez_compressed(a.out, **out)  # type: ignore[arg-type]
     keys0 = [k.split("/", 1)[1] for k in out if k.startswith("0/")]
     print(json.dumps({"out": a.out, "len": n, "items": len(indices), "keys": keys0, "video_backend": ds.video_backend}))
 

@@ -67,6 +67,7 @@ def _cpu_model() -> str:
 def environment() -> dict:
     import torch
 
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -101,7 +102,7 @@ def _make_dataset(cfg: BenchConfig, root: str):
         return LeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams)
     if cfg.mode == "stream":
         try:
-            from ...datasets.streaming import StreamingLeRobotDataset  # type: ignore[import-not-found]
+            from ...datasets.streaming import StreamingLeRobotDataset
         except ImportError:
             raise BenchError("streaming mode not available (episodic.datasets.streaming is not installed)") from None
         return StreamingLeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams, seed=cfg.seed)

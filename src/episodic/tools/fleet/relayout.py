@@ -101,7 +101,9 @@ class _Rows:
 
     def __init__(self, source: Any, meta: DatasetMetadata):
         self.source, self.meta = source, meta
-        self.fid, self.table, self.where = -1, None, {}
+        self.fid = -1
+        self.table: pa.Table | None = None
+        self.where: dict[int, tuple[int, int]] = {}
 
     def episode(self, e: int) -> pa.Table:
         fid = int(self.meta.episodes.data_file_id[e])
@@ -109,9 +111,9 @@ class _Rows:
         if fid != self.fid:
             try:
                 self.table = pq.ParquetFile(self.source.local_path(rel), page_checksum_verification=True).read()
-            except (pa.ArrowException, OSError) as e:
-                raise DatasetFormatError(f"{self.source.url(rel)}: not a readable parquet file ({e})") from None
-            self.fid, self.where = fid, self._offsets(rel)
+            except (pa.ArrowException, OSError) as err:
+                raise DatasetFormatError(f"{self.source.url(rel)}: not a readable parquet file ({err})") from None
+            self.fid, self.where = fid, self._offsets(self.table, rel)
         start, n = self.where.get(e, (0, 0))
         if n != int(self.meta.episodes.length[e]):
             got = "rows that are not one run" if n < 0 else f"{n} rows"
@@ -119,12 +121,13 @@ class _Rows:
                 f"{self.source.url(rel)}: episode {e}: {got} with this episode_index, the "
                 f"metadata says length {int(self.meta.episodes.length[e])}"
             )
+        assert self.table is not None, "read above"
         return self.table.slice(start, n)
 
-    def _offsets(self, rel: str) -> dict[int, tuple[int, int]]:
-        if "episode_index" not in self.table.column_names:
+    def _offsets(self, table: pa.Table, rel: str) -> dict[int, tuple[int, int]]:
+        if "episode_index" not in table.column_names:
             raise DatasetFormatError(f"{self.source.url(rel)}: no column 'episode_index'")
-        col = self.table.column("episode_index").to_numpy()
+        col = table.column("episode_index").to_numpy()
         out: dict[int, tuple[int, int]] = {}
         edges = [0, *((col[1:] != col[:-1]).nonzero()[0] + 1).tolist(), len(col)]
         for a, b in zip(edges, edges[1:]):

@@ -139,8 +139,9 @@ def write_relayout_metadata(
     else:
         table = episodes_table(rows, [])
         stats = _v30_stats(source, meta)
-        for name in stats.column_names if stats is not None else ():
-            table = table.append_column(name, stats.column(name))
+        if stats is not None:
+            for name in stats.column_names:
+                table = table.append_column(name, stats.column(name))
     write_episodes(root, table, fsync)
     write_tasks(root, meta.tasks, fsync)
     written = [EPISODES_PATH.format(chunk_index=0, file_index=0), TASKS_PATH]

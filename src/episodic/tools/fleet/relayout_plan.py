@@ -66,7 +66,7 @@ class RelayoutOptions:
     def from_json(cls, raw: dict[str, Any]) -> RelayoutOptions:
         if not isinstance(raw, dict):
             raise ValueError(f"relayout options must be an object, got {raw!r}")
-        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        known = set(cls.__dataclass_fields__)
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown relayout option(s) {unknown} (known: {sorted(known)})")

@@ -127,7 +127,8 @@ class _ReportTask:
         fingerprint = source_fingerprint(source, meta)
         out = item["output"]
         record = read_record(out)
-        if check_record(record, self.name, options, fingerprint, os.path.dirname(out)) is None and record.get("ok"):
+        ok_record = check_record(record, self.name, options, fingerprint, os.path.dirname(out)) is None
+        if record is not None and ok_record and record.get("ok"):
             return {"status": "skipped", "detail": "done and verified", "episodes": len(meta.episodes)}
         result, ok, detail = self.compute(item, source, meta, options, progress)
         body = make_record(

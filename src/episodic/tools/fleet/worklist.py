@@ -63,7 +63,7 @@ def _entries(target: str | os.PathLike | list) -> list[tuple[str, str | None, st
         from ...mixture.checking.spec import load_spec
 
         return [(e.source, e.name, e.revision, e.root) for e in load_spec(path).entries]
-    out = []
+    out: list[tuple[str, str | None, str | None, str | None]] = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
