@@ -1,17 +1,21 @@
-"""The arguments of the fleet tools' commands (`episodic convert`, `repack`, `fleet`), added to the `episodic`
-command by `add_parsers`; the command (cli.py) runs `driver.run_fleet` with them and prints the summary."""
+"""The fleet tools' commands (`episodic convert`, `repack`, `fleet`): their arguments, added to the `episodic`
+command by `add_parsers`, and what they do (`relayout_command`, `fleet_command`: `driver.run_fleet` with them, the
+summary printed)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 from ...format.info import DEFAULT_CHUNKS_SIZE, DEFAULT_DATA_FILE_MB, DEFAULT_VIDEO_FILE_MB
+from ..text import printable
 from .executors import EXECUTORS
 from .relayout_plan import VERIFY
 from .tasks import TASKS
 
-__all__ = ["add_parsers", "option_arg", "relayout_options"]
+__all__ = ["add_parsers", "fleet_command", "option_arg", "relayout_command", "relayout_options"]
 
 
 def option_arg(text: str) -> tuple[str, object]:
@@ -121,9 +125,9 @@ def _relayout_parser(sub, name: str, help_text: str, description: str, relayout)
     p.set_defaults(func=relayout)
 
 
-def add_parsers(sub, relayout, fleet) -> None:
-    """Add `convert`, `repack` and `fleet` to the `episodic` command's subparsers `sub`; `relayout(args)` runs the
-    first two, `fleet(args)` the third."""
+def add_parsers(sub) -> None:
+    """Add `convert`, `repack` and `fleet` to the `episodic` command's subparsers `sub` (run by `relayout_command`
+    and `fleet_command`)."""
     _relayout_parser(
         sub,
         "convert",
@@ -135,7 +139,7 @@ def add_parsers(sub, relayout, fleet) -> None:
         "finished result of the same source and options is skipped. The source is only read. SRC may "
         "be a list of datasets (a text file or a mixture spec): one task per dataset, on local "
         "processes, a Ray cluster (--executor ray) or as one task of a SLURM array (--shard).",
-        relayout,
+        relayout_command,
     )
     _relayout_parser(
         sub,
@@ -146,7 +150,7 @@ def add_parsers(sub, relayout, fleet) -> None:
         "--video-file-mb (many small files into few, or large ones split at episode boundaries) and --chunks-size "
         "files per chunk directory; rows and frame packets copied, every item equal. Crash-safe and "
         "resumable like convert; SRC may be a list (see convert).",
-        relayout,
+        relayout_command,
     )
     p = sub.add_parser(
         "fleet",
@@ -168,4 +172,56 @@ def add_parsers(sub, relayout, fleet) -> None:
     p.add_argument("out", metavar="OUT", help="the directory of the results")
     p.add_argument("--option", action="append", type=option_arg, metavar="KEY=VALUE", help="a tool option")
     _fleet_options(p)
-    p.set_defaults(func=fleet)
+    p.set_defaults(func=fleet_command)
+
+
+def _run_fleet(
+    command: str, task: str, target: str | list[str], out: str, options: dict, args: argparse.Namespace, single: bool
+) -> int:
+    from ...format.errors import MixtureSpecError
+    from .driver import run_fleet
+    from .executors import ExecutorUnavailable
+    from .summary import summary_table
+    from .worklist import parse_shard
+
+    try:
+        summary = run_fleet(
+            task,
+            target,
+            out,
+            options=options,
+            executor=args.executor,
+            workers=args.workers,
+            address=args.ray_address,
+            shard=parse_shard(args.shard),
+            progress=not args.quiet,
+            summary_path=args.summary,
+            single=single,
+        )
+    except ExecutorUnavailable as e:  # an optional dependency: one line saying what to install
+        print(f"episodic {command}: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError, MixtureSpecError) as e:  # options, the list, the spec: before any dataset
+        print(f"episodic {command}: error: {printable(e)}", file=sys.stderr)
+        return 2
+    for line in summary_table(summary).splitlines():  # names and errors come from lists and datasets
+        print(printable(line))
+    if summary.get("summary_path"):
+        print(f"summary: {printable(summary['summary_path'])}")
+    return 1 if summary["failed"] else 0
+
+
+def _is_list(target: str) -> bool:
+    """A list of datasets (a text file, or a mixture spec) rather than one dataset (a directory, URL, repo id)."""
+    return os.path.isfile(os.path.expanduser(target))
+
+
+def relayout_command(args: argparse.Namespace) -> int:
+    return _run_fleet(
+        args.command, args.command, args.src, args.dst, relayout_options(args), args, single=not _is_list(args.src)
+    )
+
+
+def fleet_command(args: argparse.Namespace) -> int:
+    target = args.target if _is_list(args.target) else [args.target]
+    return _run_fleet(f"fleet {args.tool}", args.tool, target, args.out, dict(args.option or []), args, single=False)
