@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...storage.source import is_url
-from .spec import MixtureEntry, MixtureSpec, Weighting, checked_spec, raise_problems
+from .spec import MixtureEntry, MixtureSpec, Weighting
+from .spec_checks import checked_spec, raise_problems
 
 __all__ = ["from_opentau"]
 
