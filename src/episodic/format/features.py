@@ -66,7 +66,7 @@ class Feature:
         return out
 
     @classmethod
-    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> "Feature":
+    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> Feature:
         where = f"{source}: feature {name!r}"
         if "/" in name:
             raise DatasetFormatError(f"{where}: feature names must not contain '/'")
@@ -79,8 +79,9 @@ class Feature:
         if not isinstance(dtype, str):
             raise DatasetFormatError(f"{where}: field 'dtype' must be a string, got {dtype!r}")
         if dtype not in (*CAMERA_DTYPES, "string") and not _numeric_dtype(dtype):
-            raise DatasetFormatError(f"{where}: field 'dtype' {dtype!r} is not a numeric numpy dtype, 'string', "
-                                     f"'video' or 'image'")
+            raise DatasetFormatError(
+                f"{where}: field 'dtype' {dtype!r} is not a numeric numpy dtype, 'string', 'video' or 'image'"
+            )
         shape = spec.get("shape")
         if not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) and s >= 0 for s in shape):
             raise DatasetFormatError(f"{where}: field 'shape' must be a list of non-negative ints, got {shape!r}")

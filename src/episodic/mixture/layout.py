@@ -77,8 +77,9 @@ class EntryLayout:
 
     def delta_timestamps(self) -> dict[str, list[float]]:
         """The windows as seconds on this entry's frame grid (what its single-dataset loader is given)."""
-        return {k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.grid_fps).tolist()
-                for k, v in self.offsets.items()}
+        return {
+            k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.grid_fps).tolist() for k, v in self.offsets.items()
+        }
 
     @property
     def data_keys(self) -> list[str]:
@@ -102,8 +103,9 @@ class MixtureLayout:
     entries: tuple[EntryLayout, ...]  # the entries that take part, in spec order
 
     @classmethod
-    def from_report(cls, report: PreflightReport, image_size: Sequence[int] | None = None,
-                    resize_mode: str = "stretch") -> "MixtureLayout":
+    def from_report(
+        cls, report: PreflightReport, image_size: Sequence[int] | None = None, resize_mode: str = "stretch"
+    ) -> MixtureLayout:
         """The layout of `report`'s entries that take part (status ``ok``). Raises `MixtureLayoutError` listing
         every problem: a role windowed differently in two entries, cameras of several sizes without
         `image_size`, a bad `image_size` or `resize_mode`."""
@@ -121,27 +123,53 @@ class MixtureLayout:
                 key = rep.cameras.get(role) or {"state": rep.state_key, "action": rep.action_key}.get(role)
                 if key is not None:
                     offsets[key] = tuple(off)
-            entries.append(EntryLayout(
-                index=rep.index, slot=len(entries), name=rep.name, group=rep.group, fps=rep.fps,
-                tolerance_s=rep.tolerance_s, cameras=dict(rep.cameras), state_key=rep.state_key,
-                state_indices=e.state_indices if rep.state_key else None, state_dim=rep.state_dim,
-                action_key=rep.action_key, action_indices=e.action_indices if rep.action_key else None,
-                action_dim=rep.action_dim, task_key=rep.task_key, offsets=offsets, target_fps=spec.target_fps,
-                resample={key: rule for role, rule in (spec.resample or {}).items()
-                          for key in [rep.state_key if role == "state" else rep.action_key] if key is not None}))
+            entries.append(
+                EntryLayout(
+                    index=rep.index,
+                    slot=len(entries),
+                    name=rep.name,
+                    group=rep.group,
+                    fps=rep.fps,
+                    tolerance_s=rep.tolerance_s,
+                    cameras=dict(rep.cameras),
+                    state_key=rep.state_key,
+                    state_indices=e.state_indices if rep.state_key else None,
+                    state_dim=rep.state_dim,
+                    action_key=rep.action_key,
+                    action_indices=e.action_indices if rep.action_key else None,
+                    action_dim=rep.action_dim,
+                    task_key=rep.task_key,
+                    offsets=offsets,
+                    target_fps=spec.target_fps,
+                    resample={
+                        key: rule
+                        for role, rule in (spec.resample or {}).items()
+                        for key in [rep.state_key if role == "state" else rep.action_key]
+                        if key is not None
+                    },
+                )
+            )
         if not entries:
             raise MixtureLayoutError(f"{spec.origin}: no entry takes part in the mixture", [])
         cameras = tuple(dict.fromkeys(r for e in entries for r in e.cameras))
         windows = _windows(entries, cameras, problems)
         size = _image_size(report, entries, image_size, problems)
         if problems:
-            raise MixtureLayoutError(f"{spec.origin}: the mixture's entries cannot share one item layout:\n  - "
-                                     + "\n  - ".join(problems), problems)
-        return cls(cameras=cameras, image_size=size if cameras else None, resize_mode=resize_mode,
-                   state_dim=max(e.state_dim for e in entries), action_dim=max(e.action_dim for e in entries),
-                   windows=windows, entries=tuple(entries))
+            raise MixtureLayoutError(
+                f"{spec.origin}: the mixture's entries cannot share one item layout:\n  - " + "\n  - ".join(problems),
+                problems,
+            )
+        return cls(
+            cameras=cameras,
+            image_size=size if cameras else None,
+            resize_mode=resize_mode,
+            state_dim=max(e.state_dim for e in entries),
+            action_dim=max(e.action_dim for e in entries),
+            windows=windows,
+            entries=tuple(entries),
+        )
 
-    def restricted(self, indices: Sequence[int]) -> "MixtureLayout":
+    def restricted(self, indices: Sequence[int]) -> MixtureLayout:
         """The same keys, shapes and windows with only the entries of spec indices `indices`, re-numbered in order
         (one side of an eval split, where an entry may have no episode: its items keep the mixture's layout)."""
         keep = set(int(i) for i in indices)
@@ -184,13 +212,17 @@ def _windows(entries: list[EntryLayout], cameras: tuple[str, ...], problems: lis
             n = len(e.offsets[key]) if key in e.offsets else None
             lengths.setdefault(n, []).append(e.name)
         if len(lengths) > 1:
-            parts = [f"{'no window' if n is None else f'{n} steps'} in {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
-                     f"({', '.join(repr(x) for x in names[:3])}{' ...' if len(names) > 3 else ''})"
-                     for n, names in lengths.items()]
-            problems.append(f"role {role!r}: windows differ between entries: {'; '.join(parts)} (give every entry "
-                            "the same number of delta_timestamps for it)")
-        elif lengths and next(iter(lengths)) is not None:
-            out[role] = int(next(iter(lengths)))
+            parts = [
+                f"{'no window' if n is None else f'{n} steps'} in {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
+                f"({', '.join(repr(x) for x in names[:3])}{' ...' if len(names) > 3 else ''})"
+                for n, names in lengths.items()
+            ]
+            problems.append(
+                f"role {role!r}: windows differ between entries: {'; '.join(parts)} (give every entry "
+                "the same number of delta_timestamps for it)"
+            )
+        elif (first := next(iter(lengths), None)) is not None:
+            out[role] = int(first)
     return out
 
 
@@ -202,12 +234,14 @@ def _image_size(report: PreflightReport, entries: list[EntryLayout], image_size,
             problems.append(str(e))
             return None
     sizes: dict[tuple[int, int], list[str]] = {}
-    for e in entries:
-        for role, shape in report.entries[e.index].camera_shapes.items():
-            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{e.name}:{role}")
+    for entry in entries:
+        for role, shape in report.entries[entry.index].camera_shapes.items():
+            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{entry.name}:{role}")
     if len(sizes) > 1:
         listed = ", ".join(f"{h}x{w} ({len(v)} cameras, e.g. {v[0]})" for (h, w), v in sorted(sizes.items())[:6])
-        problems.append(f"cameras come in {len(sizes)} sizes (height x width: {listed}): give image_size=(H, W) to "
-                        "bring every frame to one size")
+        problems.append(
+            f"cameras come in {len(sizes)} sizes (height x width: {listed}): give image_size=(H, W) to "
+            "bring every frame to one size"
+        )
         return None
     return next(iter(sizes)) if sizes else None

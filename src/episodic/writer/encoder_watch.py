@@ -49,8 +49,10 @@ def watched(work: Callable[[Callable[[], None]], T], label: str) -> T:
     while thread.is_alive():
         thread.join(min(1.0, timeout))
         if thread.is_alive() and time.monotonic() - last[0] > timeout:
-            raise EncoderStalled(f"{label}: the encoder made no progress for {timeout:g} s "
-                                 f"(EPISODIC_ENCODER_STALL_TIMEOUT); it is left behind")
+            raise EncoderStalled(
+                f"{label}: the encoder made no progress for {timeout:g} s "
+                f"(EPISODIC_ENCODER_STALL_TIMEOUT); it is left behind"
+            )
     if "error" in result:
         raise result["error"]
     return result["value"]
