@@ -29,7 +29,8 @@ MEAN_ABS_BOUND = 8.0
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
-    """An AV1 dataset by episodic's writer: 6 episodes, 2 cameras (48x64), 2 video files per camera."""
+    """An AV1 dataset by episodic's writer: 6 episodes, 2 cameras (48x64), at least 2 video files per camera (how
+    many depends on the encoder's file sizes: SVT-AV1 3.0, PyAV 15, writes 5 files in all, 4.1 writes 4)."""
     return write_demo_dataset(
         tmp_path_factory.mktemp("re") / "src",
         num_episodes=6,
@@ -40,6 +41,10 @@ def source(tmp_path_factory) -> Path:
         progress=False,
         video_files_size_in_mb=0.01,
     )
+
+
+def _videos(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.mp4"))
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -63,9 +68,9 @@ def test_copy_is_the_original_within_the_codecs_loss(source, tmp_path, vcodec):
     dst = tmp_path / vcodec
     result = R.reencode(source, dst, vcodec=vcodec, workers=2)
     assert _tree(source) == before  # the original is never modified
-    assert (result.files_encoded, result.files_kept, result.skipped) == (4, 0, False)
-    videos = sorted(source.rglob("*.mp4"))
-    assert len(videos) == 4
+    videos = _videos(source)
+    assert len(videos) >= 4
+    assert (result.files_encoded, result.files_kept, result.skipped) == (len(videos), 0, False)
     for p in videos:  # every file: same frame count, same times, pixels within the loss (PyAV as reference)
         a, ta = _pyav_frames(p)
         b, tb = _pyav_frames(dst / p.relative_to(source))
@@ -141,7 +146,9 @@ def test_interrupted_copy_resumes(source, tmp_path, monkeypatch):
     mtime = done.stat().st_mtime_ns
     result = R.reencode(source, dst, vcodec="hevc", workers=1)
     # the first file, and any the pool had started before the failure reached it, are kept
-    assert result.resumed and result.files_kept >= 1 and result.files_kept + result.files_encoded == 4
+    assert (
+        result.resumed and result.files_kept >= 1 and result.files_kept + result.files_encoded == len(_videos(source))
+    )
     assert result.temp_files_removed == [str(stale.relative_to(dst))] and not stale.exists()
     assert done.stat().st_mtime_ns == mtime  # the finished file was kept, not encoded again
     assert R.reencode(source, dst, vcodec="hevc").skipped  # and the whole copy verifies
@@ -218,9 +225,9 @@ def test_cli(source, tmp_path, capsys):
         )
         == 0
     )
-    assert "4 video file(s) re-encoded to hevc" in capsys.readouterr().out
+    assert f"{len(_videos(source))} video file(s) re-encoded to hevc" in capsys.readouterr().out
     record = json.loads(out.read_text())
-    assert (record["vcodec"], record["crf"], record["files_encoded"]) == ("hevc", 28, 4)
+    assert (record["vcodec"], record["crf"], record["files_encoded"]) == ("hevc", 28, len(_videos(source)))
     assert main(["reencode", str(source), str(tmp_path / "c"), "--vcodec", "hevc", "--crf", "28", "-q"]) == 0
     assert "nothing to do" in capsys.readouterr().out
     with pytest.raises(SystemExit):
