@@ -14,13 +14,20 @@ import torch
 from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
 
 
+def transformed_keys(ds) -> list[str]:
+    """The camera keys of dataset `ds` its image transforms apply to: every camera but the depth cameras
+    (`ds.depth_keys`), as LeRobot 0.6's."""
+    depth = set(getattr(ds, "depth_keys", ()))
+    return [k for k in ds.camera_keys if k not in depth]
+
+
 def finish_batch(ds, batch: dict, transforms: bool = True) -> dict:
     """A collated batch of dataset `ds` (map-style or streaming) as the user gets it, in the main process:
     frames decoded on the GPU when `ds.gpu` decodes there, `ds.image_transforms` applied with `transforms`."""
     if ds.gpu is not None:
         batch = ds.gpu.finish(batch, ds.camera_keys, ds.return_uint8)
     if transforms and ds.image_transforms is not None:
-        for k in ds.camera_keys:
+        for k in transformed_keys(ds):
             batch[k] = torch.stack([ds.image_transforms(x) for x in batch[k]])
     return batch
 
@@ -55,8 +62,8 @@ class BatchAccess:
         """Items for a DataLoader batch, built together (one decode pass per file)."""
         if self.gpu is not None:  # GPU frames are decoded here, in the main process (a worker refuses)
             return unbatch(Batch(self.finish(self._batch(indices).collated(), transforms=False)),
-                           self.image_transforms, self.camera_keys)
-        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
+                           self.image_transforms, transformed_keys(self))
+        return unbatch(self._batch(indices), self.image_transforms, transformed_keys(self))
 
 
 class BatchedView(torch.utils.data.Dataset):

@@ -72,6 +72,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         target_fps: rows resampled to this fps (an int): items, windows, lengths and the order are in its frames
             (`tabular.resample`: cameras take the nearest frame); `resample`: {column: "nearest" | "previous" |
             "linear"} per numeric column (default nearest).
+        depth_output_unit: depth cameras (`format.depth`) come out as float32 distances (1, H, W) in "mm"
+            (default, as LeRobot 0.6) or "m", whatever `return_uint8`; image transforms skip them. Their statistics
+            in the metadata's stats are brought to that unit (`DatasetMetadata.rescale_depth_stats`).
     """
 
     def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
@@ -84,7 +87,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
                  on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
                  gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
                  split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
-                 _source: Source | None = None):
+                 depth_output_unit: str = "mm", _source: Source | None = None):
         self.remember(locals())
         self.eval_split, self.split = checked_split(eval_split, split), split
         if _source is None:
@@ -99,7 +102,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample))
+                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample),
+                                   depth_output_unit=depth_output_unit)
+        self.meta.rescale_depth_stats(depth_output_unit)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(self.meta, select_episodes(self.meta, episodes, self.eval_split, split),
                                list(self.spec.data_keys),
@@ -120,6 +125,12 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
         self.camera_keys = self.spec.camera_keys
+        self.depth_keys = self.spec.depth_keys
+
+    @property
+    def depth_output_unit(self) -> str:
+        """The unit depth cameras' items (and their statistics) are in: "mm" or "m"."""
+        return self.spec.depth_unit
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
@@ -183,8 +194,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
 
 
 class LeRobotDataset(EpisodicDataset):
-    """Drop-in for `lerobot.datasets.lerobot_dataset.LeRobotDataset` (0.4.4): same arguments, attributes and
-    items (keys, dtypes, shapes, values, windows with `<key>_is_pad`, frames by timestamp, `task`)."""
+    """Drop-in for `lerobot.datasets.lerobot_dataset.LeRobotDataset` (0.4.4; of 0.6.x: its depth cameras and
+    `depth_output_unit`): same arguments, attributes and items (keys, dtypes, shapes, values, windows with
+    `<key>_is_pad`, frames by timestamp, `task`)."""
 
     def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
                  image_transforms: Callable | None = None, delta_timestamps: dict[str, list[float]] | None = None,
@@ -196,7 +208,8 @@ class LeRobotDataset(EpisodicDataset):
                  image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
                  on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
                  gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
-                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None):
+                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
+                 depth_output_unit: str = "mm"):
         self.remember(locals())
         self.repo_id = repo_id
         self.root = root
@@ -209,12 +222,13 @@ class LeRobotDataset(EpisodicDataset):
                          revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
                          on_unknown_task=on_unknown_task, decode_device=decode_device, cpu_fallback=cpu_fallback,
                          gpu_decoders=gpu_decoders, eval_split=eval_split, split=split, target_fps=target_fps,
-                         resample=resample, _source=source)
+                         resample=resample, depth_output_unit=depth_output_unit, _source=source)
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),
                      download_videos=(download_videos, True), batch_encoding_size=(batch_encoding_size, 1),
                      video_backend=(video_backend if video_backend not in (None, "pyav") else None, None))
+
 
 
 _WARNED: set[str] = set()

@@ -52,7 +52,7 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
 
 
 def mixture_side(dataset, spec, split: str, on_error: str | None, concurrency: int, image_size,
-                 resize_mode: str) -> None:
+                 resize_mode: str, depth_unit: str = "mm") -> None:
     """Set up `dataset` (a mixture dataset) as side `split` of `spec`'s mixture: ``full_report`` (the checked
     mixture), ``report`` (its side, `split_sides.side_report`: what the order and the rows hold),
     ``stats_report`` (the training side: normalisation statistics are the same on both sides), ``layout`` (the
@@ -64,7 +64,7 @@ def mixture_side(dataset, spec, split: str, on_error: str | None, concurrency: i
     dataset.report = side_report(full, split)
     dataset.stats_report = side_report(full, "train")
     dataset.eval_split, dataset.split = full.spec.eval_split, split
-    layout = MixtureLayout.from_report(full, image_size, resize_mode)
+    layout = MixtureLayout.from_report(full, image_size, resize_mode, depth_unit)
     dataset.layout = layout.restricted([r.index for r in dataset.report.entries if r.status == "ok"])
 
 
@@ -86,6 +86,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         decode_device, cpu_fallback, gpu_decoders: as in `EpisodicDataset` (every entry's cameras are checked).
         split: with the spec's ``eval_split``, which side this dataset is: "train" (default) or "eval";
             `eval_dataset()` builds the other (`datasets.sides`; `mixture.checking.split_sides`).
+        depth_output_unit: depth camera roles' distances in "mm" (default) or "m" (`mixture.layout`).
     """
 
     def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
@@ -93,9 +94,9 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
                  on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
                  mmap_min_bytes: int = MMAP_MIN_BYTES, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
                  drop_n_last_frames: int = 0, decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None, split: str = "train"):
+                 gpu_decoders: int | None = None, split: str = "train", depth_output_unit: str = "mm"):
         self.remember(locals())
-        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
         self.item_layout = mixture_layout(self.layout)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle,
                                            drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
@@ -112,6 +113,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
         self.camera_keys = self.layout.camera_keys
+        self.depth_keys = self.item_layout.depth_keys
         self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
 
     # ------------------------------------------------------------------ sizes

@@ -52,7 +52,7 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
     spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
                           image_size=layout.image_size, resize_mode=layout.resize_mode,
                           columns=[*entry.data_keys, *images], on_unknown_task=on_unknown_task,
-                          resampling=Resampling.of(entry.target_fps, entry.resample))
+                          resampling=Resampling.of(entry.target_fps, entry.resample), depth_output_unit=layout.depth_unit)
     unknown = UnknownTasks(f"mixture entry {entry.name!r} ({meta.root})", len(meta.tasks), on_unknown_task)
     return replace(spec, unknown_tasks=unknown)
 

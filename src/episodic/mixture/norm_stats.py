@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..format.depth import rescale_stats
 from ..format.quantiles import pooled_quantiles
 from ..format.stats import QUANTILES, Stats, aggregate_stats
 from .layout import ACTION, STATE, EntryLayout, MixtureLayout, camera_key
@@ -139,6 +140,8 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
                 mine[camera_key(role)] = {n: np.asarray(v, dtype=np.float64) for n, v in stats[key].items()}
                 mine[camera_key(role)].setdefault("count", np.asarray([total], dtype=np.int64))
                 mine.origin[camera_key(role)] = "stats.json"
+                if role in layout.depth_roles:  # recorded in the camera's depth_unit: in the items' unit
+                    rescale_stats(mine, camera_key(role), meta.info.features[key].depth.unit, layout.depth_unit)
         result = computed[job_of[e.index]] if e.index in job_of else None
         got = result.keys if result is not None else {}
         for shared, key, indices, dim in _vector_roles(layout, e):

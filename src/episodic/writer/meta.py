@@ -98,6 +98,10 @@ def write_metadata(root: str, *, fps: int, features: Mapping[str, Feature], vide
                             "video.pix_fmt": video_info["video.pix_fmt"], "video.is_depth_map": False,
                             "video.fps": fps, "video.channels": c, "video.g": video_info["video.g"],
                             "video.crf": video_info["video.crf"], "has_audio": False}
+            if f.is_depth:  # LeRobot 0.6's depth camera: 12-bit codes in lossless HEVC, its coding
+                spec["info"].update({"video.codec": "hevc", "video.pix_fmt": "gray12le", "video.crf": None})
+                del spec["info"]["video.is_depth_map"]
+                spec["info"] = {**f.depth.info(), **spec["info"], "video.extra_options": {"x265-params": "lossless=1"}}
         out_features[k] = Feature.from_json(k, spec)
     info = DatasetInfo(codebase_version=V30, fps=fps, features=out_features, total_episodes=len(episodes),
                        total_frames=total_frames, total_tasks=len(tasks), chunks_size=chunks_size,

@@ -116,7 +116,7 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
     camera_roles = {r: k for r, k in explicit.items() if r not in RESERVED_ROLES}
     if not camera_roles and not removed.difference(RESERVED_ROLES):  # names no camera role: all, by default
         camera_roles = default_camera_roles(info.camera_keys, spec.camera_role_style)
-    cameras, shapes = {}, {}
+    cameras, shapes, depth_roles = {}, {}, []
     for role, key in camera_roles.items():
         f = features.get(key)
         if f is None:
@@ -128,8 +128,11 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
                 suggestions=_closest(key, info.camera_keys))
             continue
         h, w, c = info.camera_hw(key)
-        if c not in (1, 3):
-            add(f"roles.{role}", f"camera {key!r} has {c} channels; 1 or 3 are supported")
+        problem = f.camera_problem(c)
+        if problem:
+            add(f"roles.{role}", problem)
+        elif f.is_depth:
+            depth_roles.append(role)
         vfps = f.info.get("video.fps") if isinstance(f.info, dict) else None
         if isinstance(vfps, (int, float)) and not isinstance(vfps, bool) and abs(vfps - info.fps) > 1e-6:
             add(f"roles.{role}", f"camera {key!r} is encoded at {vfps} fps, the dataset at {info.fps} fps", "warning")
@@ -225,7 +228,7 @@ def check_entry(spec: MixtureSpec, index: int, entry: MixtureEntry, meta: Datase
         index=index, name=name, source=entry.source, version=info.codebase_version, fps=int(info.fps),
         robot_type=info.robot_type, group=entry.group if entry.group is not None else info.robot_type,
         total_episodes=total, episodes=int(selected.size), frames=frames, eval_episodes=int(held.size),
-        eval_frames=int(all_lengths[held].sum()), cameras=cameras, camera_shapes=shapes,
+        eval_frames=int(all_lengths[held].sum()), cameras=cameras, camera_shapes=shapes, depth_roles=tuple(depth_roles),
         state_key=keys.get("state"), state_dim=dims.get("state", 0), action_key=keys.get("action"),
         action_dim=dims.get("action", 0), task_key=task_key, delta_offsets=offsets, tolerance_s=float(tol),
         delta_rounding_s=rounding)
