@@ -1,4 +1,4 @@
-"""Loading benchmark, map-style or streaming: frames/s, time to first batch, peak memory (PSS and RSS) of the
+r"""Loading benchmark, map-style or streaming: frames/s, time to first batch, peak memory (PSS and RSS) of the
 process tree, and each figure as a fraction of the machine's decode limit for the same files.
 
 --mode map: episodic's LeRobotDataset under a torch DataLoader (shuffled); --mode stream: episodic's
@@ -15,7 +15,8 @@ once, RSS in every process that maps them.
 The decode limit (benchmarks/decode_limit.py, plain PyAV, measured in the same run unless --no-limit):
 random single frames per second with one process per core, divided by the cameras per sample.
 
-    python benchmarks/bench_loaders.py --root DATASET [--mode stream] [--lerobot-python .bench/lerobot-venv/bin/lerobot-python] [--json OUT]
+    python benchmarks/bench_loaders.py --root DATASET [--mode stream] [--json OUT] \
+        [--lerobot-python .bench/lerobot-venv/bin/lerobot-python]
     python benchmarks/bench_loaders.py --write-synthetic DIR --episodes 200 [--height 480 --width 640 --cameras 2]
 """
 
@@ -33,8 +34,9 @@ from child_run import measured
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int,
-                 uint8: bool = False) -> dict:
+def run_episodic(
+    root: str, mode: str, workers: int, video: bool, batches: int, warmup: int, batch_size: int, uint8: bool = False
+) -> dict:
     import torch
 
     from episodic import LeRobotDataset, StreamingLeRobotDataset
@@ -47,13 +49,15 @@ def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, 
     dt = {"action": [i / fps for i in range(16)], "observation.state": [-1 / fps, 0.0]}
     cams = None if video else []
     if mode == "stream":
-        ds = StreamingLeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams, episode_pool_size=64,
-                                     return_uint8=uint8)
+        ds = StreamingLeRobotDataset(
+            "bench", root=root, delta_timestamps=dt, video_keys=cams, episode_pool_size=64, return_uint8=uint8
+        )
         loader = ds.loader(batch_size=batch_size, num_workers=workers)
     else:
         ds = LeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams, return_uint8=uint8)
-        loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                             generator=torch.Generator().manual_seed(0))
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=batch_size, shuffle=True, num_workers=workers, generator=torch.Generator().manual_seed(0)
+        )
     it = iter(loader)
     next(it)
     ttfb = time.perf_counter() - t_start
@@ -68,8 +72,14 @@ def run_episodic(root: str, mode: str, workers: int, video: bool, batches: int, 
     elapsed = time.perf_counter() - t0
     if hasattr(it, "close"):
         it.close()
-    return {"loader": f"episodic-{mode}", "frames_per_s": n / elapsed, "time_to_first_batch_s": ttfb,
-            "workers": workers, "video": video, "samples": n}
+    return {
+        "loader": f"episodic-{mode}",
+        "frames_per_s": n / elapsed,
+        "time_to_first_batch_s": ttfb,
+        "workers": workers,
+        "video": video,
+        "samples": n,
+    }
 
 
 CONFIGS = {"f32": (1, False), "u8": (1, True), "tabular": (0, False)}  # name: (video, uint8)
@@ -103,16 +113,34 @@ def main() -> int:
 
     if args.one:  # child process: one measurement
         w, v, *u = args.one.split(",")
-        print(json.dumps(run_episodic(args.root, args.mode, int(w), v == "1", args.batches, args.warmup, args.batch_size,
-                                      uint8=bool(u and u[0] == "1"))))
+        print(
+            json.dumps(
+                run_episodic(
+                    args.root,
+                    args.mode,
+                    int(w),
+                    v == "1",
+                    args.batches,
+                    args.warmup,
+                    args.batch_size,
+                    uint8=bool(u and u[0] == "1"),
+                )
+            )
+        )
         return 0
     if args.write_synthetic:
         from episodic.demo import CAMERAS, write_demo_dataset
 
         extra = ("observation.images.side", "observation.images.left", "observation.images.right")
-        write_demo_dataset(args.write_synthetic, num_episodes=args.episodes, min_length=args.min_length,
-                           max_length=args.max_length, height=args.height, width=args.width,
-                           cameras=(CAMERAS + extra)[:args.cameras])
+        write_demo_dataset(
+            args.write_synthetic,
+            num_episodes=args.episodes,
+            min_length=args.min_length,
+            max_length=args.max_length,
+            height=args.height,
+            width=args.width,
+            cameras=(CAMERAS + extra)[: args.cameras],
+        )
         return 0
     from episodic.tools.bench import lerobot_side_script  # imports no torch
 
@@ -131,13 +159,44 @@ def main() -> int:
         for _ in range(args.repeats):  # interleave the loaders so machine noise hits all alike
             for c in configs:
                 video, u8 = CONFIGS[c]
-                runs[c].append(measured([sys.executable, __file__, "--root", args.root, "--mode", args.mode,
-                                         "--one", f"{workers},{video},{int(u8)}", "--batches", str(args.batches),
-                                         "--warmup", str(args.warmup), "--batch-size", str(args.batch_size)]))
+                runs[c].append(
+                    measured(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--root",
+                            args.root,
+                            "--mode",
+                            args.mode,
+                            "--one",
+                            f"{workers},{video},{int(u8)}",
+                            "--batches",
+                            str(args.batches),
+                            "--warmup",
+                            str(args.warmup),
+                            "--batch-size",
+                            str(args.batch_size),
+                        ]
+                    )
+                )
             if args.lerobot_python:  # LeRobot 0.4.4 cannot leave cameras out: it always decodes them (float32)
-                cmd = [args.lerobot_python, lerobot_side, f"bench-{args.mode}", "--root", args.root,
-                       "--workers", str(workers), "--batch-size", str(args.batch_size), "--batches", str(args.batches),
-                       "--warmup", str(args.warmup), "--torch-threads", "1"]
+                cmd = [
+                    args.lerobot_python,
+                    lerobot_side,
+                    f"bench-{args.mode}",
+                    "--root",
+                    args.root,
+                    "--workers",
+                    str(workers),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--batches",
+                    str(args.batches),
+                    "--warmup",
+                    str(args.warmup),
+                    "--torch-threads",
+                    "1",
+                ]
                 try:
                     runs["lerobot"].append(measured(cmd))
                 except (RuntimeError, ValueError) as e:
@@ -153,7 +212,9 @@ def main() -> int:
                 row[f"{name}_of_limit"] = row[f"{name}_frames_per_s"] / limit["limit_samples_per_s"]
                 row[f"{name}_of_decode_only"] = row[f"{name}_frames_per_s"] / limit["decode_only_limit_samples_per_s"]
             if rs and runs["lerobot"] and name != "lerobot":
-                row[f"{name}_vs_lerobot"] = row[f"{name}_frames_per_s"] / statistics.median(r["frames_per_s"] for r in runs["lerobot"])
+                row[f"{name}_vs_lerobot"] = row[f"{name}_frames_per_s"] / statistics.median(
+                    r["frames_per_s"] for r in runs["lerobot"]
+                )
         rows.append(row)
         print(json.dumps(row), flush=True)
     _table(rows, configs + (["lerobot"] if args.lerobot_python else []), limit)
@@ -163,7 +224,8 @@ def main() -> int:
             b = base.get(r["workers"])
             for c in configs:
                 if b and f"{c}_frames_per_s" in b:
-                    print(f"vs baseline, workers={r['workers']} {c}: {r[f'{c}_frames_per_s'] / b[f'{c}_frames_per_s']:.2f}x")
+                    ratio = r[f"{c}_frames_per_s"] / b[f"{c}_frames_per_s"]
+                    print(f"vs baseline, workers={r['workers']} {c}: {ratio:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "decode_limit": limit, "args": vars(args)}, f, indent=2)
@@ -173,22 +235,29 @@ def main() -> int:
 def _table(rows: list[dict], names: list[str], limit: dict | None) -> None:
     nan = float("nan")
     if limit:
-        print(f"\ndecode limit: {limit['random_per_core_fps']:.0f} random frames/s per core "
-              f"({limit['decodes_per_random_frame']:.2f} decodes each), {limit['random_all_cores_fps']:.0f} on "
-              f"{limit['cores']} cores = {limit['limit_samples_per_s']:.0f} samples/s with {limit['cameras']} cameras; "
-              f"sequential {limit['sequential_per_core_fps']:.0f} frames/s per core; decoding only (no RGB "
-              f"conversion) {limit['decode_only_all_cores_fps']:.0f} frames/s on {limit['cores']} cores = "
-              f"{limit['decode_only_limit_samples_per_s']:.0f} samples/s")
-    print(f"\n{'mode':>6} {'workers':>7} {'loader':>8} {'frames/s':>9} {'of limit':>8} {'of dec.':>8} {'vs LR':>6} "
-          f"{'ttfb s':>7} {'PSS MB':>7} {'RSS MB':>7}")
+        print(
+            f"\ndecode limit: {limit['random_per_core_fps']:.0f} random frames/s per core "
+            f"({limit['decodes_per_random_frame']:.2f} decodes each), {limit['random_all_cores_fps']:.0f} on "
+            f"{limit['cores']} cores = {limit['limit_samples_per_s']:.0f} samples/s with {limit['cameras']} cameras; "
+            f"sequential {limit['sequential_per_core_fps']:.0f} frames/s per core; decoding only (no RGB "
+            f"conversion) {limit['decode_only_all_cores_fps']:.0f} frames/s on {limit['cores']} cores = "
+            f"{limit['decode_only_limit_samples_per_s']:.0f} samples/s"
+        )
+    print(
+        f"\n{'mode':>6} {'workers':>7} {'loader':>8} {'frames/s':>9} {'of limit':>8} {'of dec.':>8} {'vs LR':>6} "
+        f"{'ttfb s':>7} {'PSS MB':>7} {'RSS MB':>7}"
+    )
     for r in rows:
         for n in names:
             if f"{n}_frames_per_s" not in r:
                 continue
-            print(f"{r['mode']:>6} {r['workers']:>7} {n:>8} {r[f'{n}_frames_per_s']:>9.0f} {r.get(f'{n}_of_limit', nan):>8.0%} "
-                  f"{r.get(f'{n}_of_decode_only', nan):>8.0%} "
-                  f"{r.get(f'{n}_vs_lerobot', nan):>6.2f} {r[f'{n}_time_to_first_batch_s']:>7.2f} "
-                  f"{r[f'{n}_peak_pss_tree_mb']:>7.0f} {r[f'{n}_peak_rss_tree_mb']:>7.0f}")
+            print(
+                f"{r['mode']:>6} {r['workers']:>7} {n:>8} {r[f'{n}_frames_per_s']:>9.0f} "
+                f"{r.get(f'{n}_of_limit', nan):>8.0%} "
+                f"{r.get(f'{n}_of_decode_only', nan):>8.0%} "
+                f"{r.get(f'{n}_vs_lerobot', nan):>6.2f} {r[f'{n}_time_to_first_batch_s']:>7.2f} "
+                f"{r[f'{n}_peak_pss_tree_mb']:>7.0f} {r[f'{n}_peak_rss_tree_mb']:>7.0f}"
+            )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,19 @@ CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 # ---------------------------------------------------------------------------------------------- data
 def _params(a) -> dict:
-    return {"episodes": a.episodes, "min_length": a.min_length, "max_length": a.max_length, "height": a.height,
-            "width": a.width, "cameras": list(CAMERAS), "fps": FPS, "vcodec": "av1", "gop": 2, "seed": 0, "layout": 2}
+    return {
+        "episodes": a.episodes,
+        "min_length": a.min_length,
+        "max_length": a.max_length,
+        "height": a.height,
+        "width": a.width,
+        "cameras": list(CAMERAS),
+        "fps": FPS,
+        "vcodec": "av1",
+        "gop": 2,
+        "seed": 0,
+        "layout": 2,
+    }
 
 
 def write_data(a) -> None:
@@ -71,18 +82,36 @@ def write_data(a) -> None:
         return synthetic_episode(ep, int(lengths[ep]), CAMERAS, a.height, a.width, seed=0)
 
     t0 = time.perf_counter()
-    with DatasetWriter(os.path.join(a.data, "single"), fps=FPS, features=feats, robot_type="synthetic_bimanual",
-                       vcodec="av1", gop=2, overwrite=True, fsync=False) as w:
+    with DatasetWriter(
+        os.path.join(a.data, "single"),
+        fps=FPS,
+        features=feats,
+        robot_type="synthetic_bimanual",
+        vcodec="av1",
+        gop=2,
+        overwrite=True,
+        fsync=False,
+    ) as w:
         for ep in range(a.episodes):
             w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
-    print(f"single dataset: {a.episodes} episodes, {int(lengths.sum())} frames in {time.perf_counter() - t0:.0f} s",
-          flush=True)
+    print(
+        f"single dataset: {a.episodes} episodes, {int(lengths.sum())} frames in {time.perf_counter() - t0:.0f} s",
+        flush=True,
+    )
     t0 = time.perf_counter()
     entries = []
     for ep in range(a.episodes):
         root = os.path.join(a.data, "entries", f"ep{ep:04d}")
-        with DatasetWriter(root, fps=FPS, features=feats, robot_type="synthetic_bimanual", vcodec="av1", gop=2,
-                           overwrite=True, fsync=False) as w:
+        with DatasetWriter(
+            root,
+            fps=FPS,
+            features=feats,
+            robot_type="synthetic_bimanual",
+            vcodec="av1",
+            gop=2,
+            overwrite=True,
+            fsync=False,
+        ) as w:
             w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
         entries.append({"source": root, "name": f"ep{ep:04d}"})
     print(f"{a.episodes} one-episode datasets in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -102,7 +131,13 @@ def _windows(keys: tuple[str, str] = ("action", "state")) -> dict:
 def run_one(kind: str, data: str, workers: int, batches: int, warmup: int, batch_size: int) -> dict:
     import torch
 
-    from episodic import EpisodicDataset, LeRobotDataset, MixtureDataset, StreamingLeRobotDataset, StreamingMixtureDataset
+    from episodic import (
+        EpisodicDataset,
+        LeRobotDataset,
+        MixtureDataset,
+        StreamingLeRobotDataset,
+        StreamingMixtureDataset,
+    )
 
     single, spec = os.path.join(data, "single"), os.path.join(data, "mixture.json")
     dt = _windows(("action", "observation.state"))
@@ -118,8 +153,9 @@ def run_one(kind: str, data: str, workers: int, batches: int, warmup: int, batch
         loader = ds.loader(batch_size=batch_size, num_workers=workers, seed=0)
     elif kind == "map-lerobot":
         ds = LeRobotDataset("bench", root=single, delta_timestamps=dt)
-        loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                             generator=torch.Generator().manual_seed(0))
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=batch_size, shuffle=True, num_workers=workers, generator=torch.Generator().manual_seed(0)
+        )
     elif kind == "map-mixture":
         ds = MixtureDataset(spec)
         loader = ds.loader(batch_size=batch_size, num_workers=workers)
@@ -144,15 +180,30 @@ def run_one(kind: str, data: str, workers: int, batches: int, warmup: int, batch
     stats = ds.stats()
     if hasattr(it, "close"):
         it.close()
-    out = {"kind": kind, "frames_per_s": n / elapsed, "warmup_frames_per_s": warm, "time_to_first_batch_s": ttfb,
-           "construct_s": t_built,
-           "samples": n, "workers": workers, "keys": len(first)}
+    out = {
+        "kind": kind,
+        "frames_per_s": n / elapsed,
+        "warmup_frames_per_s": warm,
+        "time_to_first_batch_s": ttfb,
+        "construct_s": t_built,
+        "samples": n,
+        "workers": workers,
+        "keys": len(first),
+    }
     if cpu0 and cpu1:  # CPU ms per batch of 32 over the measured batches: the main process, the workers together
         per = batch_size / n * 1e3
         out["cpu_ms_per_batch_main"] = (cpu1["main"] - cpu0["main"]) * per
         out["cpu_ms_per_batch_workers"] = sum(cpu1[k] - cpu0[k] for k in cpu1 if k != "main" and k in cpu0) * per
-    for k in ("decoder_hits", "decoder_misses", "decoder_evictions", "decode_seconds", "item_seconds", "items_built",
-              "wait_seconds", "tabular_seconds"):
+    for k in (
+        "decoder_hits",
+        "decoder_misses",
+        "decoder_evictions",
+        "decode_seconds",
+        "item_seconds",
+        "items_built",
+        "wait_seconds",
+        "tabular_seconds",
+    ):
         if k in stats:
             out[k] = stats[k]
     if "shares" in stats:
@@ -191,8 +242,13 @@ def main() -> int:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batches", type=int, default=150)
-    ap.add_argument("--warmup", type=int, default=60, help="batches after the first before the clock starts (a "
-                    "map-style mixture's workers open every entry's files and columns in their first ~25 batches each)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=60,
+        help="batches after the first before the clock starts (a "
+        "map-style mixture's workers open every entry's files and columns in their first ~25 batches each)",
+    )
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the results here")
@@ -213,42 +269,85 @@ def main() -> int:
     runs: dict[str, list] = {k: [] for k in kinds}
     for r in range(a.repeats):  # interleaved, so machine noise hits every loader alike
         for k in kinds:
-            res = measured([sys.executable, os.path.abspath(__file__), "--data", a.data, "--one", k, "--workers",
-                            str(a.workers), "--batches", str(a.batches), "--warmup", str(a.warmup), "--batch-size",
-                            str(a.batch_size)])
+            res = measured(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--data",
+                    a.data,
+                    "--one",
+                    k,
+                    "--workers",
+                    str(a.workers),
+                    "--batches",
+                    str(a.batches),
+                    "--warmup",
+                    str(a.warmup),
+                    "--batch-size",
+                    str(a.batch_size),
+                ]
+            )
             runs[k].append(res)
             print(json.dumps({"repeat": r, **res}), flush=True)
-    fields = ("frames_per_s", "warmup_frames_per_s", "time_to_first_batch_s", "peak_pss_tree_mb",
-              "cpu_ms_per_batch_main", "cpu_ms_per_batch_workers")
-    med = {k: {f: statistics.median(x[f] for x in rs) for f in fields if all(f in x for x in rs)}
-           for k, rs in runs.items()}
+    fields = (
+        "frames_per_s",
+        "warmup_frames_per_s",
+        "time_to_first_batch_s",
+        "peak_pss_tree_mb",
+        "cpu_ms_per_batch_main",
+        "cpu_ms_per_batch_workers",
+    )
+    med = {
+        k: {f: statistics.median(x[f] for x in rs) for f in fields if all(f in x for x in rs)} for k, rs in runs.items()
+    }
     ratios = {}
-    for name, num, den in (("stream", "stream-mixture", "stream-single"), ("map", "map-mixture", "map-single"),
-                           ("map_vs_lerobot", "map-mixture", "map-lerobot")):
+    for name, num, den in (
+        ("stream", "stream-mixture", "stream-single"),
+        ("map", "map-mixture", "map-single"),
+        ("map_vs_lerobot", "map-mixture", "map-lerobot"),
+    ):
         if num in med and den in med:
             ratios[name] = med[num]["frames_per_s"] / med[den]["frames_per_s"]
     bar = {"stream": 0.8, "map": 0.5}
-    print(f"\n{a.episodes} episodes ({a.min_length}-{a.max_length} frames, 2 cameras {a.height}x{a.width}, AV1 g=2), "
-          f"batch {a.batch_size}, {a.workers} workers, medians of {a.repeats}")
+    print(
+        f"\n{a.episodes} episodes ({a.min_length}-{a.max_length} frames, 2 cameras {a.height}x{a.width}, AV1 g=2), "
+        f"batch {a.batch_size}, {a.workers} workers, medians of {a.repeats}"
+    )
     nan = float("nan")
-    print(f"{'loader':>15} {'frames/s':>9} {'runs':>24} {'warm-up':>8} {'ttfb s':>7} {'PSS MB':>7} "
-          f"{'CPU ms/batch: main':>19} {'workers':>8}")
+    print(
+        f"{'loader':>15} {'frames/s':>9} {'runs':>24} {'warm-up':>8} {'ttfb s':>7} {'PSS MB':>7} "
+        f"{'CPU ms/batch: main':>19} {'workers':>8}"
+    )
     for k, m in med.items():
         each = ",".join(f"{x['frames_per_s']:.0f}" for x in runs[k])
-        print(f"{k:>15} {m['frames_per_s']:>9.0f} {each:>24} {m['warmup_frames_per_s']:>8.0f} "
-              f"{m['time_to_first_batch_s']:>7.2f} {m['peak_pss_tree_mb']:>7.0f} "
-              f"{m.get('cpu_ms_per_batch_main', nan):>19.1f} {m.get('cpu_ms_per_batch_workers', nan):>8.1f}")
+        print(
+            f"{k:>15} {m['frames_per_s']:>9.0f} {each:>24} {m['warmup_frames_per_s']:>8.0f} "
+            f"{m['time_to_first_batch_s']:>7.2f} {m['peak_pss_tree_mb']:>7.0f} "
+            f"{m.get('cpu_ms_per_batch_main', nan):>19.1f} {m.get('cpu_ms_per_batch_workers', nan):>8.1f}"
+        )
     for name, num, den in (("stream", "stream-mixture", "stream-single"), ("map", "map-mixture", "map-single")):
         if num in med and den in med and "cpu_ms_per_batch_main" in med[num] and "cpu_ms_per_batch_main" in med[den]:
             cpu = {k: med[k]["cpu_ms_per_batch_main"] + med[k]["cpu_ms_per_batch_workers"] for k in (num, den)}
             ratios[f"{name}_cpu"] = cpu[den] / cpu[num]  # CPU per batch, single / mixture (less noise-prone)
     for name, v in ratios.items():
         target = bar.get(name)
-        print(f"ratio {name}: {v:.2f}" + (f" (bar >= {target}: {'met' if v >= target else 'MISSED'})" if target else ""))
+        print(
+            f"ratio {name}: {v:.2f}" + (f" (bar >= {target}: {'met' if v >= target else 'MISSED'})" if target else "")
+        )
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "ratios": ratios, "runs": runs, "params": _params(a),
-                       "args": {k: v for k, v in vars(a).items() if k != "one"}, "cores": os.cpu_count()}, f, indent=2)
+            json.dump(
+                {
+                    "medians": med,
+                    "ratios": ratios,
+                    "runs": runs,
+                    "params": _params(a),
+                    "args": {k: v for k, v in vars(a).items() if k != "one"},
+                    "cores": os.cpu_count(),
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

@@ -35,14 +35,14 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "tools" / "fleet")]
 
-from fleet_checks import as_v21  # noqa: E402  (test helpers: the v2.1 layout by packet cuts)
-from support import FaultServer, assert_items_equal  # noqa: E402
-
 from episodic.datasets.streaming import StreamingLeRobotDataset  # noqa: E402
 from episodic.demo import write_demo_dataset  # noqa: E402
 from episodic.storage import open_source  # noqa: E402
 from episodic.tools.fleet.relayout import relayout  # noqa: E402
 from episodic.tools.fleet.relayout_plan import RelayoutOptions  # noqa: E402
+
+from fleet_checks import as_v21  # noqa: E402  (test helpers: the v2.1 layout by packet cuts)
+from support import FaultServer, assert_items_equal  # noqa: E402
 
 
 def prepare(data: Path, episodes: int) -> dict[str, tuple[str, str]]:
@@ -62,10 +62,12 @@ def prepare(data: Path, episodes: int) -> dict[str, tuple[str, str]]:
     if not (small / "meta/info.json").exists():
         relayout(open_source(base), str(small), RelayoutOptions(data_file_mb=0.004, video_file_mb=0.01, chunks_size=3))
     pairs = {}
-    for name, src, tool, options in (("one-row-group", one, "repack", RelayoutOptions()),
-                                     ("row-groups-128k", one, "repack", RelayoutOptions(row_group_mb=0.125)),
-                                     ("v2.1", v21, "convert", RelayoutOptions()),
-                                     ("small-files", small, "repack", RelayoutOptions())):
+    for name, src, tool, options in (
+        ("one-row-group", one, "repack", RelayoutOptions()),
+        ("row-groups-128k", one, "repack", RelayoutOptions(row_group_mb=0.125)),
+        ("v2.1", v21, "convert", RelayoutOptions()),
+        ("small-files", small, "repack", RelayoutOptions()),
+    ):
         after = data / f"{name}-{tool}"
         relayout(open_source(src), str(after), options, tool=tool)  # skipped when done
         pairs[name] = (src.name, after.name)
@@ -79,11 +81,21 @@ def count_files(root: Path) -> int:
 def epoch(server: FaultServer, name: str, video: bool) -> tuple[list[dict], dict]:
     sent, gets, t0 = server.bytes_sent, server.gets(), time.perf_counter()
     with tempfile.TemporaryDirectory() as cache:
-        ds = StreamingLeRobotDataset(None, root=f"{server.url}/{name}", seed=0, cache_dir=cache,
-                                     video_keys=None if video else [], return_uint8=True)
+        ds = StreamingLeRobotDataset(
+            None,
+            root=f"{server.url}/{name}",
+            seed=0,
+            cache_dir=cache,
+            video_keys=None if video else [],
+            return_uint8=True,
+        )
         items = sorted(ds, key=lambda x: int(x["index"]))
-    return items, {"bytes": server.bytes_sent - sent, "requests": server.gets() - gets,
-                   "seconds": round(time.perf_counter() - t0, 2), "items": len(items)}
+    return items, {
+        "bytes": server.bytes_sent - sent,
+        "requests": server.gets() - gets,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "items": len(items),
+    }
 
 
 def main() -> None:
@@ -106,13 +118,17 @@ def main() -> None:
                 for a, b in zip(items_b, items_a, strict=True):
                     assert_items_equal(a, b)
             results.append(row)
-    print(f"{'case':<14} {'files':>11}  {'epoch':<8} {'bytes before':>13} {'after':>11} {'ratio':>6}  "
-          f"{'requests':>9} {'after':>6}")
+    print(
+        f"{'case':<14} {'files':>11}  {'epoch':<8} {'bytes before':>13} {'after':>11} {'ratio':>6}  "
+        f"{'requests':>9} {'after':>6}"
+    )
     for r in results:
         for kind in ("tabular", "all"):
             b, a = r[f"{kind}_before"], r[f"{kind}_after"]
-            print(f"{r['case']:<14} {r['files_before']:>5} -> {r['files_after']:<3} {kind:<8} {b['bytes']:>13,} "
-                  f"{a['bytes']:>11,} {a['bytes'] / b['bytes']:>6.2f}  {b['requests']:>9} {a['requests']:>6}")
+            print(
+                f"{r['case']:<14} {r['files_before']:>5} -> {r['files_after']:<3} {kind:<8} {b['bytes']:>13,} "
+                f"{a['bytes']:>11,} {a['bytes'] / b['bytes']:>6.2f}  {b['requests']:>9} {a['requests']:>6}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"episodes": args.episodes, "results": results}, indent=1))
 

@@ -44,14 +44,17 @@ def write_big(root: str, episodes: int, length: int) -> None:
     if os.path.exists(os.path.join(root, "meta", "info.json")):
         return
     rng = np.random.default_rng(0)
-    feats = {"observation.state": {"dtype": "float32", "shape": [STATE]},
-             "action": {"dtype": "float32", "shape": [ACTION]}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [STATE]},
+        "action": {"dtype": "float32", "shape": [ACTION]},
+    }
     with DatasetWriter(root, fps=30, features=feats, overwrite=True, fsync=False) as w:
-        for e in range(episodes):
+        for _e in range(episodes):
             state = np.cumsum(rng.normal(0, 0.05, (length, STATE)), axis=0) + rng.normal(0, 1, STATE)
             action = state[:, :ACTION] + rng.normal(0, 0.01, (length, ACTION))
-            w.add_episode({"observation.state": state.astype(np.float32), "action": action.astype(np.float32)},
-                          task="pick")
+            w.add_episode(
+                {"observation.state": state.astype(np.float32), "action": action.astype(np.float32)}, task="pick"
+            )
 
 
 def write_mix(root: str) -> str:
@@ -80,13 +83,19 @@ def numpy_reference(root: str) -> tuple[float, int]:
     from episodic.format.stats import QUANTILES
 
     t0 = time.perf_counter()
-    files = sorted(p for p in (os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs)
-                   if p.endswith(".parquet"))
+    files = sorted(
+        p
+        for p in (os.path.join(d, f) for d, _, fs in os.walk(os.path.join(root, "data")) for f in fs)
+        if p.endswith(".parquet")
+    )
     table = pa.concat_tables([pq.read_table(p) for p in files])
     for name in table.column_names:
         col = table.column(name).combine_chunks()
-        x = (col.flatten().to_numpy().reshape(len(col), -1) if pa.types.is_fixed_size_list(col.type)
-             or pa.types.is_list(col.type) else col.to_numpy().reshape(-1, 1)).astype(np.float64)
+        x = (
+            col.flatten().to_numpy().reshape(len(col), -1)
+            if pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type)
+            else col.to_numpy().reshape(-1, 1)
+        ).astype(np.float64)
         _ = (x.mean(0), x.std(0), x.min(0), x.max(0), np.quantile(x, list(QUANTILES.values()), axis=0))
     return time.perf_counter() - t0, table.num_rows
 
@@ -128,13 +137,15 @@ def main() -> None:
         cache = tempfile.mkdtemp(prefix="episodic-stats-cache-")
         solo = tempfile.mkdtemp(prefix="episodic-stats-cache-")  # cold runs with one process (and no threads)
         try:
-            for name, call in (("big_cold", lambda: compute_stats([job], workers=a.workers, cache=cache)),
-                               ("big_cached", lambda: compute_stats([job], workers=a.workers, cache=cache)),
-                               ("big_cold_1", lambda: compute_stats([job], workers=1, cache=solo)),
-                               ("big_numpy", lambda: numpy_reference(big)),
-                               ("mix_cold", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
-                               ("mix_cached", lambda: mixture_stats(spec, workers=a.workers, cache=cache)),
-                               ("mix_cold_1", lambda: mixture_stats(spec, workers=1, cache=solo))):
+            for name, call in (
+                ("big_cold", lambda cache=cache: compute_stats([job], workers=a.workers, cache=cache)),
+                ("big_cached", lambda cache=cache: compute_stats([job], workers=a.workers, cache=cache)),
+                ("big_cold_1", lambda solo=solo: compute_stats([job], workers=1, cache=solo)),
+                ("big_numpy", lambda: numpy_reference(big)),
+                ("mix_cold", lambda cache=cache: mixture_stats(spec, workers=a.workers, cache=cache)),
+                ("mix_cached", lambda cache=cache: mixture_stats(spec, workers=a.workers, cache=cache)),
+                ("mix_cold_1", lambda solo=solo: mixture_stats(spec, workers=1, cache=solo)),
+            ):
                 t0, c0 = time.perf_counter(), _cpu()
                 got = call()
                 runs.setdefault(name, []).append(time.perf_counter() - t0)
@@ -152,26 +163,34 @@ def main() -> None:
             shutil.rmtree(solo, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     out["seconds"] = med
-    out["big"] = {"frames": frames, "keys": len(job.keys), "dims": STATE + ACTION + 5,
-                  **{f"{k}_frames_per_s": frames / med[f"big_{k}"] for k in ("cold", "cold_1", "numpy")}}
+    out["big"] = {
+        "frames": frames,
+        "keys": len(job.keys),
+        "dims": STATE + ACTION + 5,
+        **{f"{k}_frames_per_s": frames / med[f"big_{k}"] for k in ("cold", "cold_1", "numpy")},
+    }
     out["mix400"] = {**mix, **{f"{k}_frames_per_s": mix["frames"] / med[f"mix_{k}_stats"] for k in ("cold", "cold_1")}}
     b, m = out["big"], out["mix400"]
-    print(f"big: {frames:,} frames, {len(job.keys)} keys ({b['dims']} dims)\n"
-          f"  cold           {med['big_cold']:6.2f} s  {b['cold_frames_per_s']:>11,.0f} frames/s  CPU "
-          f"{med['big_cold_cpu']:.2f} s\n"
-          f"  cold, 1 proc.  {med['big_cold_1']:6.2f} s  {b['cold_1_frames_per_s']:>11,.0f} frames/s  CPU "
-          f"{med['big_cold_1_cpu']:.2f} s\n"
-          f"  numpy          {med['big_numpy']:6.2f} s  {b['numpy_frames_per_s']:>11,.0f} frames/s  CPU "
-          f"{med['big_numpy_cpu']:.2f} s\n"
-          f"  cached         {med['big_cached'] * 1e3:6.1f} ms")
-    print(f"mix400: {m['entries']} entries, {m['frames']:,} frames, {m['groups']} groups (whole call = preflight of the "
-          f"spec + statistics)\n"
-          f"  cold           {med['mix_cold']:6.2f} s  statistics {med['mix_cold_stats']:.2f} s  "
-          f"{m['cold_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_cpu']:.2f} s\n"
-          f"  cold, 1 proc.  {med['mix_cold_1']:6.2f} s  statistics {med['mix_cold_1_stats']:.2f} s  "
-          f"{m['cold_1_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_1_cpu']:.2f} s\n"
-          f"  cached         {med['mix_cached']:6.2f} s  statistics {med['mix_cached_stats']:.2f} s  (every entry from "
-          f"the cache)  CPU {med['mix_cached_cpu']:.2f} s")
+    print(
+        f"big: {frames:,} frames, {len(job.keys)} keys ({b['dims']} dims)\n"
+        f"  cold           {med['big_cold']:6.2f} s  {b['cold_frames_per_s']:>11,.0f} frames/s  CPU "
+        f"{med['big_cold_cpu']:.2f} s\n"
+        f"  cold, 1 proc.  {med['big_cold_1']:6.2f} s  {b['cold_1_frames_per_s']:>11,.0f} frames/s  CPU "
+        f"{med['big_cold_1_cpu']:.2f} s\n"
+        f"  numpy          {med['big_numpy']:6.2f} s  {b['numpy_frames_per_s']:>11,.0f} frames/s  CPU "
+        f"{med['big_numpy_cpu']:.2f} s\n"
+        f"  cached         {med['big_cached'] * 1e3:6.1f} ms"
+    )
+    print(
+        f"mix400: {m['entries']} entries, {m['frames']:,} frames, {m['groups']} groups (whole call = preflight of the "
+        f"spec + statistics)\n"
+        f"  cold           {med['mix_cold']:6.2f} s  statistics {med['mix_cold_stats']:.2f} s  "
+        f"{m['cold_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_cpu']:.2f} s\n"
+        f"  cold, 1 proc.  {med['mix_cold_1']:6.2f} s  statistics {med['mix_cold_1_stats']:.2f} s  "
+        f"{m['cold_1_frames_per_s']:>9,.0f} frames/s  CPU {med['mix_cold_1_cpu']:.2f} s\n"
+        f"  cached         {med['mix_cached']:6.2f} s  statistics {med['mix_cached_stats']:.2f} s  (every entry from "
+        f"the cache)  CPU {med['mix_cached_cpu']:.2f} s"
+    )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -38,8 +38,13 @@ def measure(root: str, batches: int) -> dict:
 
     with PeakRSS() as rss:
         t0 = time.perf_counter()
-        ds = StreamingLeRobotDataset("mem", root=root, episode_pool_size=64, seed=0,
-                                     delta_timestamps={"action": [i / 30 for i in range(16)], "observation.state": [-1 / 30, 0]})
+        ds = StreamingLeRobotDataset(
+            "mem",
+            root=root,
+            episode_pool_size=64,
+            seed=0,
+            delta_timestamps={"action": [i / 30 for i in range(16)], "observation.state": [-1 / 30, 0]},
+        )
         n = 0
         for i, b in enumerate(ds.loader(batch_size=32, num_workers=0)):
             n += len(b["index"])
@@ -66,12 +71,19 @@ def main() -> int:
         root = os.path.join(args.dir, f"x{scale}")
         if not os.path.exists(os.path.join(root, "meta", "info.json")):
             write(root, args.base_episodes * scale)
-        out = subprocess.run([sys.executable, __file__, "--dir", args.dir, "--one", root, "--batches", str(args.batches)],
-                             check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--dir", args.dir, "--one", root, "--batches", str(args.batches)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         row = {"scale": scale, **json.loads(out.stdout.strip().splitlines()[-1])}
         rows.append(row)
-        print(f"x{scale:<4} {row['frames_total']:>10,} frames   peak RSS {row['peak_rss_tree_mb']:7.1f} MB   "
-              f"({row['frames']} frames streamed in {row['seconds']:.1f} s)", flush=True)
+        print(
+            f"x{scale:<4} {row['frames_total']:>10,} frames   peak RSS {row['peak_rss_tree_mb']:7.1f} MB   "
+            f"({row['frames']} frames streamed in {row['seconds']:.1f} s)",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -22,8 +22,20 @@ FIGURES = ("frames_per_s", "time_to_first_batch_s", "peak_rss_tree_mb")
 
 def one(checkout: str, root: str, mode: str, workers: int, video: bool, batches: int, warmup: int) -> dict:
     env = {**os.environ, "PYTHONPATH": os.path.join(os.path.abspath(checkout), "src")}
-    cmd = [sys.executable, os.path.join(checkout, "benchmarks", "bench_loaders.py"), "--root", root, "--mode", mode,
-           "--one", f"{workers},{int(video)}", "--batches", str(batches), "--warmup", str(warmup)]
+    cmd = [
+        sys.executable,
+        os.path.join(checkout, "benchmarks", "bench_loaders.py"),
+        "--root",
+        root,
+        "--mode",
+        mode,
+        "--one",
+        f"{workers},{int(video)}",
+        "--batches",
+        str(batches),
+        "--warmup",
+        str(warmup),
+    ]
     from episodic.tools.rss import PeakRSS  # memory sampled from outside, the same way for both checkouts
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -55,18 +67,24 @@ def main() -> int:
                 runs: dict[str, list[dict]] = {"before": [], "after": []}
                 for _ in range(args.repeats):
                     for name in ("before", "after"):
-                        runs[name].append(one(getattr(args, name), args.root, mode, workers, video, args.batches,
-                                              args.warmup))
+                        runs[name].append(
+                            one(getattr(args, name), args.root, mode, workers, video, args.batches, args.warmup)
+                        )
                 row = {"mode": mode, "workers": workers, "video": video}
                 for name, rs in runs.items():
                     for k in FIGURES:
                         row[f"{name}_{k}"] = statistics.median(r[k] for r in rs)
                 row["ratio_frames_per_s"] = row["after_frames_per_s"] / row["before_frames_per_s"]
                 rows.append(row)
-                print(f"{mode:6} w{workers} {'video  ' if video else 'tabular'}  frames/s {row['before_frames_per_s']:>9,.0f}"
-                      f" -> {row['after_frames_per_s']:>9,.0f} ({row['ratio_frames_per_s']:.2f}x)   first batch "
-                      f"{row['before_time_to_first_batch_s']:.2f} -> {row['after_time_to_first_batch_s']:.2f} s   peak RSS "
-                      f"{row['before_peak_rss_tree_mb']:,.0f} -> {row['after_peak_rss_tree_mb']:,.0f} MB", flush=True)
+                print(
+                    f"{mode:6} w{workers} {'video  ' if video else 'tabular'}  "
+                    f"frames/s {row['before_frames_per_s']:>9,.0f}"
+                    f" -> {row['after_frames_per_s']:>9,.0f} ({row['ratio_frames_per_s']:.2f}x)   first batch "
+                    f"{row['before_time_to_first_batch_s']:.2f} -> {row['after_time_to_first_batch_s']:.2f} s   "
+                    "peak RSS "
+                    f"{row['before_peak_rss_tree_mb']:,.0f} -> {row['after_peak_rss_tree_mb']:,.0f} MB",
+                    flush=True,
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "args": vars(args)}, f, indent=2)

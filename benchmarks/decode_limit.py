@@ -85,8 +85,11 @@ def sequential(files: list[str], seconds: float) -> dict:
 
 
 def _worker(kind: str, files: list[str], seconds: float, seed: int, q) -> None:
-    q.put(random_access(files, seconds, seed, rgb=kind == "random") if kind.startswith("random") else
-          sequential(files, seconds))
+    q.put(
+        random_access(files, seconds, seed, rgb=kind == "random")
+        if kind.startswith("random")
+        else sequential(files, seconds)
+    )
 
 
 def on_cores(kind: str, files: list[str], seconds: float, cores: int) -> float:
@@ -115,11 +118,16 @@ def camera_files(root: str) -> tuple[list[str], int]:
 def measure(root: str, seconds: float = 8.0, cores: int = 2) -> dict:
     files, cams = camera_files(root)
     one = random_access(files, seconds, 0)
-    out = {"cameras": cams, "random_per_core_fps": one["frames_per_s"], "decodes_per_random_frame": one["decodes_per_frame"],
-           "sequential_per_core_fps": sequential(files, seconds)["frames_per_s"],
-           "random_all_cores_fps": on_cores("random", files, seconds, cores), "cores": cores,
-           "decode_only_per_core_fps": random_access(files, seconds, 1, rgb=False)["frames_per_s"],
-           "decode_only_all_cores_fps": on_cores("random-decode-only", files, seconds, cores)}
+    out = {
+        "cameras": cams,
+        "random_per_core_fps": one["frames_per_s"],
+        "decodes_per_random_frame": one["decodes_per_frame"],
+        "sequential_per_core_fps": sequential(files, seconds)["frames_per_s"],
+        "random_all_cores_fps": on_cores("random", files, seconds, cores),
+        "cores": cores,
+        "decode_only_per_core_fps": random_access(files, seconds, 1, rgb=False)["frames_per_s"],
+        "decode_only_all_cores_fps": on_cores("random-decode-only", files, seconds, cores),
+    }
     out["limit_samples_per_s"] = out["random_all_cores_fps"] / cams
     out["decode_only_limit_samples_per_s"] = out["decode_only_all_cores_fps"] / cams
     return out

@@ -30,17 +30,26 @@ def pyav_frames(path: Path) -> np.ndarray:
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="reencode-loss-"))
     keys = ["observation.images.top", "observation.images.wrist"]
-    feats = {"observation.state": {"dtype": "float32", "shape": [6]},
-             **{k: {"dtype": "video", "shape": [H, W, 3]} for k in keys}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [6]},
+        **{k: {"dtype": "video", "shape": [H, W, 3]} for k in keys},
+    }
     with DatasetWriter(tmp / "av1", fps=30, features=feats, vcodec="av1", fsync=False) as w:
-        for e in range(EPISODES):
-            w.add_episode({"observation.state": np.zeros((LENGTH, 6), np.float32),
-                           **{k: camera_frames(H, W, LENGTH, seed=i) for i, k in enumerate(keys)}}, task="pick")
+        for _e in range(EPISODES):
+            w.add_episode(
+                {
+                    "observation.state": np.zeros((LENGTH, 6), np.float32),
+                    **{k: camera_frames(H, W, LENGTH, seed=i) for i, k in enumerate(keys)},
+                },
+                task="pick",
+            )
     record = {"source": f"AV1 {H}x{W}, {len(keys)} cameras, {EPISODES * LENGTH} frames each, g=2 crf=30"}
     first = []  # the original's own loss, for scale: its frames against the frames it was written from
     for i, k in enumerate(keys):
         raw = np.tile(camera_frames(H, W, LENGTH, seed=i), (EPISODES, 1, 1, 1)).astype(np.int16)
-        first.append(np.abs(pyav_frames(next((tmp / "av1").rglob(f"{k}/**/*.mp4"))) - raw).reshape(len(raw), -1).mean(1))
+        first.append(
+            np.abs(pyav_frames(next((tmp / "av1").rglob(f"{k}/**/*.mp4"))) - raw).reshape(len(raw), -1).mean(1)
+        )
     record["av1_vs_written_frames_mean_abs"] = round(float(np.concatenate(first).mean()), 3)
     print("the original's own loss, mean abs per frame:", record["av1_vs_written_frames_mean_abs"], flush=True)
     for vcodec in ("h264", "hevc"):
@@ -55,9 +64,13 @@ def main() -> None:
             mx.append(d.max(1))
             mean.append(d.mean(1))
         mx, mean = np.concatenate(mx), np.concatenate(mean)
-        record[vcodec] = {"frames": int(len(mx)), "seconds": round(seconds, 1), "size_ratio": round(r.bytes_after / r.bytes_before, 2),
-                          "per_frame_max_abs": {"max": int(mx.max()), "median": float(np.median(mx))},
-                          "per_frame_mean_abs": {"max": round(float(mean.max()), 3), "mean": round(float(mean.mean()), 3)}}
+        record[vcodec] = {
+            "frames": int(len(mx)),
+            "seconds": round(seconds, 1),
+            "size_ratio": round(r.bytes_after / r.bytes_before, 2),
+            "per_frame_max_abs": {"max": int(mx.max()), "median": float(np.median(mx))},
+            "per_frame_mean_abs": {"max": round(float(mean.max()), 3), "mean": round(float(mean.mean()), 3)},
+        }
         print(vcodec, record[vcodec], flush=True)
     if len(sys.argv) > 1:
         Path(sys.argv[1]).write_text(json.dumps(record, indent=1))

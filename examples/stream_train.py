@@ -71,9 +71,12 @@ def main():
     if distributed:
         dist.barrier()
     fps = 30
-    dataset = StreamingLeRobotDataset(None, root=args.root, episode_pool_size=args.pool,
-                                      delta_timestamps={"action": [i / fps for i in range(16)],
-                                                        "observation.state": [-1 / fps, 0.0]})
+    dataset = StreamingLeRobotDataset(
+        None,
+        root=args.root,
+        episode_pool_size=args.pool,
+        delta_timestamps={"action": [i / fps for i in range(16)], "observation.state": [-1 / fps, 0.0]},
+    )
     ckpt = Path(args.ckpt)
     state = torch.load(ckpt, weights_only=False) if ckpt.exists() else None
     step = 0
@@ -97,7 +100,9 @@ def main():
         else:
             model = model.to(device)
             if distributed:
-                model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+                model = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[device.index] if device.type == "cuda" else None
+                )
     loader = dataset.loader(batch_size=args.batch_size, num_workers=args.workers)
     log = None
     if args.log_indices:
@@ -108,9 +113,15 @@ def main():
         if rank == 0:  # the stream state is identical on every rank
             plain = model.module if hasattr(model, "module") else model
             tmp = ckpt.with_name(ckpt.name + ".tmp")
-            torch.save({"step": step, "stream": json.dumps(dataset.state_dict()),
-                        "model": plain.state_dict() if plain is not None else None,
-                        "optim": optim.state_dict() if optim is not None else None}, tmp)
+            torch.save(
+                {
+                    "step": step,
+                    "stream": json.dumps(dataset.state_dict()),
+                    "model": plain.state_dict() if plain is not None else None,
+                    "optim": optim.state_dict() if optim is not None else None,
+                },
+                tmp,
+            )
             os.replace(tmp, ckpt)
         if distributed:
             dist.barrier()
@@ -140,8 +151,11 @@ def main():
         log.close()
     seconds = time.perf_counter() - t0
     rate = torch.tensor([frames / seconds], dtype=torch.float64)
-    print(f"rank {rank}: {frames} frames in {seconds:.2f} s = {rate.item():.0f} frames/s "
-          f"(first batch after {first if first is not None else float('nan'):.2f} s)", flush=True)
+    print(
+        f"rank {rank}: {frames} frames in {seconds:.2f} s = {rate.item():.0f} frames/s "
+        f"(first batch after {first if first is not None else float('nan'):.2f} s)",
+        flush=True,
+    )
     if distributed:
         dist.all_reduce(rate)
     if rank == 0:

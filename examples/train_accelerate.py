@@ -1,6 +1,7 @@
-"""Tiny training loop under Hugging Face ``accelerate`` with an exactly resumable sample order.
+r"""Tiny training loop under Hugging Face ``accelerate`` with an exactly resumable sample order.
 
-    accelerate launch --num_processes 2 examples/train_accelerate.py --root /tmp/episodic_demo --ckpt /tmp/order_ckpt_acc.pt
+    accelerate launch --num_processes 2 examples/train_accelerate.py \
+        --root /tmp/episodic_demo --ckpt /tmp/order_ckpt_acc.pt
 
 ``accelerate`` shards and resumes DataLoaders itself (``BatchSamplerShard``,
 ``skip_first_batches``, its own epoch counter); combined with an order that is already
@@ -89,7 +90,9 @@ def main():
             accelerator.backward(loss)
             optimizer.step()
             step += 1
-            accelerator.print(f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}")
+            accelerator.print(
+                f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}"
+            )
             if step % args.save_every == 0 or step == args.steps:
                 save()
             if step == args.steps:

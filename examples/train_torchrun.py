@@ -1,8 +1,10 @@
-"""Tiny training loop under torchrun with an exactly resumable sample order.
+r"""Tiny training loop under torchrun with an exactly resumable sample order.
 
-    torchrun --nproc_per_node=2 examples/train_torchrun.py --root /tmp/episodic_demo --ckpt /tmp/order_ckpt.pt --steps 20
+    torchrun --nproc_per_node=2 examples/train_torchrun.py \
+        --root /tmp/episodic_demo --ckpt /tmp/order_ckpt.pt --steps 20
     # stop it (or let it finish), then resume on any number of processes:
-    torchrun --nproc_per_node=3 examples/train_torchrun.py --root /tmp/episodic_demo --ckpt /tmp/order_ckpt.pt --steps 40
+    torchrun --nproc_per_node=3 examples/train_torchrun.py \
+        --root /tmp/episodic_demo --ckpt /tmp/order_ckpt.pt --steps 40
 
 A linear model maps ``observation.state`` to ``action``. The checkpoint holds the model,
 the optimizer, the step and the order state as JSON (``{"seed", "epoch", "consumed"}``);
@@ -94,7 +96,9 @@ def main():
             optimizer.step()
             step += 1
             if rank == 0:
-                print(f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}")
+                print(
+                    f"step {step} epoch {batch_sampler.epoch} consumed {batch_sampler.consumed} loss {loss.item():.4f}"
+                )
             if step % args.save_every == 0 or step == args.steps:
                 save()
             if step == args.steps:

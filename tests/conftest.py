@@ -54,16 +54,33 @@ def _forget_hosts():
 @pytest.fixture(scope="session")
 def small_root(tmp_path_factory) -> Path:
     """6 episodes of 12-30 frames, two 48x64 AV1 cameras, one file each."""
-    return write_demo_dataset(tmp_path_factory.mktemp("small") / "ds", num_episodes=6, min_length=12, max_length=30,
-                              height=48, width=64, progress=False)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("small") / "ds",
+        num_episodes=6,
+        min_length=12,
+        max_length=30,
+        height=48,
+        width=64,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="session")
 def multifile_root(tmp_path_factory) -> Path:
     """12 episodes rotated into many data/video files and several chunk directories."""
-    return write_demo_dataset(tmp_path_factory.mktemp("multi") / "ds", num_episodes=12, min_length=10, max_length=25,
-                              height=48, width=64, progress=False, data_files_size_in_mb=0.004,
-                              video_files_size_in_mb=0.006, chunks_size=3, seed=1)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("multi") / "ds",
+        num_episodes=12,
+        min_length=10,
+        max_length=25,
+        height=48,
+        width=64,
+        progress=False,
+        data_files_size_in_mb=0.004,
+        video_files_size_in_mb=0.006,
+        chunks_size=3,
+        seed=1,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -111,8 +128,7 @@ class S3Server:
     secret: str
 
 
-S3_READ_POLICY = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", '
-                  '"Resource": "*"}]}')
+S3_READ_POLICY = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'
 
 
 @pytest.fixture(scope="session")
@@ -124,8 +140,9 @@ def s3_server(small_root, tmp_path_factory):
     boto3 = pytest.importorskip("boto3")
     log = tmp_path_factory.mktemp("moto") / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"], stdout=out, stderr=subprocess.STDOUT
+        )
     try:
         deadline, port = time.monotonic() + 60, None
         while port is None:
@@ -135,8 +152,12 @@ def s3_server(small_root, tmp_path_factory):
                 raise RuntimeError(f"moto server did not start: {log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.05)
         endpoint = f"http://127.0.0.1:{port}"
-        admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "setup",
-                 "aws_secret_access_key": "setup"}
+        admin = {
+            "endpoint_url": endpoint,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "setup",
+            "aws_secret_access_key": "setup",
+        }
         iam = boto3.client("iam", **admin)
         iam.create_user(UserName="reader")
         iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=S3_READ_POLICY)
@@ -149,9 +170,12 @@ def s3_server(small_root, tmp_path_factory):
             if not rel.startswith("videos/observation.images.top/"):
                 s3.upload_file(str(path), "data", f"broken/{rel}")
         # from now on every request must be signed by a known access key, with a policy that allows it
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                                      headers={"Content-Type": "text/plain"}),
-                               timeout=10).read()
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
+            ),
+            timeout=10,
+        ).read()
         yield S3Server(endpoint, "data", access["AccessKeyId"], access["SecretAccessKey"])
     finally:
         proc.terminate()
@@ -191,16 +215,24 @@ def depth_root(tmp_path_factory) -> Path:
     from episodic.writer import DatasetWriter
 
     h, w = 48, 64
-    features = {"observation.images.rgb": {"dtype": "video", "shape": [h, w, 3]},
-                **{k: {"dtype": "video", "shape": [h, w, 1], "info": info} for k, info in DEPTH_CODINGS.items()},
-                "observation.state": {"dtype": "float32", "shape": [3]}, "action": {"dtype": "float32", "shape": [2]}}
+    features = {
+        "observation.images.rgb": {"dtype": "video", "shape": [h, w, 3]},
+        **{k: {"dtype": "video", "shape": [h, w, 1], "info": info} for k, info in DEPTH_CODINGS.items()},
+        "observation.state": {"dtype": "float32", "shape": [3]},
+        "action": {"dtype": "float32", "shape": [2]},
+    }
     root = tmp_path_factory.mktemp("depth") / "ds"
     with DatasetWriter(root, fps=10, features=features, fsync=False) as wr:
         for e, n in enumerate((9, 14, 11)):
             d = depth_frames(h, w, n, e)
-            wr.add_episode({"observation.images.rgb": camera_frames(h, w, n, e),
-                            "observation.images.depth": d,
-                            "observation.images.depth_mm": np.round(d * 1000).astype(np.uint16),
-                            "observation.state": np.full((n, 3), e, np.float32),
-                            "action": np.arange(2 * n, dtype=np.float32).reshape(n, 2)}, task=f"task {e % 2}")
+            wr.add_episode(
+                {
+                    "observation.images.rgb": camera_frames(h, w, n, e),
+                    "observation.images.depth": d,
+                    "observation.images.depth_mm": np.round(d * 1000).astype(np.uint16),
+                    "observation.state": np.full((n, 3), e, np.float32),
+                    "action": np.arange(2 * n, dtype=np.float32).reshape(n, 2),
+                },
+                task=f"task {e % 2}",
+            )
     return root

@@ -52,9 +52,17 @@ class FakeNvdecDriver:
 
         self.asked.append((codec, chroma, depth))
         ok = (SUPPORTED.get(codec, False) or (codec == "av1" and self.av1)) and chroma == 420 and depth == 8
-        return CodecSupport(codec, chroma, depth, supported=ok, engines=self.engines if ok else 0,
-                            max_width=8192 if ok else 0, max_height=8192 if ok else 0,
-                            min_width=self.min_width if ok else 0, min_height=16 if ok else 0)
+        return CodecSupport(
+            codec,
+            chroma,
+            depth,
+            supported=ok,
+            engines=self.engines if ok else 0,
+            max_width=8192 if ok else 0,
+            max_height=8192 if ok else 0,
+            min_width=self.min_width if ok else 0,
+            min_height=16 if ok else 0,
+        )
 
 
 def lerobot06_python() -> Path | None:
@@ -76,8 +84,13 @@ def assert_items_equal(want: dict, got: dict) -> None:
 
 DEPTH_CODINGS = {  # the depth cameras of `depth_root`: LeRobot 0.6's defaults (log, metres), and linear in mm
     "observation.images.depth": {"is_depth_map": True},
-    "observation.images.depth_mm": {"is_depth_map": True, "depth_unit": "mm", "video.use_log": False,
-                                    "video.depth_min": 0.2, "video.depth_max": 4.0},
+    "observation.images.depth_mm": {
+        "is_depth_map": True,
+        "depth_unit": "mm",
+        "video.use_log": False,
+        "video.depth_min": 0.2,
+        "video.depth_max": 4.0,
+    },
 }
 
 
@@ -85,12 +98,11 @@ def depth_frames(h: int, w: int, n: int, seed: int) -> np.ndarray:
     """(n, h, w, 1) float32 metres from 0.005 to 12 (beyond LeRobot's default range on both sides)."""
     rng = np.random.default_rng(seed)
     y = np.linspace(0.0, 1.0, h)[None, :, None, None]
-    base = 0.3 + 11.7 * y ** 2 + 0.2 * np.sin(np.arange(w)[None, None, :, None] * 0.3 + np.arange(n)[:, None, None, None])
+    base = 0.3 + 11.7 * y**2 + 0.2 * np.sin(np.arange(w)[None, None, :, None] * 0.3 + np.arange(n)[:, None, None, None])
     noise = rng.uniform(-0.05, 0.05, size=(n, h, w, 1))
     d = np.broadcast_to(base, (n, h, w, 1)) + noise
     d[:, : h // 6, : w // 6] = 0.005
     return d.astype(np.float32)
-
 
 
 class _FaultHandler(http.server.BaseHTTPRequestHandler):
@@ -137,7 +149,11 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append((self.command, path, self.headers.get("Range")))
             fault = None
-            if srv.faults and self.command in srv.fault_methods and (srv.fault_paths is None or path in srv.fault_paths):
+            if (
+                srv.faults
+                and self.command in srv.fault_methods
+                and (srv.fault_paths is None or path in srv.fault_paths)
+            ):
                 fault = srv.faults.pop(0)
             elif not head and srv.fail_rate and srv.rng.random() < srv.fail_rate:
                 fault = srv.rng.choice(["500", "reset", "truncate"])
@@ -205,15 +221,15 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 class FaultServer:
     """A static HTTP/1.1 server on 127.0.0.1 (a real socket, keep-alive) that misbehaves on demand.
 
-    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each request
-    (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of
-    the content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
+    Content: `files` ({"/path": bytes}, paths unquoted) when given, else the files under `directory`, read at each
+    request (a file changed on disk is served changed). With `validators` each answer carries an ETag (a digest of the
+    content) and, for files on disk, Last-Modified. Range requests are honoured when `ranges`.
 
-    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by
-    default, and whose path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`),
-    "reset" (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body,
-    announced as such), "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that
-    fraction of the other GETs fails at random (500, reset, truncate). `failures` counts injected faults.
+    Faults: `faults` is a queue, one per request (requests whose method is in `fault_methods`, GET by default, and whose
+    path is in `fault_paths` when set): "500", "502", "503", "403", "404", "429" (Retry-After: `retry_after`), "reset"
+    (connection dropped), "truncate" (body cut, connection dropped), "short" (a shorter body, announced as such),
+    "sleep" (answer after `sleep_s`), "norange" (Range ignored). `fail_rate`: that fraction of the other GETs fails at
+    random (500, reset, truncate). `failures` counts injected faults.
     `hang.set()`: every request waits, never answering, until cleared. `kill()`: stop listening and drop
     every open connection (connection refused from then on); `start()`: listen again on the same port.
     `requests` lists (method, path, Range header) of every request; `answers` (time.time() when the answer was
@@ -221,8 +237,14 @@ class FaultServer:
     GETs answered with the file (200/206), `answered(status)` the answers with a status; `bytes_sent` the body
     bytes of the answers sent whole (not those of injected faults)."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
-                 ranges: bool = True, validators: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        files: dict[str, bytes] | None = None,
+        ranges: bool = True,
+        validators: bool = True,
+        seed: int = 0,
+    ):
         self.directory = Path(directory) if directory is not None else None
         self.files = files
         self.ranges, self.validators = ranges, validators
@@ -261,7 +283,7 @@ class FaultServer:
                 data, mtime = None, None
         if data is None or not self.validators:
             return data, {}
-        headers = {"ETag": '"%s"' % hashlib.sha1(data).hexdigest()[:16]}
+        headers = {"ETag": f'"{hashlib.sha1(data).hexdigest()[:16]}"'}
         if mtime is not None:
             headers["Last-Modified"] = email.utils.formatdate(mtime, usegmt=True)
         return data, headers
@@ -303,14 +325,15 @@ class FaultServer:
 
     def served(self, path: str | None = None) -> int:
         """GETs answered with the file's bytes (200 or 206) so far (for `path` only, when given)."""
-        return sum(1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206)
-                   and (path is None or p == path))
+        return sum(
+            1 for _, m, p, status in self.answers if m == "GET" and status in (200, 206) and (path is None or p == path)
+        )
 
     def answered(self, status: int, path: str | None = None) -> list[tuple[float, str, str, int]]:
         """The answers with `status` so far (for `path` only, when given)."""
         return [a for a in self.answers if a[3] == status and (path is None or a[2] == path)]
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -337,9 +360,10 @@ def _hub_entry(root: Path, path: Path) -> dict:
 
 
 class HubHandler(http.server.BaseHTTPRequestHandler):
-    """The part of the Hugging Face Hub API that huggingface_hub uses (a `HubServer`'s requests): GET /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>],
-    POST /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range).
-    Unknown repos, revisions and paths get 404 with the Hub's X-Error-Code."""
+    """The part of the Hugging Face Hub API that huggingface_hub uses (a `HubServer`'s requests): GET
+    /api/datasets/<repo>[/revision/<rev>], GET /api/datasets/<repo>/tree/<rev>[/<path>], POST
+    /api/datasets/<repo>/paths-info/<rev>, GET|HEAD /datasets/<repo>/resolve/<rev>/<path> (Range). Unknown repos,
+    revisions and paths get 404 with the Hub's X-Error-Code."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as two writes
@@ -410,8 +434,18 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
                 return
             sha, root, rel = found
             if parts[4] == "revision":
-                return self._json({"id": "/".join(parts[2:4]), "sha": sha, "private": False, "siblings": [
-                    {"rfilename": p.relative_to(root).as_posix()} for p in sorted(root.rglob("*")) if p.is_file()]})
+                return self._json(
+                    {
+                        "id": "/".join(parts[2:4]),
+                        "sha": sha,
+                        "private": False,
+                        "siblings": [
+                            {"rfilename": p.relative_to(root).as_posix()}
+                            for p in sorted(root.rglob("*"))
+                            if p.is_file()
+                        ],
+                    }
+                )
             folder = root.joinpath(*rel)
             if not folder.is_dir():
                 return self._missing("EntryNotFound")
@@ -434,10 +468,13 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
         ranged = self.headers.get("Range", "")
         if ranged.startswith("bytes="):
             a, _, b = ranged[6:].partition("-")
-            lo, hi = (int(a), min(int(b) if b else len(data) - 1, len(data) - 1)) if a else \
-                (max(len(data) - int(b), 0), len(data) - 1)
+            lo, hi = (
+                (int(a), min(int(b) if b else len(data) - 1, len(data) - 1))
+                if a
+                else (max(len(data) - int(b), 0), len(data) - 1)
+            )
             status = 206
-        body = data[lo:hi + 1]
+        body = data[lo : hi + 1]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
@@ -455,7 +492,7 @@ class HubServer:
     ask (`HubHandler`): `repos` maps repo ids to `HubRepo`s; `endpoint` is its URL (HF_ENDPOINT, or storage_options'
     "endpoint"); `requests` lists (method, path) of every GET and HEAD."""
 
-    def __init__(self, repos: dict[str, "HubRepo"]):
+    def __init__(self, repos: dict[str, HubRepo]):
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
         self._server.daemon_threads = True
         self._server.repos = self.repos = dict(repos)
@@ -468,7 +505,7 @@ class HubServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         return self
 
     def __exit__(self, *exc) -> None:

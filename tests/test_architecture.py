@@ -26,7 +26,7 @@ def _resolve(module: str, level: int, here: str, is_package: bool) -> str:
         return module
     base = here.split(".")
     base = base if is_package else base[:-1]
-    base = base[:len(base) - (level - 1)]
+    base = base[: len(base) - (level - 1)]
     return ".".join(base + ([module] if module else []))
 
 
@@ -58,8 +58,13 @@ def private_uses(path: Path) -> list[str]:
                 if alias.name.startswith("episodic"):
                     modules[alias.asname or alias.name] = alias.name
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
-                and node.value.id in modules and modules[node.value.id] != here):
+        if (
+            isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and modules[node.value.id] != here
+        ):
             out.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value.id}.{node.attr}")
     return out
 
@@ -95,9 +100,30 @@ def test_module_basenames_are_unique():
 _CITED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\(\))?`")
 _PACKAGES = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()} - {"lerobot"}  # LeRobot's own names
 # basenames also used for objects in the prose (`layout.entries`: a MixtureLayout's field), and file names
-_AMBIGUOUS = {"layout", "sampler", "loader", "metadata", "info", "files", "counters", "batch_sampler", "source", "spec",
-              "state", "report", "options", "stats", "config", "frames", "fetch", "video", "lerobot", "team", "cache",
-              "opentau"}
+_AMBIGUOUS = {
+    "layout",
+    "sampler",
+    "loader",
+    "metadata",
+    "info",
+    "files",
+    "counters",
+    "batch_sampler",
+    "source",
+    "spec",
+    "state",
+    "report",
+    "options",
+    "stats",
+    "config",
+    "frames",
+    "fetch",
+    "video",
+    "lerobot",
+    "team",
+    "cache",
+    "opentau",
+}
 
 
 def _known() -> tuple[dict[str, str], dict[str, type]]:
@@ -117,7 +143,7 @@ def _known() -> tuple[dict[str, str], dict[str, type]]:
 def _resolve_dotted(parts: list[str]) -> tuple[object, int]:
     """The deepest episodic module `parts` start with (from the package), and how many parts that took."""
     obj, used = importlib.import_module("episodic"), 0
-    while used < len(parts) and _is_module(".".join(["episodic", *parts[:used + 1]])):
+    while used < len(parts) and _is_module(".".join(["episodic", *parts[: used + 1]])):
         used += 1
         obj = importlib.import_module(".".join(["episodic", *parts[:used]]))
     return obj, used
@@ -151,7 +177,9 @@ def cited_problems(text: str, where: str, known=None) -> list[str]:
                 obj = getattr(obj, part)
                 continue
             # attributes set in __init__ (instance fields) are not on the class: look for "self.<part>"
-            if isinstance(obj, type) and re.search(rf"self\.{part}\b", Path(importlib.import_module(obj.__module__).__file__).read_text()):
+            if isinstance(obj, type) and re.search(
+                rf"self\.{part}\b", Path(importlib.import_module(obj.__module__).__file__).read_text()
+            ):
                 break
             out.append(f"{where}: `{m.group(1)}`: no {part!r} in {'.'.join(parts[:i])}")
             break
@@ -182,8 +210,12 @@ def test_docstrings_cite_names_that_exist():
 
 
 def test_the_cited_name_check_can_fail():
-    text = ("see `collate.to_torch`, `runtime.after_fork`, `datasets.gather.gather`, `order.stream_plan.nothing`, "
-            "`EpisodicDataset.engine`, `EpisodicDataset.loader`, `EpisodicDataset.rows`, `FrameEngine.batch`")
-    assert cited_problems(text, "x") == ["x: `collate.to_torch`: no 'to_torch' in collate",
-                                         "x: `order.stream_plan.nothing`: no 'nothing' in order.stream_plan",
-                                         "x: `EpisodicDataset.engine`: no 'engine' in EpisodicDataset"]
+    text = (
+        "see `collate.to_torch`, `runtime.after_fork`, `datasets.gather.gather`, `order.stream_plan.nothing`, "
+        "`EpisodicDataset.engine`, `EpisodicDataset.loader`, `EpisodicDataset.rows`, `FrameEngine.batch`"
+    )
+    assert cited_problems(text, "x") == [
+        "x: `collate.to_torch`: no 'to_torch' in collate",
+        "x: `order.stream_plan.nothing`: no 'nothing' in order.stream_plan",
+        "x: `EpisodicDataset.engine`: no 'engine' in EpisodicDataset",
+    ]

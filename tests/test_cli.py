@@ -46,8 +46,13 @@ def test_info_on_missing_dataset_is_a_clean_error(tmp_path, capsys):
 
 def test_demo_runs(tmp_path):
     env = {"EPISODIC_CACHE": str(tmp_path), "PATH": ""}
-    out = subprocess.run([sys.executable, "-m", "episodic.cli", "demo", "--episodes", "3", "--workers", "0", "-q"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "episodic.cli", "demo", "--episodes", "3", "--workers", "0", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "frames/s" in out.stdout and (tmp_path / "demo/demo-3ep/meta/info.json").exists()
 
@@ -56,13 +61,30 @@ def test_mixture_check_prints_the_table(small_root, multifile_root, tmp_path, ca
     import json
 
     spec = tmp_path / "mix.json"
-    spec.write_text(json.dumps({"weighting": "uniform", "entries": [str(small_root), str(small_root),
-                                                                      {"source": str(multifile_root), "name": "multi"}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "weighting": "uniform",
+                "entries": [str(small_root), str(small_root), {"source": str(multifile_root), "name": "multi"}],
+            }
+        )
+    )
     assert main(["mixture", "check", str(spec), "-q", "--json", str(tmp_path / "report.json")]) == 0
     out = capsys.readouterr().out
     head = out.splitlines()[0].split()
-    assert head == ["#", "entry", "status", "ver", "episodes", "frames", "cameras", "state/action", "fps", "weight",
-                    "share"]
+    assert head == [
+        "#",
+        "entry",
+        "status",
+        "ver",
+        "episodes",
+        "frames",
+        "cameras",
+        "state/action",
+        "fps",
+        "weight",
+        "share",
+    ]
     assert f"{small_root}#2" in out and "multi" in out and "33.3%" in out and "2 (top,wrist)" in out
     assert "0 error(s)" in out
     report = json.loads((tmp_path / "report.json").read_text())
@@ -73,10 +95,17 @@ def test_mixture_check_exits_1_with_every_problem(small_root, multifile_root, tm
     import json
 
     spec = tmp_path / "mix.json"
-    spec.write_text(json.dumps({"entries": [
-        {"source": str(small_root), "roles": {"wrist": "observation.images.wirst"}},
-        {"source": str(multifile_root), "episodes": [3, 40]},
-        {"source": str(tmp_path / "gone")}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"source": str(small_root), "roles": {"wrist": "observation.images.wirst"}},
+                    {"source": str(multifile_root), "episodes": [3, 40]},
+                    {"source": str(tmp_path / "gone")},
+                ]
+            }
+        )
+    )
     assert main(["mixture", "check", str(spec), "-q"]) == 1
     out = capsys.readouterr().out
     assert "3 error(s)" in out and "observation.images.wirst" in out and "closest: 'observation.images.wrist'" in out
@@ -92,8 +121,19 @@ def test_mixture_check_escapes_dataset_text(small_root, tmp_path, capsys):
     import json
 
     spec = tmp_path / "mix.json"
-    spec.write_text(json.dumps({"entries": [{"source": str(small_root), "name": "evil\x1b[2Jname",
-                                             "roles": {"wrist": "observation.images.\x1b[31mred"}}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {
+                        "source": str(small_root),
+                        "name": "evil\x1b[2Jname",
+                        "roles": {"wrist": "observation.images.\x1b[31mred"},
+                    }
+                ]
+            }
+        )
+    )
     assert main(["mixture", "check", str(spec), "-q"]) == 1
     out = capsys.readouterr().out
     assert "\x1b" not in out and "evil\\x1b[2Jname" in out and "\\x1b[31mred" in out
@@ -103,8 +143,12 @@ def test_mixture_check_of_a_spec_nested_too_deep_is_one_clean_error(tmp_path):
     """100,000 levels of nesting: one line naming the file and the bound, exit status 1, no traceback."""
     spec = tmp_path / "deep.json"
     spec.write_text('{"entries": [{"source": "/x", "storage_options": {"a": ' + "[" * 100000 + "]" * 100000 + "}}]}")
-    out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(spec), "-q"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "episodic.cli", "mixture", "check", str(spec), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 1, text[-2000:]
     assert f"{spec}: nested deeper than 100 levels" in text and "Traceback" not in text and "RecursionError" not in text

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
-
-import numpy as np
 
 from episodic.counters import FIELDS, Counters, Tally
 
@@ -65,7 +64,9 @@ class _Counting(torch.utils.data.Dataset):
 def test_counts_of_forked_workers_add_up_in_the_parent(workers):
     ds = _Counting()
     for _ in range(2):  # non-persistent workers: a second epoch forks them again, into the same rows
-        assert sorted(torch.cat(list(torch.utils.data.DataLoader(ds, batch_size=3, num_workers=workers))).tolist()) == list(range(12))
+        assert sorted(
+            torch.cat(list(torch.utils.data.DataLoader(ds, batch_size=3, num_workers=workers))).tolist()
+        ) == list(range(12))
     s = ds.counters.snapshot()
     assert s["items_built"] == 24 and s["frames_emitted"] == 2 * sum(range(12))
     assert s["processes"] == max(workers, 1)

@@ -52,11 +52,13 @@ def test_bars_start_no_thread():
     import subprocess
     import sys
 
-    code = ("import io, threading\n"
-            "from episodic.progress import bar\n"
-            "for enabled in (False, True):\n"
-            "    for _ in bar(range(3), enabled=enabled, file=io.StringIO()): pass\n"
-            "print(sorted(t.name for t in threading.enumerate()))\n")
+    code = (
+        "import io, threading\n"
+        "from episodic.progress import bar\n"
+        "for enabled in (False, True):\n"
+        "    for _ in bar(range(3), enabled=enabled, file=io.StringIO()): pass\n"
+        "print(sorted(t.name for t in threading.enumerate()))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['MainThread']"

@@ -21,8 +21,10 @@ def test_collate_is_registered_in_torchs_table():
 
 
 def test_layers_below_datasets_do_not_import_torch():
-    code = ("import sys, episodic.runtime, episodic.config, episodic.counters, episodic.format, episodic.order, "
-            "episodic.storage; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
+    code = (
+        "import sys, episodic.runtime, episodic.config, episodic.counters, episodic.format, episodic.order, "
+        "episodic.storage; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -122,8 +124,11 @@ _SRC = os.path.join(os.path.dirname(__file__), os.pardir, "src", "episodic")
 _PRIVATE = [
     r"\btorch(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*",  # torch._C, torch.utils.data._utils, torch._dynamo ...
     r"\bfrom\s+torch[\w.]*\s+import\s+[^\n]*\b_[A-Za-z]\w*",  # from torch.utils.data.dataloader import _Multi...
-    r"\._cdata\b", r"_storage_Use_Count", r"_MultiProcessingDataLoaderIter",  # torch internals by their names
-    r"\._shutdown_workers\b", r"[\"']_shutdown_workers[\"']",  # a DataLoader iterator's private method
+    r"\._cdata\b",
+    r"_storage_Use_Count",
+    r"_MultiProcessingDataLoaderIter",  # torch internals by their names
+    r"\._shutdown_workers\b",
+    r"[\"']_shutdown_workers[\"']",  # a DataLoader iterator's private method
 ]
 
 
@@ -138,8 +143,11 @@ def test_private_torch_api_is_used_in_runtime_only():
             if not name.endswith(".py") or os.path.samefile(path, runtime.__file__):
                 continue
             with open(path, encoding="utf-8") as f:
-                found += [f"{os.path.relpath(path, _SRC)}:{n}: {line.strip()}"
-                          for n, line in enumerate(f, 1) if pattern.search(line)]
+                found += [
+                    f"{os.path.relpath(path, _SRC)}:{n}: {line.strip()}"
+                    for n, line in enumerate(f, 1)
+                    if pattern.search(line)
+                ]
     assert not found, "private torch API outside runtime.py:\n" + "\n".join(found)
 
 
@@ -147,12 +155,22 @@ def test_private_api_pattern_catches_what_it_must():
     import re
 
     pattern = re.compile("|".join(_PRIVATE))
-    for line in ('getattr(torch._C, "_storage_Use_Count", None)', "from torch.utils.data._utils.collate import x",
-                 "from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter", "fn(s._cdata)",
-                 "it._shutdown_workers()", 'getattr(it, "_shutdown_workers", None)', "import torch._dynamo"):
+    for line in (
+        'getattr(torch._C, "_storage_Use_Count", None)',
+        "from torch.utils.data._utils.collate import x",
+        "from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter",
+        "fn(s._cdata)",
+        "it._shutdown_workers()",
+        'getattr(it, "_shutdown_workers", None)',
+        "import torch._dynamo",
+    ):
         assert pattern.search(line), line
-    for line in ("torch.utils.data.DataLoader(ds)", "def _shutdown_workers(self):", "torch.__version__",
-                 "x.untyped_storage().data_ptr()"):
+    for line in (
+        "torch.utils.data.DataLoader(ds)",
+        "def _shutdown_workers(self):",
+        "torch.__version__",
+        "x.untyped_storage().data_ptr()",
+    ):
         assert not pattern.search(line), line
 
 

@@ -72,6 +72,7 @@ if args.dry_run:  # the machine's answers replaced as in tests/datasets/test_gpu
     from episodic.datasets import gpu_frames as G
     from episodic.video import nvdec_caps as C
     from episodic.video.decoder import VideoReader
+
     from support import FakeNvdecDriver
 
     class _PyAV:
@@ -102,10 +103,22 @@ def write(name: str, h: int, w: int, cams: int, vcodec: str, episodes: int, leng
     if (root / "meta" / "info.json").exists():
         return str(root)
     keys = ["observation.images.top", "observation.images.wrist", "observation.images.side"][:cams]
-    feats = {"observation.state": {"dtype": "float32", "shape": [6]}, "action": {"dtype": "float32", "shape": [6]},
-             **{k: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]} for k in keys}}
-    with DatasetWriter(root, fps=30, features=feats, vcodec=vcodec, gop=2, crf=30, overwrite=True, fsync=False,
-                       video_files_size_in_mb=file_mb) as wr:
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [6]},
+        "action": {"dtype": "float32", "shape": [6]},
+        **{k: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]} for k in keys},
+    }
+    with DatasetWriter(
+        root,
+        fps=30,
+        features=feats,
+        vcodec=vcodec,
+        gop=2,
+        crf=30,
+        overwrite=True,
+        fsync=False,
+        video_files_size_in_mb=file_mb,
+    ) as wr:
         for e in range(episodes):
             ep = {k: camera_frames(h, w, length, seed=i % 2) for i, k in enumerate(keys)}
             ep["observation.state"] = np.random.default_rng(e).random((length, 6), dtype=np.float32)
@@ -118,9 +131,11 @@ def datasets() -> dict:
     h, w, _ = SIZES["480x640x2"]
     H, W, cams = SIZES["720x1280x3"]
     t = {}
-    for name, a in {"h264_480x640x2": (h, w, 2, "h264", EPISODES, LENGTH, 4 if not args.dry_run else 0.02),
-                    "hevc_480x640x2": (h, w, 2, "hevc", 3, 60 if not args.dry_run else 20, 1 if not args.dry_run else 0.02),
-                    "h264_720x1280x3": (H, W, cams, "h264", max(2, EPISODES // 2), LENGTH, 200)}.items():
+    for name, a in {
+        "h264_480x640x2": (h, w, 2, "h264", EPISODES, LENGTH, 4 if not args.dry_run else 0.02),
+        "hevc_480x640x2": (h, w, 2, "hevc", 3, 60 if not args.dry_run else 20, 1 if not args.dry_run else 0.02),
+        "h264_720x1280x3": (H, W, cams, "h264", max(2, EPISODES // 2), LENGTH, 200),
+    }.items():
         t0 = time.perf_counter()
         t[name] = {"root": write(name, *a), "write_seconds": round(time.perf_counter() - t0, 1)}
     return t
@@ -142,10 +157,18 @@ def compare(root: str, chunk: int = 64) -> dict:
             over += [(int(i), k, int(m)) for i, m in zip(idx, mx) if m > 2]
     worst, means = np.concatenate(worst), np.concatenate(means)
     files = {k: len(cpu.meta.episodes.cameras[k].files) for k in cpu.camera_keys}
-    return {"root": root, "frames": len(cpu), "camera_frames": int(len(worst)), "files": files,
-            "max_abs": int(worst.max()), "mean_abs": round(float(means.mean()), 4),
-            "p99_frame_max": float(np.percentile(worst, 99)), "frames_over_2": len(over), "first_over_2": over[:20],
-            "gpu_stats": dev.gpu.stats()}
+    return {
+        "root": root,
+        "frames": len(cpu),
+        "camera_frames": int(len(worst)),
+        "files": files,
+        "max_abs": int(worst.max()),
+        "mean_abs": round(float(means.mean()), 4),
+        "p99_frame_max": float(np.percentile(worst, 99)),
+        "frames_over_2": len(over),
+        "first_over_2": over[:20],
+        "gpu_stats": dev.gpu.stats(),
+    }
 
 
 def accuracy() -> dict:
@@ -178,7 +201,7 @@ def nvdec_limit() -> dict:
         for k in sorted({1, 4, 8, max(1, _engines())}):
             counts, errors = [0] * k, []
 
-            def work(j):
+            def work(j, path=path, n=n, counts=counts, errors=errors):  # this round's, bound now
                 try:
                     s = backend.open(path)
                     g = np.random.default_rng(j)
@@ -236,6 +259,7 @@ def cell(root: str, mode: str, device: str, cams: int) -> dict:
         ds = StreamingLeRobotDataset(None, root=root, return_uint8=True, episode_pool_size=4, **kw)
         loader = ds.loader(batch_size=32, num_workers=workers)
     free0 = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0
+
     def batches():  # epoch after epoch
         while True:
             yield from loader
@@ -249,11 +273,15 @@ def cell(root: str, mode: str, device: str, cams: int) -> dict:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     wall, cpu = time.perf_counter() - t0, _cpu_seconds() - c0
-    out = {"workers": workers, "items_per_s": round(items / wall, 1), "camera_frames_per_s": round(items * cams / wall, 1),
-           "cpu_cores_used": round(cpu / wall, 2)}
+    out = {
+        "workers": workers,
+        "items_per_s": round(items / wall, 1),
+        "camera_frames_per_s": round(items * cams / wall, 1),
+        "cpu_cores_used": round(cpu / wall, 2),
+    }
     if torch.cuda.is_available():
-        out["gpu_memory_used_mb"] = round((free0 - torch.cuda.mem_get_info()[0]) / 2 ** 20, 1)
-        out["torch_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1)
+        out["gpu_memory_used_mb"] = round((free0 - torch.cuda.mem_get_info()[0]) / 2**20, 1)
+        out["torch_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if device == "cuda":
         out["gpu"] = ds.gpu.stats()
     it.close()
@@ -283,19 +311,31 @@ def benchmark() -> dict:
     return res
 
 
-step("environment", lambda: {"cores": CORES, "torch": torch.__version__, "cuda": torch.version.cuda,
-                             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                             "doctor": __import__("episodic.tools.doctor", fromlist=["doctor"]).doctor().to_json()})
+step(
+    "environment",
+    lambda: {
+        "cores": CORES,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "doctor": __import__("episodic.tools.doctor", fromlist=["doctor"]).doctor().to_json(),
+    },
+)
 step("datasets", datasets)
 step("accuracy", accuracy)
 step("nvdec_limit", nvdec_limit)
 step("benchmark", benchmark)
 b = R.get("benchmark", {}).get("480x640x2/map/cuda", {})
-R["bar"] = {"map_480x640x2_fraction_of_nvdec_limit": b.get("fraction_of_nvdec_limit"),
-            "met_80_percent": (b.get("fraction_of_nvdec_limit") or 0) >= 0.8,
-            "accuracy_within_2": {k: v.get("max_abs", None) is not None and v["max_abs"] <= 2
-                                  for k, v in R.get("accuracy", {}).items() if "max_abs" in v},
-            "av1_named_error": "named_error" in R.get("accuracy", {}).get("av1", {})}
+R["bar"] = {
+    "map_480x640x2_fraction_of_nvdec_limit": b.get("fraction_of_nvdec_limit"),
+    "met_80_percent": (b.get("fraction_of_nvdec_limit") or 0) >= 0.8,
+    "accuracy_within_2": {
+        k: v.get("max_abs", None) is not None and v["max_abs"] <= 2
+        for k, v in R.get("accuracy", {}).items()
+        if "max_abs" in v
+    },
+    "av1_named_error": "named_error" in R.get("accuracy", {}).get("av1", {}),
+}
 R["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
 save()
 print("bar:", json.dumps(R["bar"]), flush=True)

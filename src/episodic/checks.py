@@ -10,8 +10,9 @@ import numpy as np
 __all__ = ["check_number", "episode_list", "number_list"]
 
 
-def check_number(name: str, value: Any, lo: float, hi: float = float("inf"), integer: bool = False,
-                 lo_open: bool = False) -> None:
+def check_number(
+    name: str, value: Any, lo: float, hi: float = float("inf"), integer: bool = False, lo_open: bool = False
+) -> None:
     """Raise ValueError unless `value` is an int (`integer`) or a number in [lo, hi] ((lo, hi] with
     `lo_open`); bools are refused. The message states the allowed range."""
     kind = "an int" if integer else "a number"
@@ -33,7 +34,11 @@ def episode_list(episodes: Any, name: str = "episodes") -> np.ndarray:
     out = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
         dtype = getattr(v, "dtype", None)
-        if isinstance(v, (bool, np.bool_)) or str(dtype) in ("bool", "torch.bool") or getattr(dtype, "is_floating_point", False):
+        if (
+            isinstance(v, (bool, np.bool_))
+            or str(dtype) in ("bool", "torch.bool")
+            or getattr(dtype, "is_floating_point", False)
+        ):
             raise TypeError(f"{name}[{i}] must be an integer episode index, got {v!r}")
         try:
             out[i] = operator.index(v)

@@ -1,22 +1,34 @@
 """Every environment variable episodic reads, in one place (read when asked, so a changed variable counts).
 
-| variable | meaning | default |
-|---|---|---|
-| `EPISODIC_CACHE` | root of episodic's cache (remote files, tabular memory maps, streaming mirrors, computed statistics, demo data) | `$XDG_CACHE_HOME/episodic` |
-| `XDG_CACHE_HOME` | the user's cache root, when `EPISODIC_CACHE` is unset | `~/.cache` |
-| `HF_LEROBOT_HOME` | where Hub datasets are downloaded (LeRobot's variable): `<it>/<repo_id>` | under the episodic cache |
-| `EPISODIC_DECODE_THREADS` | video decode threads per process | the process's share of the cores |
-| `EPISODIC_WORKER_SHARING` | tensor sharing of DataLoader workers when a loader says `sharing="auto"` | `file_system` |
-| `EPISODIC_FORCE_MMAP` | memory-map tabular columns (in the cache) whatever their size (tests, small machines) | off (memory-map from 1 GiB) |
-| `EPISODIC_PROGRESS` | `0` silences every progress bar (bars show only on a terminal anyway) | on |
-| `EPISODIC_FETCH_TIMEOUT` | read timeout of remote requests: seconds a request may wait for the next bytes (or for a size or metadata answer) before it counts as a transient failure and is retried; `0`: no limit | `20` |
-| `EPISODIC_CONNECT_TIMEOUT` | seconds a remote request may take to connect; `0`: no limit | `10` |
-| `EPISODIC_RETRY_WINDOW` | seconds after a remote read's first attempt (or after its host fell silent) during which transient failures are retried; a host silent that long fails every request at once for as long again; `0`: no retries | `30` |
-| `EPISODIC_CACHE_MAX_BYTES` | size of the whole-file cache of remote files (`files/`), least recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix | `32G` |
-| `EPISODIC_ENCODER_FLUSH_TIMEOUT` | seconds the writer waits for a video encoder to finish a file (its flush) before it takes the encoder for hung and encodes the file again with a fresh one | `60` |
-| `LOCAL_RANK` | the process's rank on its node, as launchers set it (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0 | unset: ranks are grouped by host name |
-| `GROUP_RANK` | torchrun's node rank: with the host name, what tells nodes apart (two nodes on one host) | unset |
-| `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT` | a SLURM job array's task: `episodic fleet --shard slurm` works on task (ID - MIN)'s share of the list | unset |
+Each variable, its default (what holds when it is unset), and what it means:
+
+- `EPISODIC_CACHE` (default `$XDG_CACHE_HOME/episodic`): root of episodic's cache (remote files, tabular memory
+  maps, streaming mirrors, computed statistics, demo data).
+- `XDG_CACHE_HOME` (default `~/.cache`): the user's cache root, when `EPISODIC_CACHE` is unset.
+- `HF_LEROBOT_HOME` (default: under the episodic cache): where Hub datasets are downloaded (LeRobot's variable):
+  `<it>/<repo_id>`.
+- `EPISODIC_DECODE_THREADS` (default: the process's share of the cores): video decode threads per process.
+- `EPISODIC_WORKER_SHARING` (default `file_system`): tensor sharing of DataLoader workers when a loader says
+  `sharing="auto"`.
+- `EPISODIC_FORCE_MMAP` (default off: memory-map from 1 GiB): memory-map tabular columns (in the cache) whatever
+  their size (tests, small machines).
+- `EPISODIC_PROGRESS` (default on): `0` silences every progress bar (bars show only on a terminal anyway).
+- `EPISODIC_FETCH_TIMEOUT` (default `20`): read timeout of remote requests: seconds a request may wait for the next
+  bytes (or for a size or metadata answer) before it counts as a transient failure and is retried; `0`: no limit.
+- `EPISODIC_CONNECT_TIMEOUT` (default `10`): seconds a remote request may take to connect; `0`: no limit.
+- `EPISODIC_RETRY_WINDOW` (default `30`): seconds after a remote read's first attempt (or after its host fell
+  silent) during which transient failures are retried; a host silent that long fails every request at once for as
+  long again; `0`: no retries.
+- `EPISODIC_CACHE_MAX_BYTES` (default `32G`): size of the whole-file cache of remote files (`files/`), least
+  recently used files evicted beyond it; a number of bytes, or with a K/M/G/T suffix.
+- `EPISODIC_ENCODER_STALL_TIMEOUT` (default `60`): seconds a video encoder may go without progress (a frame
+  encoded, the file finished) before the writer takes it for hung and encodes the file again with a fresh one.
+- `LOCAL_RANK` (default unset: ranks are grouped by host name): the process's rank on its node, as launchers set it
+  (torchrun, accelerate, deepspeed): a mixture's start-up downloads on local rank 0.
+- `GROUP_RANK` (default unset): torchrun's node rank: with the host name, what tells nodes apart (two nodes on one
+  host).
+- `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN`, `SLURM_ARRAY_TASK_COUNT` (default unset): a SLURM job array's task:
+  `episodic fleet --shard slurm` works on task (ID - MIN)'s share of the list.
 
 episodic also sets one variable, for its children: `SVT_LOG=1` when the writer starts an SVT-AV1 encoder and the
 variable is unset (the encoder prints a banner at every start otherwise).
@@ -27,10 +39,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "hub_home", "decode_threads_override", "worker_sharing", "force_mmap", "fetch_timeout_s",
-           "connect_timeout_s", "retry_window_s", "file_cache_max_bytes", "progress_allowed",
-           "encoder_flush_timeout_s",
-           "quiet_svt_av1", "local_rank", "node_name", "slurm_array_task"]
+__all__ = [
+    "cache_dir",
+    "hub_home",
+    "decode_threads_override",
+    "worker_sharing",
+    "force_mmap",
+    "fetch_timeout_s",
+    "connect_timeout_s",
+    "retry_window_s",
+    "file_cache_max_bytes",
+    "progress_allowed",
+    "encoder_stall_timeout_s",
+    "quiet_svt_av1",
+    "local_rank",
+    "node_name",
+    "slurm_array_task",
+]
 
 SHARING_STRATEGIES = ("file_system", "file_descriptor")
 
@@ -38,7 +63,8 @@ SHARING_STRATEGIES = ("file_system", "file_descriptor")
 def cache_dir() -> Path:
     """Root of episodic's cache: $EPISODIC_CACHE, else $XDG_CACHE_HOME/episodic, else ~/.cache/episodic."""
     base = os.environ.get("EPISODIC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic")
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "episodic"
+    )
     return Path(base)
 
 
@@ -101,9 +127,9 @@ def connect_timeout_s() -> float | None:
     return _seconds("EPISODIC_CONNECT_TIMEOUT", 10.0) or None
 
 
-def encoder_flush_timeout_s() -> float:
-    """$EPISODIC_ENCODER_FLUSH_TIMEOUT: seconds a video encoder may take to finish a file (default 60)."""
-    return _seconds("EPISODIC_ENCODER_FLUSH_TIMEOUT", 60.0) or 60.0
+def encoder_stall_timeout_s() -> float:
+    """$EPISODIC_ENCODER_STALL_TIMEOUT: seconds a video encoder may go without progress (default 60)."""
+    return _seconds("EPISODIC_ENCODER_STALL_TIMEOUT", 60.0) or 60.0
 
 
 def retry_window_s() -> float:
@@ -171,8 +197,10 @@ def slurm_array_task() -> tuple[int, int] | None:
     first = _rank("SLURM_ARRAY_TASK_MIN") or 0
     k = task - first
     if not 0 <= k < count:
-        raise ValueError(f"SLURM_ARRAY_TASK_ID {task} is not among the {count} tasks from SLURM_ARRAY_TASK_MIN "
-                         f"{first}: give --shard K/N")
+        raise ValueError(
+            f"SLURM_ARRAY_TASK_ID {task} is not among the {count} tasks from SLURM_ARRAY_TASK_MIN "
+            f"{first}: give --shard K/N"
+        )
     return k, count
 
 

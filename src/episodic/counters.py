@@ -28,19 +28,33 @@ __all__ = ["Counters", "FIELDS", "Tally"]
 
 FIELDS: dict[str, str] = {
     # storage/: remote reads
-    "bytes_fetched": "sum", "fetch_seconds": "sum", "files_fetched": "sum", "ranges_fetched": "sum",
-    "retries": "sum", "cache_evictions": "sum",
+    "bytes_fetched": "sum",
+    "fetch_seconds": "sum",
+    "files_fetched": "sum",
+    "ranges_fetched": "sum",
+    "retries": "sum",
+    "cache_evictions": "sum",
     # video/: decoder cache and decoding
-    "decoder_hits": "sum", "decoder_misses": "sum", "decoder_evictions": "sum", "decoder_open": "gauge",
+    "decoder_hits": "sum",
+    "decoder_misses": "sum",
+    "decoder_evictions": "sum",
+    "decoder_open": "gauge",
     "decode_seconds": "sum",
     # datasets/gpu_frames: frames decoded in the main process on the GPU, or on its CPU for a camera allowed to
     # fall back (cpu_fallback)
-    "gpu_frames": "sum", "gpu_fallback_frames": "sum", "gpu_decode_seconds": "sum",
+    "gpu_frames": "sum",
+    "gpu_fallback_frames": "sum",
+    "gpu_decode_seconds": "sum",
     # datasets/: items built (engine batch + tensor conversion)
-    "item_seconds": "sum", "items_built": "sum",
+    "item_seconds": "sum",
+    "items_built": "sum",
     # datasets/streaming: the consumer pipeline
-    "tabular_seconds": "sum", "wait_seconds": "sum", "fast_forward_seconds": "sum", "frames_emitted": "sum",
-    "episodes_admitted": "sum", "first_item_seconds": "min",
+    "tabular_seconds": "sum",
+    "wait_seconds": "sum",
+    "fast_forward_seconds": "sum",
+    "frames_emitted": "sum",
+    "episodes_admitted": "sum",
+    "first_item_seconds": "min",
 }
 _COL = {name: i for i, name in enumerate(FIELDS)}
 _ACTIVE = len(FIELDS)  # last column: 1 once the process has counted anything
@@ -79,7 +93,7 @@ class Counters:
                     row[col] = value
             row[_ACTIVE] = 1.0
 
-    def timer(self, name: str) -> "_Timer":
+    def timer(self, name: str) -> _Timer:
         """A context manager that adds the seconds its block takes to counter `name` (also when it raises)."""
         return _Timer(self, name)
 
@@ -91,7 +105,7 @@ class Counters:
 
     def local(self) -> dict:
         """This process's counters."""
-        return self._as_dict(self._table[runtime.slot():runtime.slot() + 1])
+        return self._as_dict(self._table[runtime.slot() : runtime.slot() + 1])
 
     def snapshot(self) -> dict:
         """Totals over every process that counted something ('processes' says how many)."""
@@ -146,10 +160,10 @@ class Tally:
 
     def add(self, indices) -> None:
         """Count each index of `indices` once (an index may repeat)."""
-        counts = np.bincount(np.asarray(indices, dtype=np.int64).reshape(-1), minlength=self.size)[:self.size]
+        counts = np.bincount(np.asarray(indices, dtype=np.int64).reshape(-1), minlength=self.size)[: self.size]
         with self._lock:
-            self._table[runtime.slot(), :self.size] += counts
+            self._table[runtime.slot(), : self.size] += counts
 
     def totals(self) -> np.ndarray:
         """Counts summed over every process (int64, one per index)."""
-        return self._table[:, :self.size].sum(axis=0)
+        return self._table[:, : self.size].sum(axis=0)

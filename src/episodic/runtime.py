@@ -48,14 +48,27 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import config
 
-__all__ = ["worker", "in_worker", "slot", "usable_cores", "decode_threads", "after_fork", "stop_threads_at_fork",
-           "register_collate",
-           "shutdown_workers", "stop_workers_at_exit", "storage_use_count", "set_tensor_sharing", "default_store",
-           "MAX_SLOTS"]
+__all__ = [
+    "worker",
+    "in_worker",
+    "slot",
+    "usable_cores",
+    "decode_threads",
+    "after_fork",
+    "stop_threads_at_fork",
+    "register_collate",
+    "shutdown_workers",
+    "stop_workers_at_exit",
+    "storage_use_count",
+    "set_tensor_sharing",
+    "default_store",
+    "MAX_SLOTS",
+]
 
 MAX_SLOTS = 65  # per-process counter slots: the main process, then up to 64 DataLoader workers (wrapping)
 
@@ -101,7 +114,7 @@ def decode_threads() -> int:
 
 
 # ---------------------------------------------------------------------------------------------- fork safety
-_FORK_HOOKS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_FORK_HOOKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def after_fork(obj: Any) -> Any:
@@ -125,7 +138,7 @@ def _run_fork_hooks() -> None:
         obj._after_fork()
 
 
-_THREAD_OWNERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_THREAD_OWNERS: weakref.WeakSet[Any] = weakref.WeakSet()
 _STOPPED: list = []  # the owners stopped for the fork under way (strong references until the parent goes on)
 
 
@@ -153,8 +166,13 @@ class _FsspecLoopPause:
         if not (isinstance(loops, list) and isinstance(threads, list) and loops and threads):
             return
         loop, thread = loops[0], threads[0]
-        if loop is None or thread is None or not thread.is_alive() or loop.is_closed() \
-                or thread is threading.current_thread():
+        if (
+            loop is None
+            or thread is None
+            or not thread.is_alive()
+            or loop.is_closed()
+            or thread is threading.current_thread()
+        ):
             return
         try:
             loop.call_soon_threadsafe(loop.stop)
@@ -198,8 +216,7 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------------------------- torch
@@ -210,8 +227,10 @@ def register_collate(cls: type, fn: Callable) -> None:
     try:
         from torch.utils.data._utils.collate import default_collate_fn_map
     except ImportError as e:  # pragma: no cover - depends on the torch version
-        raise RuntimeError("torch.utils.data._utils.collate.default_collate_fn_map is gone: episodic's batch "
-                           "collation needs updating for this torch") from e
+        raise RuntimeError(
+            "torch.utils.data._utils.collate.default_collate_fn_map is gone: episodic's batch "
+            "collation needs updating for this torch"
+        ) from e
     default_collate_fn_map.setdefault(cls, fn)
 
 
@@ -323,6 +342,8 @@ def default_store() -> Any:
 
     get = getattr(distributed_c10d, "_get_default_store", None)
     if get is None:  # pragma: no cover - depends on the torch version
-        raise RuntimeError("torch.distributed.distributed_c10d._get_default_store is gone: episodic's mixture "
-                           "start-up needs updating for this torch")
+        raise RuntimeError(
+            "torch.distributed.distributed_c10d._get_default_store is gone: episodic's mixture "
+            "start-up needs updating for this torch"
+        )
     return get()

@@ -49,8 +49,15 @@ def main() -> None:
     root, method, out = sys.argv[1:4]
     before = _managers()
     ds = LeRobotDataset("x", root=root)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True,
-                                         prefetch_factor=4, multiprocessing_context=method)
+    loader = torch.utils.data.DataLoader(
+        ds,
+        batch_size=4,
+        shuffle=True,
+        num_workers=2,
+        persistent_workers=True,
+        prefetch_factor=4,
+        multiprocessing_context=method,
+    )
     items = 0
     for _ in range(2):
         for batch in loader:

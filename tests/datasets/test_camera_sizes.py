@@ -4,9 +4,10 @@ The independent reference is PyAV's ``frame.to_ndarray(format="rgb24")`` of ever
 (channels first; ``/ 255`` in float32 for float items, as LeRobot's ``x.float() / 255``). The matrix: widths
 24, 40, 56, 424, 600, 640 (remainders mod 16 of 8, 8, 8, 8, 8, 0: FFmpeg's SIMD yuv->gbrp left the last 8
 columns unwritten at such widths) x heights 16, 30, 240, 480 x codecs AV1, H.264, HEVC x uint8 and float32 x
-map-style, streaming and a mixture. Each (codec, height) is one dataset written by episodic's writer with a
-camera per width; a camera the encoder cannot take is refused by the writer (`REFUSED`), which is checked too:
-every width is decoded in some codec at every height. Frames are patterns of every column and row, different per frame, episode and channel.
+map-style, streaming and a mixture. Each (codec, height) is one dataset written by episodic's writer with a camera per
+width; a camera the encoder cannot take is refused by the writer (`REFUSED`), which is checked too: every width is
+decoded in some codec at every height. Frames are patterns of every column and row, different per frame, episode and
+channel.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ HEIGHTS = (16, 30, 240, 480)
 CODECS = ("av1", "h264", "hevc")
 # (codec, height, width) the writer refuses up front (writer/video.py): SVT-AV1 takes no frame narrower than 32
 # pixels and never finishes a stream of frames at most 24 high and wider than 64; x265 corrupts memory below 49
-REFUSED = ({("av1", h, 24) for h in HEIGHTS} | {("av1", 16, w) for w in WIDTHS if w > 64}
-           | {("hevc", h, w) for h in HEIGHTS for w in WIDTHS if w < 49})
+REFUSED = (
+    {("av1", h, 24) for h in HEIGHTS}
+    | {("av1", 16, w) for w in WIDTHS if w > 64}
+    | {("hevc", h, w) for h in HEIGHTS for w in WIDTHS if w < 49}
+)
 EPISODES, FRAMES = 2, 3
 
 
@@ -110,8 +114,9 @@ def test_mixture_frames_are_pyavs(written, uint8, tmp_path):
     dataset's two episodes, each mapping that camera to the role `cam`."""
     _, root, reference = written
     for key, frames in reference.items():
-        entries = [{"source": str(root), "name": f"ep{ep}", "episodes": [ep], "roles": {"cam": key}}
-                   for ep in range(EPISODES)]
+        entries = [
+            {"source": str(root), "name": f"ep{ep}", "episodes": [ep], "roles": {"cam": key}} for ep in range(EPISODES)
+        ]
         ds = MixtureDataset(MixtureSpec.from_dict({"entries": entries}), return_uint8=uint8, cache_dir=tmp_path)
         seen = []
         for i in range(len(ds)):
@@ -127,9 +132,12 @@ def test_dataloader_workers_hand_out_pyavs_frames(uint8, tmp_path):
     and streaming, every width at one height."""
     root = tmp_path / "ds"
     reference = _write("h264", 30, root)
-    loaders = [LeRobotDataset("sizes", root=root, return_uint8=uint8).loader(batch_size=4, num_workers=2),
-               StreamingLeRobotDataset("sizes", root=root, return_uint8=uint8, cache_dir=tmp_path).loader(
-                   batch_size=4, num_workers=2)]
+    loaders = [
+        LeRobotDataset("sizes", root=root, return_uint8=uint8).loader(batch_size=4, num_workers=2),
+        StreamingLeRobotDataset("sizes", root=root, return_uint8=uint8, cache_dir=tmp_path).loader(
+            batch_size=4, num_workers=2
+        ),
+    ]
     for loader in loaders:
         seen = []
         for batch in loader:

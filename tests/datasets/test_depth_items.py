@@ -114,8 +114,14 @@ def test_return_uint8_and_transforms_leave_depth_alone(depth_root):
 @pytest.mark.parametrize("unit", ["mm", "m"])
 def test_streaming_items_are_dequantised_distances(depth_root, tmp_path, unit):
     want = _want(depth_root, unit)
-    ds = StreamingLeRobotDataset("depth", root=depth_root, cache_dir=tmp_path, depth_output_unit=unit,
-                                 return_uint8=True, image_transforms=lambda x: x.flip(-1))
+    ds = StreamingLeRobotDataset(
+        "depth",
+        root=depth_root,
+        cache_dir=tmp_path,
+        depth_output_unit=unit,
+        return_uint8=True,
+        image_transforms=lambda x: x.flip(-1),
+    )
     assert ds.depth_keys == [DEPTH, DEPTH_MM]
     seen = set()
     for item in ds:
@@ -128,12 +134,26 @@ def test_streaming_items_are_dequantised_distances(depth_root, tmp_path, unit):
 
 def test_mixture_items_and_a_role_of_two_kinds_refused(depth_root, small_root, tmp_path):
     want = _want(depth_root, "m")
-    spec = MixtureSpec.from_dict({"entries": [
-        {"source": str(depth_root), "name": "depth",
-         "roles": {"front": RGB, "depth": DEPTH, "state": "observation.state", "action": "action"}},
-        {"source": str(small_root), "name": "rgb-only"}]})
-    ds = MixtureDataset(spec, image_size=(48, 64), cache_dir=tmp_path, depth_output_unit="m", return_uint8=True,
-                        image_transforms=lambda x: x.flip(-1))
+    spec = MixtureSpec.from_dict(
+        {
+            "entries": [
+                {
+                    "source": str(depth_root),
+                    "name": "depth",
+                    "roles": {"front": RGB, "depth": DEPTH, "state": "observation.state", "action": "action"},
+                },
+                {"source": str(small_root), "name": "rgb-only"},
+            ]
+        }
+    )
+    ds = MixtureDataset(
+        spec,
+        image_size=(48, 64),
+        cache_dir=tmp_path,
+        depth_output_unit="m",
+        return_uint8=True,
+        image_transforms=lambda x: x.flip(-1),
+    )
     key = "observation.images.depth"
     assert ds.depth_keys == [key]
     n_depth = 0
@@ -148,11 +168,19 @@ def test_mixture_items_and_a_role_of_two_kinds_refused(depth_root, small_root, t
             assert not v.any() and bool(item[f"{key}_is_pad"])
         assert item["observation.images.front"].dtype == torch.uint8
     assert n_depth == 34
-    mixed = MixtureSpec.from_dict({"entries": [
-        {"source": str(depth_root), "name": "depth", "roles": {"front": DEPTH}},
-        {"source": str(small_root), "name": "rgb-only", "roles": {"front": "observation.images.top"}}]})
-    with pytest.raises(MixtureLayoutError, match=r"role 'front' is a depth camera in 1 entry \('depth'\) and a colour "
-                                                   r"camera in 1 \('rgb-only'\)"):
+    mixed = MixtureSpec.from_dict(
+        {
+            "entries": [
+                {"source": str(depth_root), "name": "depth", "roles": {"front": DEPTH}},
+                {"source": str(small_root), "name": "rgb-only", "roles": {"front": "observation.images.top"}},
+            ]
+        }
+    )
+    with pytest.raises(
+        MixtureLayoutError,
+        match=r"role 'front' is a depth camera in 1 entry \('depth'\) and a colour "
+        r"camera in 1 \('rgb-only'\)",
+    ):
         MixtureDataset(mixed, image_size=(48, 64), cache_dir=tmp_path)
 
 

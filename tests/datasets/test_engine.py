@@ -37,8 +37,9 @@ def test_batches_held_by_the_user_never_change(small_root, workers):
 
 
 def _resized(frames: torch.Tensor, size) -> torch.Tensor:
-    return F.interpolate(frames.reshape(-1, *frames.shape[-3:]), size=size, mode="bilinear", antialias=True,
-                         align_corners=False).reshape(*frames.shape[:-2], *size)
+    return F.interpolate(
+        frames.reshape(-1, *frames.shape[-3:]), size=size, mode="bilinear", antialias=True, align_corners=False
+    ).reshape(*frames.shape[:-2], *size)
 
 
 @pytest.mark.parametrize("size", [(224, 224), (64, 80)])
@@ -66,8 +67,15 @@ def test_letterbox_uint8_with_windows_is_the_stretch_to_the_fitted_size_between_
     ds = EpisodicDataset(ROOT, image_size=(96, 96), resize_mode="letterbox", return_uint8=True, delta_timestamps=deltas)
     assert ds.spec.frames.placement((96, 128)) == (72, 96, 12, 0)
     b = ds.get_batch([0, 5, 900])
-    assert b["observation.images.top"].shape == (3, 2, 3, 96, 96) and b["observation.images.wrist"].shape == (3, 3, 96, 96)
-    stretch = EpisodicDataset(ROOT, image_size=(72, 96), return_uint8=True, delta_timestamps=deltas).get_batch([0, 5, 900])
+    assert b["observation.images.top"].shape == (3, 2, 3, 96, 96) and b["observation.images.wrist"].shape == (
+        3,
+        3,
+        96,
+        96,
+    )
+    stretch = EpisodicDataset(ROOT, image_size=(72, 96), return_uint8=True, delta_timestamps=deltas).get_batch(
+        [0, 5, 900]
+    )
     for k in ds.camera_keys:
         x = b[k]
         assert x.dtype == torch.uint8
@@ -151,21 +159,24 @@ def _parts(ds, cut: int, pooled: bool):
     def locate(positions):
         part = np.searchsorted(first, positions, side="right") - 1
         return part, positions - first[part]
+
     return parts, locate
 
 
 @pytest.mark.parametrize("pooled", [False, True], ids=["parts", "pooled"])
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
-def test_a_batch_gathered_from_several_parts_equals_the_batch_of_one(multifile_root, threads, dtype, pooled,
-                                                                     monkeypatch):
+def test_a_batch_gathered_from_several_parts_equals_the_batch_of_one(
+    multifile_root, threads, dtype, pooled, monkeypatch
+):
     """What a mixture (an entry's rows) and a streaming pool (one part per episode) gather equals the single
     dataset's one-part batch: windows padded at episode edges, a repeated position, frames of several files."""
     from episodic.datasets.gather import gather
 
     monkeypatch.setenv("EPISODIC_DECODE_THREADS", threads)
-    ds = EpisodicDataset(multifile_root, delta_timestamps={"observation.images.top": [-2 / 30, 0.0],
-                                                           "action": [0.0, 1 / 30, 2 / 30]})
+    ds = EpisodicDataset(
+        multifile_root, delta_timestamps={"observation.images.top": [-2 / 30, 0.0], "action": [0.0, 1 / 30, 2 / 30]}
+    )
     rng = np.random.default_rng(1)
     starts = ds.rows.columns.starts
     edges = np.concatenate([starts[:-1], starts[1:] - 1])
@@ -213,10 +224,14 @@ def test_frame_errors_name_the_episode_camera_and_batch_shape(small_root):
     late = [job._replace(times=job.times + 0.5 / 30)]  # between two frames: no frame within tolerance
     with pytest.raises(FrameTimestampError, match=rf"episode {int(ep[0])}, camera '{key}': .*no frame within"):
         run_jobs(late)
-    small = replace(ds.layout, fields=tuple(replace(f, shape=(3, 24, 64)) if f.key == key else f
-                                           for f in ds.layout.fields))
-    with pytest.raises(DatasetFormatError, match=rf"camera '{key}' gives frames of shape \(3, 48, 64\), "
-                                                 r"the batch holds \(3, 24, 64\)"):
+    small = replace(
+        ds.layout, fields=tuple(replace(f, shape=(3, 24, 64)) if f.key == key else f for f in ds.layout.fields)
+    )
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"camera '{key}' gives frames of shape \(3, 48, 64\), "
+        r"the batch holds \(3, 24, 64\)",
+    ):
         gather(small, [ds.rows], np.zeros(1, np.int64), np.array([20]), "uint8")
     with pytest.raises(IndexError, match="out of range"):
         ds.build([len(ds)])

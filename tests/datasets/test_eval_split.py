@@ -23,15 +23,26 @@ from episodic.order.eval_split import EvalSplit
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     """14 episodes of 6-12 frames, three tasks (episode e has task e % 3), one 32x32 camera."""
-    return write_demo_dataset(tmp_path_factory.mktemp("split") / "ds", num_episodes=14, min_length=6, max_length=12,
-                              cameras=("observation.images.top",), height=32, width=32, progress=False)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("split") / "ds",
+        num_episodes=14,
+        min_length=6,
+        max_length=12,
+        cameras=("observation.images.top",),
+        height=32,
+        width=32,
+        progress=False,
+    )
 
 
 def _episodes_table(root: Path) -> tuple[list[int], list[list[str]]]:
     """episode_index and tasks of meta/episodes/*.parquet, read with pyarrow alone."""
     files = sorted(glob.glob(str(root / "meta" / "episodes" / "*" / "*.parquet")))
-    rows = sorted((r["episode_index"], r["tasks"]) for f in files for r in pq.read_table(f, columns=[
-        "episode_index", "tasks"]).to_pylist())
+    rows = sorted(
+        (r["episode_index"], r["tasks"])
+        for f in files
+        for r in pq.read_table(f, columns=["episode_index", "tasks"]).to_pylist()
+    )
     return [e for e, _ in rows], [t for _, t in rows]
 
 
@@ -46,8 +57,8 @@ def _lerobot_held_out(root: Path, fraction: float, episodes: list[int] | None = 
     train, held = set(), set()
     for members in groups.values():
         k = math.ceil(len(members) * fraction)
-        train |= set(members[:len(members) - k])
-        held |= set(members[len(members) - k:])
+        train |= set(members[: len(members) - k])
+        held |= set(members[len(members) - k :])
     return train, held
 
 
@@ -106,8 +117,14 @@ def _indices(batches) -> list[int]:
 def test_sides_are_the_same_on_every_world_size_and_worker_count(root, workers):
     split = EvalSplit(0.3, seed=5)
     full = EpisodicDataset(root, video_keys=[])
-    rows = lambda eps: {int(full.meta.episodes.dataset_from_index[e]) + j  # noqa: E731
-                        for e in eps for j in range(int(full.meta.episodes.length[e]))}
+
+    def rows(eps):
+        return {
+            int(full.meta.episodes.dataset_from_index[e]) + j
+            for e in eps
+            for j in range(int(full.meta.episodes.length[e]))
+        }
+
     for side in ("train", "eval"):
         want = rows(_episodes_of(EpisodicDataset(root, video_keys=[], eval_split=split, split=side)))
         for ws in (1, 2, 3):
@@ -118,8 +135,16 @@ def test_sides_are_the_same_on_every_world_size_and_worker_count(root, workers):
             assert set(got) == want, (side, ws)
             stream = []
             for rank in range(ws):
-                ds = StreamingLeRobotDataset("x", root=root, video_keys=[], eval_split=split, split=side, rank=rank,
-                                             world_size=ws, episode_pool_size=2)
+                ds = StreamingLeRobotDataset(
+                    "x",
+                    root=root,
+                    video_keys=[],
+                    eval_split=split,
+                    split=side,
+                    rank=rank,
+                    world_size=ws,
+                    episode_pool_size=2,
+                )
                 stream += _indices(ds.loader(batch_size=4, num_workers=workers, even_batches=False))
             assert sorted(stream) == sorted(want), (side, ws)
 
@@ -145,8 +170,9 @@ def test_iterating_the_eval_side_leaves_training_resume_exact(root, workers):
     assert head + _indices(again) == full
     # streaming: the eval side's epoch leaves the training side's stream state as it was
     s = StreamingLeRobotDataset("x", root=root, episode_pool_size=3, **kw)
-    stream_full = _indices(StreamingLeRobotDataset("x", root=root, episode_pool_size=3, **kw).loader(
-        batch_size=5, num_workers=workers))
+    stream_full = _indices(
+        StreamingLeRobotDataset("x", root=root, episode_pool_size=3, **kw).loader(batch_size=5, num_workers=workers)
+    )
     first = []
     for b in s.loader(batch_size=5, num_workers=workers):
         first += b["index"].tolist()

@@ -20,14 +20,18 @@ from support import FIXTURES
 
 try:
     import PyNvVideoCodec  # noqa: F401
+
     _LIB = None
 except Exception as e:  # noqa: BLE001  not installed, or its native part does not load
     _LIB = f"{type(e).__name__}: {e}"
 
 pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with NVDEC (decode_device='cuda'); "
-                                                             "run benchmarks/gpu/device_check.sh on a GPU machine"),
-    pytest.mark.skipif(_LIB is not None, reason=f"needs PyNvVideoCodec (pip install \"episodic[gpu]\"): {_LIB}"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU with NVDEC (decode_device='cuda'); "
+        "run benchmarks/gpu/device_check.sh on a GPU machine",
+    ),
+    pytest.mark.skipif(_LIB is not None, reason=f'needs PyNvVideoCodec (pip install "episodic[gpu]"): {_LIB}'),
 ]
 
 TOLERANCE = 2  # /255, per pixel: NVDEC's YUV->RGB against swscale's (measured on an H200: max 2, mean 0.64)
@@ -37,9 +41,17 @@ WINDOWS = {"observation.images.top": [-1 / 30, 0.0]}
 @pytest.fixture(scope="module", params=["h264", "hevc"])
 def written(request, tmp_path_factory):
     """By episodic's writer: 6 episodes, 2 cameras of 96x128, two files per camera, g=2."""
-    return request.param, write_demo_dataset(tmp_path_factory.mktemp(request.param) / "ds", num_episodes=6,
-                                             min_length=20, max_length=40, height=96, width=128,
-                                             vcodec=request.param, progress=False, video_files_size_in_mb=0.02)
+    return request.param, write_demo_dataset(
+        tmp_path_factory.mktemp(request.param) / "ds",
+        num_episodes=6,
+        min_length=20,
+        max_length=40,
+        height=96,
+        width=128,
+        vcodec=request.param,
+        progress=False,
+        video_files_size_in_mb=0.02,
+    )
 
 
 def _within(cpu: dict, gpu: dict, keys) -> None:
@@ -50,7 +62,11 @@ def _within(cpu: dict, gpu: dict, keys) -> None:
             assert g.device.type == "cuda"
             d = (v.to(torch.int16) - g.cpu().to(torch.int16)).abs()
             worst = d.flatten(1).amax(1)
-            assert int(d.max()) <= TOLERANCE, (k, int(d.max()), torch.nonzero(worst > TOLERANCE).flatten()[:10].tolist())
+            assert int(d.max()) <= TOLERANCE, (
+                k,
+                int(d.max()),
+                torch.nonzero(worst > TOLERANCE).flatten()[:10].tolist(),
+            )
         elif isinstance(v, list):
             assert v == gpu[k]
         else:
@@ -73,8 +89,9 @@ def test_streaming_every_frame(written):
     _, root = written
     kw = dict(return_uint8=True, episode_pool_size=3, seed=2)
     want = list(StreamingLeRobotDataset(None, root=root, **kw).loader(batch_size=16, num_workers=2))
-    got = list(StreamingLeRobotDataset(None, root=root, decode_device="cuda", **kw).loader(batch_size=16,
-                                                                                            num_workers=2))
+    got = list(
+        StreamingLeRobotDataset(None, root=root, decode_device="cuda", **kw).loader(batch_size=16, num_workers=2)
+    )
     assert sum(len(b["index"]) for b in got) == sum(len(b["index"]) for b in want)
     for a, b in zip(want, got):
         _within(a, b, ["observation.images.top", "observation.images.wrist"])
@@ -89,8 +106,17 @@ def test_lerobot_written_h264_every_frame():
 
 def test_mixture(written, tmp_path):
     codec, root = written
-    other = write_demo_dataset(tmp_path / "other", num_episodes=3, min_length=10, max_length=20, height=96, width=128,
-                               vcodec=codec, progress=False, seed=4)
+    other = write_demo_dataset(
+        tmp_path / "other",
+        num_episodes=3,
+        min_length=10,
+        max_length=20,
+        height=96,
+        width=128,
+        vcodec=codec,
+        progress=False,
+        seed=4,
+    )
     spec = {"entries": [{"source": str(root), "weight": 1.0}, {"source": str(other), "weight": 2.0}]}
     cpu = MixtureDataset(spec, return_uint8=True, cache_dir=tmp_path)
     dev = MixtureDataset(spec, return_uint8=True, cache_dir=tmp_path, decode_device="cuda")
@@ -103,8 +129,10 @@ def test_av1_is_the_named_error_where_nvdec_has_no_av1():
     probe = probe_nvdec((("av1", 420, 8),))
     gpu = probe.gpus[0]
     if gpu.codecs[("av1", 420, 8)].supported:  # an L4, L40S, B200: AV1 decodes
-        cpu, dev = EpisodicDataset(root, return_uint8=True), EpisodicDataset(root, return_uint8=True,
-                                                                             decode_device="cuda")
+        cpu, dev = (
+            EpisodicDataset(root, return_uint8=True),
+            EpisodicDataset(root, return_uint8=True, decode_device="cuda"),
+        )
         _within(cpu.get_batch(np.arange(len(cpu))), dev.get_batch(np.arange(len(dev))), cpu.camera_keys)
         return
     with pytest.raises(GpuDecodeError) as e:

@@ -22,8 +22,8 @@ import torch
 from episodic import EpisodicDataset
 from episodic.datasets import gpu_frames as G
 from episodic.datasets.decode import FILES_KEY
-from episodic.datasets.nvdec_sessions import SessionPool
 from episodic.datasets.mixture import MixtureDataset
+from episodic.datasets.nvdec_sessions import SessionPool
 from episodic.datasets.streaming import StreamingLeRobotDataset, StreamingMixtureDataset
 from episodic.demo import write_demo_dataset
 from episodic.format.errors import GpuDecodeError
@@ -32,6 +32,7 @@ from episodic.video import nvdec_caps as C
 from episodic.video.decoder import VideoReader
 
 from support import H100, FakeNvdecDriver as FakeDriver, assert_items_equal
+
 
 class PyAVBackend:
     """PyAV sessions in place of NVDEC's: planar RGB uint8 (K, 3, H, W) by frame index, on the CPU."""
@@ -66,8 +67,17 @@ def gpu(monkeypatch):
 @pytest.fixture(scope="module")
 def h264_root(tmp_path_factory):
     """H.264 by episodic's writer: 5 episodes, 2 cameras of 48x64, two files per camera."""
-    return write_demo_dataset(tmp_path_factory.mktemp("gpu") / "h264", num_episodes=5, min_length=10, max_length=20,
-                              height=48, width=64, vcodec="h264", progress=False, video_files_size_in_mb=0.004)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("gpu") / "h264",
+        num_episodes=5,
+        min_length=10,
+        max_length=20,
+        height=48,
+        width=64,
+        vcodec="h264",
+        progress=False,
+        video_files_size_in_mb=0.004,
+    )
 
 
 WINDOWS = {"observation.images.top": [-0.1, 0.0], "action": [0.0, 1 / 30]}
@@ -115,6 +125,7 @@ def test_loader_workers_locate_and_the_main_process_decodes(gpu, h264_root, monk
 
     def no_decode_in_workers(self, *a, **k):
         from episodic import runtime
+
         assert not runtime.in_worker(), "a worker decoded frames"
         return real(self, *a, **k)
 
@@ -185,8 +196,14 @@ def test_av1_is_a_named_error_at_construction(gpu, small_root):
     with pytest.raises(GpuDecodeError) as e:
         EpisodicDataset(small_root, decode_device="cuda")
     msg = str(e.value)
-    for word in ("camera 'observation.images.top'", "camera 'observation.images.wrist'", "codec av1", H100,
-                 "episodic reencode", "cpu_fallback"):
+    for word in (
+        "camera 'observation.images.top'",
+        "camera 'observation.images.wrist'",
+        "codec av1",
+        H100,
+        "episodic reencode",
+        "cpu_fallback",
+    ):
         assert word in msg, (word, msg)
     assert ("av1", 420, 8) in gpu["driver"].asked  # decided by the driver's answer, not a table
 
@@ -248,10 +265,24 @@ def test_the_driver_libraries_are_what_is_asked(monkeypatch):
 
 def test_decode_caps_struct_matches_cuviddec_h():
     """Field offsets of CUVIDDECODECAPS as laid out in the Video Codec SDK's cuviddec.h."""
-    want = {"eCodecType": 0, "eChromaFormat": 4, "nBitDepthMinus8": 8, "reserved1": 12, "bIsSupported": 24,
-            "nNumNVDECs": 25, "nOutputFormatMask": 26, "nMaxWidth": 28, "nMaxHeight": 32, "nMaxMBCount": 36,
-            "nMinWidth": 40, "nMinHeight": 42, "bIsHistogramSupported": 44, "nCounterBitDepth": 45,
-            "nMaxHistogramBins": 46, "reserved3": 48}
+    want = {
+        "eCodecType": 0,
+        "eChromaFormat": 4,
+        "nBitDepthMinus8": 8,
+        "reserved1": 12,
+        "bIsSupported": 24,
+        "nNumNVDECs": 25,
+        "nOutputFormatMask": 26,
+        "nMaxWidth": 28,
+        "nMaxHeight": 32,
+        "nMaxMBCount": 36,
+        "nMinWidth": 40,
+        "nMinHeight": 42,
+        "bIsHistogramSupported": 44,
+        "nCounterBitDepth": 45,
+        "nMaxHistogramBins": 46,
+        "reserved3": 48,
+    }
     assert {name: getattr(C._DecodeCaps, name).offset for name in want} == want
     assert ctypes.sizeof(C._DecodeCaps) >= 88  # the header's size; ours has room for more
     assert (C.CODEC_IDS["h264"], C.CODEC_IDS["hevc"], C.CODEC_IDS["av1"]) == (4, 8, 11)
@@ -320,7 +351,9 @@ def test_fit_frames_places_as_the_cpu_path():
     out = G.fit_frames(frames, FrameOutput(size=(32, 32), resize_mode="letterbox"))
     h, w, top, left = FrameOutput(size=(32, 32), resize_mode="letterbox").placement((48, 64))
     assert out.shape == (2, 3, 32, 32) and (h, w) == (24, 32)
-    assert (out[:, :, :top] == 0).all() and (out[:, :, top + h:] == 0).all() and (out[:, :, top:top + h] == 200).all()
+    assert (
+        (out[:, :, :top] == 0).all() and (out[:, :, top + h :] == 0).all() and (out[:, :, top : top + h] == 200).all()
+    )
     assert G.fit_frames(frames, FrameOutput()) is frames
 
 

@@ -14,8 +14,11 @@ from episodic.demo import synthetic_episode
 from episodic.format import EpisodeIndexError, VideoDecodeError
 
 FPS = 30
-DELTAS = {"action": [i / FPS for i in range(5)], "observation.state": [-2 / FPS, -1 / FPS, 0.0],
-          "observation.images.top": [-1 / FPS, 0.0]}
+DELTAS = {
+    "action": [i / FPS for i in range(5)],
+    "observation.state": [-2 / FPS, -1 / FPS, 0.0],
+    "observation.images.top": [-1 / FPS, 0.0],
+}
 
 
 def source_episodes(ds, seed: int = 0) -> list[dict]:
@@ -55,7 +58,9 @@ def test_item_layout_matches_lerobot_conventions(small_root):
     item = ds[0]
     assert list(item)[:2] == ["observation.images.top", "observation.images.wrist"]
     assert list(item)[-1] == "task" and isinstance(item["task"], str)
-    assert item["observation.images.top"].shape == (2, 3, 48, 64) and item["observation.images.top"].dtype == torch.float32
+    assert (
+        item["observation.images.top"].shape == (2, 3, 48, 64) and item["observation.images.top"].dtype == torch.float32
+    )
     assert item["observation.images.wrist"].shape == (3, 48, 64)
     assert item["action"].shape == (5, 14) and item["observation.state"].shape == (3, 14)
     assert item["index"].shape == () and item["timestamp"].shape == ()
@@ -134,8 +139,7 @@ def test_dataloader_with_forked_workers_equals_serial(small_root):
     ds[0]  # the parent opens decoders before forking: children must not reuse them
     assert ds.decoders.stats()["open"] > 0
     serial = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=0)
-    forked = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=2,
-                                         multiprocessing_context="fork")
+    forked = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=False, num_workers=2, multiprocessing_context="fork")
     for a, b in zip(serial, forked, strict=True):
         for k in a:
             if k != "task":
@@ -168,7 +172,10 @@ def test_decode_threads_give_the_same_batches(multifile_root, small_root, copy_o
 def test_native_batches_and_loader(small_root):
     ds = EpisodicDataset(small_root, delta_timestamps=DELTAS, return_uint8=True)
     batch = ds.get_batch([0, 5, 9])
-    assert batch["observation.images.top"].shape == (3, 2, 3, 48, 64) and batch["observation.images.top"].dtype == torch.uint8
+    assert (
+        batch["observation.images.top"].shape == (3, 2, 3, 48, 64)
+        and batch["observation.images.top"].dtype == torch.uint8
+    )
     seen = []
     for b in ds.loader(batch_size=16, shuffle=True, num_workers=0, seed=3):
         seen.extend(b["index"].tolist())
@@ -203,7 +210,8 @@ def test_loader_resumes_exactly_from_its_state_dict(small_root, workers):
     state = json.loads(json.dumps(first.state_dict()))
     del it
     resumed = EpisodicDataset(small_root, delta_timestamps=DELTAS, return_uint8=True).loader(
-        batch_size=8, seed=1, num_workers=2 - workers)
+        batch_size=8, seed=1, num_workers=2 - workers
+    )
     resumed.load_state_dict(state)
     rest = [b["index"].tolist() for b in resumed]
     assert head + rest == epochs[1]
@@ -243,5 +251,7 @@ def test_image_transforms_apply_through_the_dataloader(small_root):
     native = EpisodicDataset(small_root, image_transforms=flip)
     for batch in native.loader(batch_size=4, shuffle=False, num_workers=2):
         ref = torch.stack([plain[int(i)]["observation.images.top"].flip(-1) for i in batch["index"]])
-        assert torch.equal(batch["observation.images.top"], ref) and batch["observation.images.top"].dtype == torch.float32
+        assert (
+            torch.equal(batch["observation.images.top"], ref) and batch["observation.images.top"].dtype == torch.float32
+        )
         break

@@ -23,11 +23,18 @@ SIZE = (24, 40)  # the synthetic cameras are 16x32, 24x32, 32x32 and 32x48
 
 @pytest.fixture(scope="module")
 def spec(synthetic):
-    spec = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]},
-                        weighting={"rule": "temperature", "alpha": 0.5})
+    spec = mixture_spec(
+        synthetic,
+        delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]},
+        weighting={"rule": "temperature", "alpha": 0.5},
+    )
     e = spec["entries"]
-    e[6]["roles"] = {"front": synthetic[6].cameras[2], "wrist": synthetic[6].cameras[0],
-                     "state": synthetic[6].state_key, "action": "action"}  # 2 of its 4 cameras, under other roles
+    e[6]["roles"] = {
+        "front": synthetic[6].cameras[2],
+        "wrist": synthetic[6].cameras[0],
+        "state": synthetic[6].state_key,
+        "action": "action",
+    }  # 2 of its 4 cameras, under other roles
     e[0]["state_indices"] = [4, 0, 2]
     e[1]["action_indices"] = [1]
     e[1]["tolerance_s"] = 0.001
@@ -53,8 +60,15 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
         entry = report.spec.entries[e.index]
         d = next(x for x in synthetic if x.path == entry.source)
         episodes = [k for k in range(d.episodes) if k not in entry.exclude_episodes]
-        ref = EpisodicDataset(d.path, episodes=episodes, delta_timestamps=e.delta_timestamps(), tolerance_s=e.tolerance_s,
-                              video_keys=list(e.cameras.values()), image_size=SIZE, resize_mode=resize_mode)
+        ref = EpisodicDataset(
+            d.path,
+            episodes=episodes,
+            delta_timestamps=e.delta_timestamps(),
+            tolerance_s=e.tolerance_s,
+            video_keys=list(e.cameras.values()),
+            image_size=SIZE,
+            resize_mode=resize_mode,
+        )
         want = ref.get_batch(np.arange(len(ref)))
         refs.append((e, d, want))
         flats.append(ds.sampler.flat_index(e.slot, want["index"].numpy()))
@@ -64,8 +78,8 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
     got_all = ds.get_batch(allflat[perm])
     inverse = np.argsort(perm)
     start = 0
-    for (e, d, want), flat in zip(refs, flats):
-        sel = inverse[start:start + len(flat)]
+    for (e, _d, want), flat in zip(refs, flats):
+        sel = inverse[start : start + len(flat)]
         start += len(flat)
         got = {k: (v[sel] if torch.is_tensor(v) else [v[i] for i in sel]) for k, v in got_all.items()}
         n = len(flat)
@@ -78,8 +92,10 @@ def test_items_equal_each_entrys_single_dataset_items(report, synthetic, tmp_pat
                 assert torch.equal(got[pad], want_pad), (e.name, role)
             else:
                 assert not got[key].any() and got[pad].all(), (e.name, role)
-        for key, src, indices, dim in (("observation.state", e.state_key, e.state_indices, e.state_dim),
-                                       ("action", e.action_key, e.action_indices, e.action_dim)):
+        for key, src, indices, dim in (
+            ("observation.state", e.state_key, e.state_indices, e.state_dim),
+            ("action", e.action_key, e.action_indices, e.action_dim),
+        ):
             values = want[src] if indices is None else want[src][..., list(indices)]
             assert torch.equal(got[key][..., :dim], values.float()), (e.name, key)
             assert not got[key][..., dim:].any()
@@ -103,7 +119,7 @@ def test_default_collate_across_entries(report, tmp_path):
     batch = ds.get_batch(flats)
     assert collated.keys() == batch.keys()
     for k, v in batch.items():
-        assert (torch.equal(collated[k], v) if torch.is_tensor(v) else collated[k] == v), k
+        assert torch.equal(collated[k], v) if torch.is_tensor(v) else collated[k] == v, k
     assert batch["observation.images." + ds.layout.cameras[0]].dtype == torch.float32
     u8 = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, return_uint8=True).get_batch(flats)
     key = camera_key(ds.layout.cameras[0])
@@ -128,7 +144,7 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
     seen = Counter(d for d, _ in _ids(full))
     assert [x["items"] for x in shares["entries"]] == [seen[e.index] for e in ds.layout.entries]
     assert shares["items"] == len(flat) < len(ds.sampler) + 16
-    head_counts = np.bincount(slot[:len(ds.sampler)], minlength=len(ds.layout.entries))  # the epoch without padding
+    head_counts = np.bincount(slot[: len(ds.sampler)], minlength=len(ds.layout.entries))  # the epoch without padding
     assert (np.abs(head_counts - len(ds.sampler) * ds.target_shares) < 3).all()
     assert abs(sum(g["realised"] for g in shares["groups"]) - 1) < 1e-9
     # stop after 7 batches, resume in a new dataset and loader (2 workers): the rest of the epoch, exactly
@@ -149,15 +165,17 @@ def test_loader_with_two_workers_resumes_exactly_and_counts_shares(report, tmp_p
     key = camera_key(ds.layout.cameras[0])
     assert torch.equal(tail[0][key], full[7][key])
     # elastic: the same state on 2 ranks; each global step is rank 0's batch then rank 1's
-    ranks = [MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path).loader(batch_size=8, rank=r, world_size=2)
-             for r in range(2)]
+    ranks = [
+        MixtureDataset(report, seed=5, image_size=SIZE, cache_dir=tmp_path).loader(batch_size=8, rank=r, world_size=2)
+        for r in range(2)
+    ]
     for r in ranks:
         r.load_state_dict(state)
     steps = [list(r) for r in ranks]
     assert len(steps[0]) == len(steps[1])
     merged = [x for a, b in zip(*steps) for x in _ids([a]) + _ids([b])]
-    rest = _ids(full)[7 * 16:]
-    assert merged[:len(rest)] == rest
+    rest = _ids(full)[7 * 16 :]
+    assert merged[: len(rest)] == rest
 
 
 def test_unmapped_cameras_are_never_opened(report, synthetic, tmp_path):
@@ -239,9 +257,9 @@ def test_map_style_keeps_one_decoder_per_video_file(report, tmp_path):
     assert ds.decoders.max_open == max(32, total)
     order = ds.sampler.indices_at(np.arange(len(ds.sampler)), 0)
     for start in range(0, len(order), 16):  # an epoch in batches of 16, twice
-        ds.get_batch(order[start:start + 16])
+        ds.get_batch(order[start : start + 16])
     for start in range(0, len(order), 16):
-        ds.get_batch(order[start:start + 16])
+        ds.get_batch(order[start : start + 16])
     s = ds.decoders.stats()
     assert s["misses"] == total and s["evictions"] == 0 and s["open"] == total
     # the budget: as many readers as its estimate allows, at least the minimum
@@ -268,10 +286,17 @@ def test_small_entries_columns_in_ram_large_ones_memory_mapped(report, tmp_path)
 def test_null_removes_a_role_and_its_default(small_root, tmp_path):
     """``roles: {state: null}`` leaves the entry without state although its dataset has ``observation.state`` (the
     default); ``action: null``, ``task: null`` and every camera role null likewise (no camera defaults then)."""
-    spec = {"entries": [{"source": str(small_root), "name": "full"},
-                        {"source": str(small_root), "name": "no-state", "roles": {"state": None}},
-                        {"source": str(small_root), "name": "bare",
-                         "roles": {"action": None, "task": None, "top": None, "wrist": None}}]}
+    spec = {
+        "entries": [
+            {"source": str(small_root), "name": "full"},
+            {"source": str(small_root), "name": "no-state", "roles": {"state": None}},
+            {
+                "source": str(small_root),
+                "name": "bare",
+                "roles": {"action": None, "task": None, "top": None, "wrist": None},
+            },
+        ]
+    }
     report = preflight(spec)
     facts = {e.name: e for e in report.entries}
     assert facts["full"].state_key == "observation.state" and facts["full"].state_dim > 0
@@ -283,8 +308,11 @@ def test_null_removes_a_role_and_its_default(small_root, tmp_path):
     batch = ds.get_batch(np.arange(len(ds)))
     ref = EpisodicDataset(str(small_root)).get_batch(np.arange(len(EpisodicDataset(str(small_root), video_keys=[]))))
     name = np.asarray(batch["dataset_name"])
-    for entry, has in (("full", {"state", "action", "task", "top"}), ("no-state", {"action", "task", "top"}),
-                       ("bare", {"state"})):
+    for entry, has in (
+        ("full", {"state", "action", "task", "top"}),
+        ("no-state", {"action", "task", "top"}),
+        ("bare", {"state"}),
+    ):
         rows = np.flatnonzero(name == entry)
         idx = batch["index"][rows].numpy()
         assert sorted(idx.tolist()) == list(range(len(ref["index"])))
@@ -321,7 +349,9 @@ def test_resume_names_only_the_entry_whose_weight_changed(report, tmp_path):
     state = bs.state_dict()
     spec = report.spec.to_dict()
     spec["entries"][2]["weight"] = 3.0
-    changed = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path).batch_sampler(8)
+    changed = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path).batch_sampler(
+        8
+    )
     changed.load_state_dict(state)
     assert changed.changes == [f"1 entry re-weighted: {report.entries[2].name!r}"]
     assert changed.state_dict()["mixture"]["weights"][2] == 3 * state["mixture"]["weights"][2]
@@ -346,8 +376,14 @@ def test_a_plain_dataloader_over_a_mixture_that_selects_episodes(synthetic, tmp_
         keep = (b["frame_index"] >= 1).numpy()  # drop_n_first_frames=1
         assert not keep.all() and keep.any()
         for i in np.flatnonzero(keep):
-            want.append(((e.index, int(b["index"][i])), b["action"][i], b["task"][i],
-                         {role: b[key][i] for role, key in e.cameras.items()}))
+            want.append(
+                (
+                    (e.index, int(b["index"][i])),
+                    b["action"][i],
+                    b["task"][i],
+                    {role: b[key][i] for role, key in e.cameras.items()},
+                )
+            )
     assert len(ds) == len(want) < sum(report.entries[e.index].frames for e in ds.layout.entries)
     want_by = {k: (a, t, c) for k, a, t, c in want}
     got = []
@@ -356,7 +392,7 @@ def test_a_plain_dataloader_over_a_mixture_that_selects_episodes(synthetic, tmp_
             key = (int(batch["dataset_index"][i]), int(batch["index"][i]))
             got.append(key)
             action, task, cams = want_by[key]
-            assert torch.equal(batch["action"][i][:len(action)], action) and batch["task"][i] == task, key
+            assert torch.equal(batch["action"][i][: len(action)], action) and batch["task"][i] == task, key
             for role, frame in cams.items():
                 assert torch.equal(batch[camera_key(role)][i], frame), (key, role)
     assert (got == [k for k, *_ in want]) if not shuffle else (sorted(got) == sorted(want_by))

@@ -110,8 +110,15 @@ def test_sides_are_the_same_on_every_world_size_and_worker_count(report, synthet
                 d = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, split=split, seed=rank)
                 got = _pairs(d.loader(batch_size=8, num_workers=workers, rank=rank, world_size=ws))
                 assert got <= want and len(got) > len(want) // 2, (split, ws, rank)
-                s = StreamingMixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, split=split, rank=rank,
-                                            world_size=ws, episode_pool_size=2)
+                s = StreamingMixtureDataset(
+                    report,
+                    image_size=SIZE,
+                    cache_dir=tmp_path,
+                    split=split,
+                    rank=rank,
+                    world_size=ws,
+                    episode_pool_size=2,
+                )
                 slots = s.epoch_slots(0)
                 assert {(s.layout.entries[e].index, int(x)) for e, x in zip(slots.entry, slots.episode)} <= want
 
@@ -165,7 +172,7 @@ def test_lerobot_rule_per_entry_holds_out_lerobots_episodes(synthetic, tmp_path)
         groups: dict[str, list[int]] = {}
         for e in base:
             groups.setdefault(tasks[e], []).append(e)
-        held = {e for g in groups.values() for e in g[len(g) - math.ceil(len(g) * 0.25):]}
+        held = {e for g in groups.values() for e in g[len(g) - math.ceil(len(g) * 0.25) :]}
         assert rep.eval_episodes == len(held)
         if len(held) == len(base):  # LeRobot refuses a split that leaves nothing to train on: so does preflight
             assert rep.status == "skipped" and any(p.field == "eval_split" for p in report.problems_of(i))
@@ -180,15 +187,34 @@ def test_lerobot_rule_per_entry_holds_out_lerobots_episodes(synthetic, tmp_path)
 def test_mixture_shares_command_counts_a_side(spec_dict, report, tmp_path, capsys):
     (tmp_path / "mix.json").write_text(json.dumps(spec_dict))
     out = tmp_path / "shares.json"
-    assert main(["mixture", "shares", str(tmp_path / "mix.json"), "--samples", "3000", "--split", "eval", "--json",
-                 str(out), "-o", str(tmp_path / "shares.png"), "-q"]) == 0
+    assert (
+        main(
+            [
+                "mixture",
+                "shares",
+                str(tmp_path / "mix.json"),
+                "--samples",
+                "3000",
+                "--split",
+                "eval",
+                "--json",
+                str(out),
+                "-o",
+                str(tmp_path / "shares.png"),
+                "-q",
+            ]
+        )
+        == 0
+    )
     table = json.loads(out.read_text())
     assert table["split"] == "eval" and table["items"] == 3000
     assert sum(e["episodes"] for e in table["entries"]) == sum(r.eval_episodes for r in report.entries)
     assert "eval side" in capsys.readouterr().out
     (tmp_path / "plain.json").write_text(json.dumps({k: v for k, v in spec_dict.items() if k != "eval_split"}))
     with pytest.raises(SystemExit, match="needs the mixture spec's eval_split"):
-        main(["mixture", "shares", str(tmp_path / "plain.json"), "--split", "eval", "-o", str(tmp_path / "x.png"), "-q"])
+        main(
+            ["mixture", "shares", str(tmp_path / "plain.json"), "--split", "eval", "-o", str(tmp_path / "x.png"), "-q"]
+        )
 
 
 def test_bad_eval_split_fields_are_named_all_at_once(spec_dict):

@@ -17,6 +17,7 @@ from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.testing.synthetic import mixture_spec
+
 from support import add_image_feature
 
 SIZE = (24, 40)
@@ -33,15 +34,19 @@ def _assert_stream_equals_map(spec: dict, tmp_path, batch_size: int = 7, **kw) -
         ref = mds.get_batch(flat)
         assert ref.keys() == b.keys()
         for k, v in ref.items():
-            assert (torch.equal(b[k], v) if torch.is_tensor(v) else b[k] == v), k
+            assert torch.equal(b[k], v) if torch.is_tensor(v) else b[k] == v, k
     return batches
 
 
 def test_heterogeneous_entries_with_windows_selections_and_remapped_roles(synthetic, tmp_path):
     spec = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.1, 0.2], "state": [-0.1, 0.0]})
     e = spec["entries"]
-    e[6]["roles"] = {"front": synthetic[6].cameras[2], "wrist": synthetic[6].cameras[0],
-                     "state": synthetic[6].state_key, "action": "action"}
+    e[6]["roles"] = {
+        "front": synthetic[6].cameras[2],
+        "wrist": synthetic[6].cameras[0],
+        "state": synthetic[6].state_key,
+        "action": "action",
+    }
     e[0]["state_indices"] = [4, 0, 2]
     e[1]["action_indices"] = [1]
     e[1]["tolerance_s"] = 0.001
@@ -89,7 +94,12 @@ def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthet
     t = pq.read_table(path)
     ts = t.column("timestamp").to_numpy().copy()
     ts[3] += 0.4 / d.fps  # between two frames
-    pq.write_table(t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts, t.schema.field("timestamp").type)), path)
+    pq.write_table(
+        t.set_column(
+            t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts, t.schema.field("timestamp").type)
+        ),
+        path,
+    )
     spec = mixture_spec([d])
     spec["entries"][0]["source"] = str(root)
     ds = StreamingMixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)

@@ -6,7 +6,6 @@ import gc
 import json
 import time
 
-import numpy as np
 import pytest
 
 from episodic.datasets.mixture import MixtureDataset
@@ -26,9 +25,11 @@ def test_construction_of_400_entries(tmp_path):
     with PeakRSS() as peak:
         ds = MixtureDataset(tmp_path / "mix.json", image_size=(32, 32), cache_dir=tmp_path / "cache")
     seconds = time.perf_counter() - t0
-    added = (peak.peak - before) / 2 ** 20
-    print(f"\nMixtureDataset of 400 entries (preflight included): {seconds:.2f} s, peak RSS +{added:.0f} MB "
-          f"(preflight alone: {ds.report.seconds:.2f} s)")
+    added = (peak.peak - before) / 2**20
+    print(
+        f"\nMixtureDataset of 400 entries (preflight included): {seconds:.2f} s, peak RSS +{added:.0f} MB "
+        f"(preflight alone: {ds.report.seconds:.2f} s)"
+    )
     assert ds.num_entries == 400 and ds.num_frames == sum(d.frames for d in datasets)
     assert ds.engines.built == 0  # nothing read yet
     assert seconds < 10 and added < 500
@@ -41,6 +42,8 @@ def test_construction_of_400_entries(tmp_path):
     t0 = time.perf_counter()
     with PeakRSS() as peak:
         batch = ds.get_batch(flats)
-    print(f"one item of each of the 400 entries: {time.perf_counter() - t0:.2f} s, peak RSS "
-          f"{(peak.peak - before) / 2 ** 20:+.0f} MB over the start")
+    print(
+        f"one item of each of the 400 entries: {time.perf_counter() - t0:.2f} s, peak RSS "
+        f"{(peak.peak - before) / 2**20:+.0f} MB over the start"
+    )
     assert batch["dataset_index"].tolist() == list(range(400)) and ds.engines.built == 400

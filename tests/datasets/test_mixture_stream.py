@@ -12,21 +12,24 @@ import numpy as np
 import pytest
 import torch
 
-from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.consumer import Consumer, iterate_consumer
+from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.streaming import StreamingMixtureDataset
 from episodic.mixture import MixtureSpec, preflight
-from episodic.testing.synthetic import mixture_spec
 from episodic.order.mixture_state import SpecChangeError
 from episodic.order.pool_order import PoolOrder
+from episodic.testing.synthetic import mixture_spec
 
 SIZE = (24, 40)
 
 
 @pytest.fixture(scope="module")
 def report(synthetic):
-    spec = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.1], "state": [-0.1, 0.0]},
-                        weighting={"rule": "temperature", "alpha": 0.5})
+    spec = mixture_spec(
+        synthetic,
+        delta_timestamps={"action": [0.0, 0.1], "state": [-0.1, 0.0]},
+        weighting={"rule": "temperature", "alpha": 0.5},
+    )
     spec["entries"][2]["state_indices"] = [1, 0]
     return preflight(MixtureSpec.from_dict(spec))
 
@@ -63,7 +66,7 @@ def test_an_epoch_is_the_epochs_episodes_with_the_map_style_items(report, tmp_pa
         ref = mds.get_batch(flat)
         assert ref.keys() == b.keys()
         for k, v in ref.items():
-            assert (torch.equal(b[k], v) if torch.is_tensor(v) else b[k] == v), k
+            assert torch.equal(b[k], v) if torch.is_tensor(v) else b[k] == v, k
     shares = ds.stats()["shares"]  # counted in the workers, summed here
     assert [x["items"] for x in shares["entries"]] == [Counter(d for d, _ in got)[e.index] for e in ds.layout.entries]
 
@@ -121,9 +124,17 @@ def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(repor
     ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=2)
     slots = ds.epoch_slots(0)
     p = np.random.default_rng(0).permutation(len(slots))  # entries interleaved, as a plan lists them
-    consumer = Consumer(ds.item_layout, ds.entry, slots.entry[p], slots.episode[p],
-                        [range(n) for n in slots.length[p].tolist()], ds.options, ds.counters, ds.decoders,
-                        str(tmp_path / "mirror"))
+    consumer = Consumer(
+        ds.item_layout,
+        ds.entry,
+        slots.entry[p],
+        slots.episode[p],
+        [range(n) for n in slots.length[p].tolist()],
+        ds.options,
+        ds.counters,
+        ds.decoders,
+        str(tmp_path / "mirror"),
+    )
     order = PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(0))
     seen, most = [], 0
     for batch in iterate_consumer(consumer, order, 8, ds.counters, time.perf_counter(), lambda build: build("uint8")):
@@ -153,11 +164,11 @@ def test_entries_over_http(synthetic, tmp_path):
         assert _ids(a) == _ids(b)
         for x, y in zip(a, b):
             for k, v in x.items():
-                assert (torch.equal(y[k], v) if torch.is_tensor(v) else y[k] == v), k
+                assert torch.equal(y[k], v) if torch.is_tensor(v) else y[k] == v, k
         assert got.stats()["bytes_fetched"] > 0 and want.stats()["bytes_fetched"] == 0
         assert not list((tmp_path / "b" / "streaming").rglob("*.mp4"))  # every mirror went with its pipeline
         m = MixtureDataset(preflight(remote), image_size=SIZE, cache_dir=tmp_path / "c")
         flats = m.sampler.indices_at(np.arange(20), 0)
         ref = MixtureDataset(preflight(local), image_size=SIZE, cache_dir=tmp_path / "d").get_batch(flats)
         for k, v in m.get_batch(flats).items():
-            assert (torch.equal(ref[k], v) if torch.is_tensor(v) else ref[k] == v), k
+            assert torch.equal(ref[k], v) if torch.is_tensor(v) else ref[k] == v, k

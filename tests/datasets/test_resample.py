@@ -33,17 +33,26 @@ RULES = {"action": "linear", "observation.gripper": "previous"}  # observation.s
 
 def _write(root: Path, fps: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    feats = {"observation.state": {"dtype": "float32", "shape": [4]}, "action": {"dtype": "float32", "shape": [3]},
-             "observation.gripper": {"dtype": "int64", "shape": [1]}, CAM: {"dtype": "video", "shape": [H, W, 3]}}
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [4]},
+        "action": {"dtype": "float32", "shape": [3]},
+        "observation.gripper": {"dtype": "int64", "shape": [1]},
+        CAM: {"dtype": "video", "shape": [H, W, 3]},
+    }
     with DatasetWriter(root, fps=fps, features=feats) as w:
         for ep in range(3):
             n = int(rng.integers(fps // 2, fps + 5))  # 0.5 s to 1 s and a bit
             t, y, x, c = np.ogrid[:n, :H, :W, :3]
             frames = ((x * 5 + y * 3 + t * 23 + c * 70 + ep * 17) % 256).astype(np.uint8)
-            w.add_episode({"observation.state": rng.normal(size=(n, 4)).astype(np.float32),
-                           "action": rng.normal(size=(n, 3)).astype(np.float32),
-                           "observation.gripper": rng.integers(0, 5, (n, 1)), CAM: frames},
-                          task=("pick", "place")[ep % 2])
+            w.add_episode(
+                {
+                    "observation.state": rng.normal(size=(n, 4)).astype(np.float32),
+                    "action": rng.normal(size=(n, 3)).astype(np.float32),
+                    "observation.gripper": rng.integers(0, 5, (n, 1)),
+                    CAM: frames,
+                },
+                task=("pick", "place")[ep % 2],
+            )
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +88,22 @@ class Reference:
             for j in range(m):
                 x = Fraction(j, target) * fps  # the target frame's position on the source grid
                 near, prev = src[math.floor(x + Fraction(1, 2))], src[math.floor(x)]
-                self.rows.append({
-                    "episode_index": int(e), "frame_index": j, "index": first_index + j,
-                    "timestamp": np.float32(j / target),
-                    "observation.state": cols["observation.state"][near],
-                    "observation.gripper": cols["observation.gripper"][prev],
-                    "action": np.stack([np.interp(j / target, times, cols["action"][src][:, d]) for d in range(3)]
-                                       ).astype(np.float32),
-                    "task_index": int(cols["task_index"][near]),
-                    "frame": frames[near],  # the one mp4 holds every frame in index order
-                    "episode_rows": (first_index, first_index + m),
-                })
+                self.rows.append(
+                    {
+                        "episode_index": int(e),
+                        "frame_index": j,
+                        "index": first_index + j,
+                        "timestamp": np.float32(j / target),
+                        "observation.state": cols["observation.state"][near],
+                        "observation.gripper": cols["observation.gripper"][prev],
+                        "action": np.stack(
+                            [np.interp(j / target, times, cols["action"][src][:, d]) for d in range(3)]
+                        ).astype(np.float32),
+                        "task_index": int(cols["task_index"][near]),
+                        "frame": frames[near],  # the one mp4 holds every frame in index order
+                        "episode_rows": (first_index, first_index + m),
+                    }
+                )
             first_index += m
 
     def window(self, i: int, key: str, offsets) -> tuple[np.ndarray, np.ndarray]:
@@ -126,8 +140,9 @@ def _deltas(target: int) -> dict:
 @pytest.mark.parametrize("fps", RATES)
 def test_map_style_items_equal_the_reference(roots, fps, target):
     ref = Reference(roots[fps], fps, target)
-    ds = LeRobotDataset("x", root=roots[fps], target_fps=target, resample=RULES, delta_timestamps=_deltas(target),
-                        return_uint8=True)
+    ds = LeRobotDataset(
+        "x", root=roots[fps], target_fps=target, resample=RULES, delta_timestamps=_deltas(target), return_uint8=True
+    )
     assert len(ds) == len(ref.rows) and ds.fps == target and ds.meta.fps == fps
     for i in range(len(ds)):
         _check_single(ds[i], ref, target)
@@ -136,8 +151,16 @@ def test_map_style_items_equal_the_reference(roots, fps, target):
 @pytest.mark.parametrize("fps", RATES)
 def test_streaming_items_equal_the_reference(roots, fps, tmp_path):
     ref = Reference(roots[fps], fps, 20)
-    ds = StreamingLeRobotDataset("x", root=roots[fps], target_fps=20, resample=RULES, delta_timestamps=_deltas(20),
-                                 return_uint8=True, episode_pool_size=2, cache_dir=tmp_path)
+    ds = StreamingLeRobotDataset(
+        "x",
+        root=roots[fps],
+        target_fps=20,
+        resample=RULES,
+        delta_timestamps=_deltas(20),
+        return_uint8=True,
+        episode_pool_size=2,
+        cache_dir=tmp_path,
+    )
     seen = []
     for item in ds:
         _check_single(item, ref, 20)
@@ -146,8 +169,14 @@ def test_streaming_items_equal_the_reference(roots, fps, tmp_path):
 
 
 def _spec(roots, target: int | None = 20, **extra) -> MixtureSpec:
-    entries = [{"source": str(roots[f]), "name": f"fps{f}", "roles": {"cam": CAM, "state": "observation.state",
-                                                                     "action": "action"}} for f in RATES]
+    entries = [
+        {
+            "source": str(roots[f]),
+            "name": f"fps{f}",
+            "roles": {"cam": CAM, "state": "observation.state", "action": "action"},
+        }
+        for f in RATES
+    ]
     spec = {"entries": entries, "delta_timestamps": {"action": [0.0, 0.05, 0.1], "cam": [-0.05, 0.0]}, **extra}
     if target is not None:
         spec.update(target_fps=target, resample={"action": "linear"})
@@ -176,8 +205,9 @@ def test_mixture_items_equal_the_reference_map_style_and_streaming(roots, tmp_pa
     # sizes, weights, the order: resampled frames
     for f, rep in zip(RATES, report.entries):
         assert rep.frames == len(refs[f].rows) and rep.fps == f
-    assert [e.offsets for e in MixtureDataset(report, return_uint8=True).layout.entries] == \
-        [{"observation.images.cam": (-1, 0), "action": (0, 1, 2)}] * 4  # the same steps in every entry
+    assert [e.offsets for e in MixtureDataset(report, return_uint8=True).layout.entries] == [
+        {"observation.images.cam": (-1, 0), "action": (0, 1, 2)}
+    ] * 4  # the same steps in every entry
     ds = MixtureDataset(report, return_uint8=True, cache_dir=tmp_path)
     assert ds.fps == 20 and len(ds) == sum(len(r.rows) for r in refs.values())
     for i in range(len(ds)):
@@ -228,7 +258,7 @@ def test_map_style_mixture_resume_exact_and_elastic(roots, tmp_path, workers):
         r.load_state_dict(state)
     steps = [list(r) for r in ranks]
     merged = [x for a, b in zip(*steps) for x in _ids([a]) + _ids([b])]
-    assert merged[:len(full) - 40] == full[40:]
+    assert merged[: len(full) - 40] == full[40:]
 
 
 @pytest.mark.filterwarnings("ignore:streaming. ranks have")
@@ -236,8 +266,10 @@ def test_map_style_mixture_resume_exact_and_elastic(roots, tmp_path, workers):
 def test_streaming_resume_exact_and_elastic(roots, tmp_path, workers):
     kw = dict(video_keys=[], target_fps=20, resample=RULES, episode_pool_size=2, seed=7, cache_dir=tmp_path)
     root = roots[50]
-    full = [b["index"].tolist() for b in StreamingLeRobotDataset("x", root=root, **kw).loader(
-        batch_size=6, num_workers=workers)]
+    full = [
+        b["index"].tolist()
+        for b in StreamingLeRobotDataset("x", root=root, **kw).loader(batch_size=6, num_workers=workers)
+    ]
     n = StreamingLeRobotDataset("x", root=root, **kw).num_frames
     assert sorted(i for b in full for i in b) == list(range(n))
     for k in (1, len(full) // 2, len(full) - 1):
@@ -289,16 +321,21 @@ def test_bad_resampling_options_are_named(roots):
     with pytest.raises(ValueError, match="rules must be one of nearest, previous, linear"):
         LeRobotDataset("x", root=root, target_fps=20, resample={"action": "cubic"})
     with pytest.raises(ValueError) as e:
-        LeRobotDataset("x", root=root, target_fps=20, resample={"observation.gripper": "linear", CAM: "nearest",
-                                                                "index": "previous", "nope": "linear"})
+        LeRobotDataset(
+            "x",
+            root=root,
+            target_fps=20,
+            resample={"observation.gripper": "linear", CAM: "nearest", "index": "previous", "nope": "linear"},
+        )
     text = str(e.value)
     assert "'observation.gripper' is int64" in text and "camera" in text and "set by the resampling" in text
     assert "'nope' is not a feature" in text
     with pytest.raises(ValueError, match="not multiples of 1/fps"):  # windows are on the target grid
         LeRobotDataset("x", root=root, target_fps=20, delta_timestamps={"action": [0.0, 1 / 30]})
     with pytest.raises(MixtureSpecError) as e:
-        MixtureSpec.from_dict({"entries": [str(root)], "target_fps": 0, "resample": {"cam": "linear",
-                                                                                      "state": "spline"}})
+        MixtureSpec.from_dict(
+            {"entries": [str(root)], "target_fps": 0, "resample": {"cam": "linear", "state": "spline"}}
+        )
     assert len(e.value.problems) == 3
     with pytest.raises(MixtureSpecError, match="needs a 'target_fps'"):
         MixtureSpec.from_dict({"entries": [str(root)], "resample": {"action": "linear"}})
@@ -315,8 +352,12 @@ def test_an_eval_split_at_a_control_rate(roots, tmp_path):
         per_episode = Counter(r["episode_index"] for r in refs[f].rows)  # resampled frames of each episode
         assert rep.eval_episodes == 1 and rep.episodes == 2
         assert rep.frames + rep.eval_frames == sum(per_episode.values())
-    seen = {(int(d), int(e)) for d, e in zip(ev.get_batch(np.arange(len(ev)))["dataset_index"],
-                                            ev.get_batch(np.arange(len(ev)))["episode_index"])}
+    seen = {
+        (int(d), int(e))
+        for d, e in zip(
+            ev.get_batch(np.arange(len(ev)))["dataset_index"], ev.get_batch(np.arange(len(ev)))["episode_index"]
+        )
+    }
     assert len(seen) == 4 and ev.num_frames == sum(r.eval_frames for r in report.entries)
     for i in range(0, len(ev), 3):
         _check_mixture(ev[i], refs, report)

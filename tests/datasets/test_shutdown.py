@@ -47,13 +47,15 @@ def _shm_files(pids) -> list[str]:
     return [f for f in names if f.startswith("torch_") and f.split("_")[1] in {str(p) for p in pids}]
 
 
-@pytest.mark.parametrize("mode, how", [("map", "exit"), ("native", "exit"), ("stream", "exit"), ("map", "sigint"),
-                                       ("stream", "abandon")])
+@pytest.mark.parametrize(
+    "mode, how", [("map", "exit"), ("native", "exit"), ("stream", "exit"), ("map", "sigint"), ("stream", "abandon")]
+)
 def test_no_noise_no_leaks(small_root, tmp_path, mode, how):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script), mode, how, str(small_root)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(script), mode, how, str(small_root)], capture_output=True, text=True, timeout=120
+    )
     assert "terminate called" not in out.stderr and "Broken pipe" not in out.stderr, out.stderr
     if how == "sigint":
         assert out.returncode != 0 and "KeyboardInterrupt" in out.stderr

@@ -31,8 +31,11 @@ def _items(loader) -> dict:
     for batch in loader:
         n = len(batch["index"])
         for j in range(n):
-            key = (int(batch["dataset_index"][j]), int(batch["index"][j])) if "dataset_index" in batch \
+            key = (
+                (int(batch["dataset_index"][j]), int(batch["index"][j]))
+                if "dataset_index" in batch
                 else int(batch["index"][j])
+            )
             assert key not in out, f"{key} handed out twice"
             out[key] = {k: (v[j] if isinstance(v, list) else v[j].numpy()) for k, v in batch.items()}
     return out
@@ -76,8 +79,9 @@ def _loader(mode: str, root: Path, tmp_path: Path, workers: int, method: str | N
 
 @pytest.mark.parametrize("mode", ["map", "streaming", "mixture"])
 @pytest.mark.parametrize("method", METHODS)
-def test_workers_of_every_start_method_hand_out_the_items_of_0_workers(small_root, tmp_path, method, mode,
-                                                                       threads_at_fork):
+def test_workers_of_every_start_method_hand_out_the_items_of_0_workers(
+    small_root, tmp_path, method, mode, threads_at_fork
+):
     want = _items(_loader(mode, small_root, tmp_path, 0, None))
     got = _items(_loader(mode, small_root, tmp_path, 2, method))
     _assert_same(want, got)
@@ -91,8 +95,9 @@ def test_no_decode_thread_is_alive_at_a_fork_and_decoding_goes_on_after(small_ro
     want = ds.get_batch(np.arange(10))["observation.images.top"].clone()
     import threading
 
-    assert [t for t in threading.enumerate() if t.name.startswith("episodic-decode")], \
+    assert [t for t in threading.enumerate() if t.name.startswith("episodic-decode")], (
         "the test needs decode threads: a batch of two cameras decodes on the pool"
+    )
     pid = os.fork()
     if pid == 0:  # the child decodes too (its own pool), then leaves at once
         ok = False
@@ -137,8 +142,9 @@ def test_spawned_persistent_workers_sharing_through_the_file_system_end_by_thems
     pipe), and no torch_shm_manager may hold the resource tracker's or a worker's sentinel pipe (on any Python:
     that cost 5 s per worker at each shutdown)."""
     out = tmp_path / "out.json"
-    proc = subprocess.run([sys.executable, str(CHILD), str(small_root), method, str(out)], capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), str(small_root), method, str(out)], capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["items"] == 2 * len(LeRobotDataset("x", root=small_root))

@@ -7,14 +7,17 @@ import pytest
 from episodic.datasets.stream_options import StreamOptions
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("episode_pool_size", 0, r"episode_pool_size must be an int in \[1, inf\], got 0"),
-    ("chunk_size", 0, r"chunk_size must be an int in \[1, inf\], got 0"),
-    ("prefetch_episodes", -1, r"prefetch_episodes must be an int in \[0, inf\], got -1"),
-    ("prefetch_threads", 0, r"prefetch_threads must be an int in \[1, 256\], got 0"),
-    ("tabular_block", 1.5, r"tabular_block must be an int in \[1, inf\], got 1.5"),
-    ("decoder_cache_size", 0, r"decoder_cache_size must be an int in \[1, inf\], got 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("episode_pool_size", 0, r"episode_pool_size must be an int in \[1, inf\], got 0"),
+        ("chunk_size", 0, r"chunk_size must be an int in \[1, inf\], got 0"),
+        ("prefetch_episodes", -1, r"prefetch_episodes must be an int in \[0, inf\], got -1"),
+        ("prefetch_threads", 0, r"prefetch_threads must be an int in \[1, 256\], got 0"),
+        ("tabular_block", 1.5, r"tabular_block must be an int in \[1, inf\], got 1.5"),
+        ("decoder_cache_size", 0, r"decoder_cache_size must be an int in \[1, inf\], got 0"),
+    ],
+)
 def test_bad_values_are_refused_with_the_allowed_range(field, value, message):
     with pytest.raises(ValueError, match=message):
         StreamOptions(**{field: value})
@@ -45,15 +48,23 @@ def test_the_streaming_dataset_validates_its_arguments(small_root):
 
 def test_options_are_accepted_whole_and_not_beside_their_fields(small_root, synthetic):
     from episodic import StreamingLeRobotDataset, StreamingMixtureDataset
-    from episodic.testing.synthetic import mixture_spec
     from episodic.storage import FetchPolicy
+    from episodic.testing.synthetic import mixture_spec
 
-    options = StreamOptions(episode_pool_size=3, chunk_size=5, mirror_max_bytes=123, decoder_cache_size=9,
-                            fetch=FetchPolicy(retries=2))
+    options = StreamOptions(
+        episode_pool_size=3, chunk_size=5, mirror_max_bytes=123, decoder_cache_size=9, fetch=FetchPolicy(retries=2)
+    )
     ds = StreamingLeRobotDataset("x", root=small_root, options=options)
     assert ds.options is options and ds.decoders.max_open == 9 and ds.episode_pool_size == 3
-    by_fields = StreamingLeRobotDataset("x", root=small_root, episode_pool_size=3, chunk_size=5, mirror_max_bytes=123,
-                                        decoder_cache_size=9, fetch_retries=2)
+    by_fields = StreamingLeRobotDataset(
+        "x",
+        root=small_root,
+        episode_pool_size=3,
+        chunk_size=5,
+        mirror_max_bytes=123,
+        decoder_cache_size=9,
+        fetch_retries=2,
+    )
     assert by_fields.options == options
     spec = mixture_spec(synthetic[:3])
     assert StreamingMixtureDataset(spec, options=options, image_size=(16, 32)).options is options

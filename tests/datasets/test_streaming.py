@@ -13,18 +13,31 @@ import torch
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.demo import write_demo_dataset
+
 from support import FaultServer, assert_items_equal
 
 FPS = 30
-DELTAS = {"action": [i / FPS for i in range(4)], "observation.state": [-1 / FPS, 0.0],
-          "observation.images.top": [-1 / FPS, 0.0]}
+DELTAS = {
+    "action": [i / FPS for i in range(4)],
+    "observation.state": [-1 / FPS, 0.0],
+    "observation.images.top": [-1 / FPS, 0.0],
+}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    return write_demo_dataset(tmp_path_factory.mktemp("stream") / "ds", num_episodes=8, min_length=15, max_length=30,
-                              height=48, width=64, progress=False, data_files_size_in_mb=0.004,
-                              video_files_size_in_mb=0.006, chunks_size=3)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("stream") / "ds",
+        num_episodes=8,
+        min_length=15,
+        max_length=30,
+        height=48,
+        width=64,
+        progress=False,
+        data_files_size_in_mb=0.004,
+        video_files_size_in_mb=0.006,
+        chunks_size=3,
+    )
 
 
 def indices(batches) -> list[int]:
@@ -148,8 +161,14 @@ def test_even_batches_every_rank_stops_together(root, workers):
             assert any("all stop after" in str(w.message) for w in caught)
         assert ds.epoch == 1  # the shortened epoch still ends the epoch
         with pytest.warns(UserWarning, match="does not divide") if rank == 0 and workers == 0 else nullcontext():
-            full.append([b["index"].tolist() for b in StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw)
-                         .loader(batch_size=7, num_workers=workers, even_batches=False)])
+            full.append(
+                [
+                    b["index"].tolist()
+                    for b in StreamingLeRobotDataset("x", root=root, rank=rank, world_size=3, **kw).loader(
+                        batch_size=7, num_workers=workers, even_batches=False
+                    )
+                ]
+            )
     n = len(per_rank[0])
     assert all(len(r) == n for r in per_rank) and max(len(f) for f in full) > n
     assert per_rank == [f[:n] for f in full]  # the same batches, cut at the shortest rank's count
@@ -180,8 +199,17 @@ def http_root(root):
 def test_flaky_http_epoch_exactly_once_with_retries(root, http_root, tmp_path, workers):
     url, handler = http_root
     ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
-    ds = StreamingLeRobotDataset(None, root=url, delta_timestamps=DELTAS, episode_pool_size=3, cache_dir=tmp_path,
-                                 mirror_max_bytes=20_000, fetch_backoff_s=0.005, fetch_max_backoff_s=0.05, seed=workers)
+    ds = StreamingLeRobotDataset(
+        None,
+        root=url,
+        delta_timestamps=DELTAS,
+        episode_pool_size=3,
+        cache_dir=tmp_path,
+        mirror_max_bytes=20_000,
+        fetch_backoff_s=0.005,
+        fetch_max_backoff_s=0.05,
+        seed=workers,
+    )
     handler.fail_rate = 0.1  # after the metadata: data and video files are fetched through the prefetcher
     seen = []
     for batch in ds.loader(batch_size=16, num_workers=workers):
@@ -202,8 +230,9 @@ def test_flaky_http_epoch_exactly_once_with_retries(root, http_root, tmp_path, w
 
 def test_permanent_http_failure_names_the_url(root, http_root, tmp_path):
     url, handler = http_root
-    ds = StreamingLeRobotDataset(None, root=url, video_keys=[], cache_dir=tmp_path, fetch_retries=2,
-                                 fetch_backoff_s=0.001)
+    ds = StreamingLeRobotDataset(
+        None, root=url, video_keys=[], cache_dir=tmp_path, fetch_retries=2, fetch_backoff_s=0.001
+    )
     handler.fail_rate = 1.0
     with pytest.raises(Exception, match=r"127\.0\.0\.1.*data/chunk-.*parquet"):
         list(ds)

@@ -31,16 +31,26 @@ def _note(ep: int, frame: int) -> str:
 def text_root(tmp_path_factory) -> Path:
     """4 episodes with a string feature, a state vector and one small camera, several data files."""
     root = tmp_path_factory.mktemp("strings") / "ds"
-    w = DatasetWriter(root, fps=FPS, features={"observation.state": {"dtype": "float32", "shape": [3]},
-                                               "note": {"dtype": "string", "shape": [1]},
-                                               "observation.images.top": {"dtype": "video", "shape": [32, 32, 3]}},
-                      data_files_size_in_mb=0.001)
+    w = DatasetWriter(
+        root,
+        fps=FPS,
+        features={
+            "observation.state": {"dtype": "float32", "shape": [3]},
+            "note": {"dtype": "string", "shape": [1]},
+            "observation.images.top": {"dtype": "video", "shape": [32, 32, 3]},
+        },
+        data_files_size_in_mb=0.001,
+    )
     rng = np.random.default_rng(0)
     for ep, n in enumerate(LENGTHS):
-        w.add_episode({"observation.state": rng.random((n, 3), dtype=np.float32),
-                       "note": np.array([_note(ep, f) for f in range(n)], dtype=object),
-                       "observation.images.top": rng.integers(0, 255, (n, 32, 32, 3), dtype=np.uint8)},
-                      task=f"task {ep}")
+        w.add_episode(
+            {
+                "observation.state": rng.random((n, 3), dtype=np.float32),
+                "note": np.array([_note(ep, f) for f in range(n)], dtype=object),
+                "observation.images.top": rng.integers(0, 255, (n, 32, 32, 3), dtype=np.uint8),
+            },
+            task=f"task {ep}",
+        )
     w.finalize()
     return root
 
@@ -118,16 +128,28 @@ def test_a_string_feature_of_another_shape_is_refused_by_name(text_root, copy_of
     info = json.loads((root / "meta/info.json").read_text())
     info["features"]["note"]["shape"] = [2]
     (root / "meta/info.json").write_text(json.dumps(info))
-    with pytest.raises(DatasetFormatError, match=r"info.json: string feature 'note' has shape \[2\]; only shape "
-                                                  r"\[1\]"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"info.json: string feature 'note' has shape \[2\]; only shape "
+        r"\[1\]",
+    ):
         LeRobotDataset("x", root=root)
 
 
 def _mixture_report(root: Path, **roles):
     from episodic.mixture import preflight
 
-    return preflight({"entries": [{"source": str(root), "name": "a", "roles": {
-        "state": "observation.state", "action": None, "top": "observation.images.top", **roles}}]})
+    return preflight(
+        {
+            "entries": [
+                {
+                    "source": str(root),
+                    "name": "a",
+                    "roles": {"state": "observation.state", "action": None, "top": "observation.images.top", **roles},
+                }
+            ]
+        }
+    )
 
 
 def test_a_mixture_reads_a_string_feature_only_as_its_task_role(text_root, tmp_path):

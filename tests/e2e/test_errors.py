@@ -42,12 +42,15 @@ def test_truncated_parquet(small_root, copy_of):
         LeRobotDataset("x", root=root)
 
 
-@pytest.mark.parametrize("change, pattern", [
-    ({"fps": "thirty"}, r"info\.json.*'fps'"),
-    ({"total_frames": None}, r"info\.json.*missing required field 'total_frames'"),
-    ({"features": []}, r"info\.json.*'features' must be dict"),
-    ({"codebase_version": "v9.9"}, r"info\.json.*v9\.9.*not supported"),
-])
+@pytest.mark.parametrize(
+    "change, pattern",
+    [
+        ({"fps": "thirty"}, r"info\.json.*'fps'"),
+        ({"total_frames": None}, r"info\.json.*missing required field 'total_frames'"),
+        ({"features": []}, r"info\.json.*'features' must be dict"),
+        ({"codebase_version": "v9.9"}, r"info\.json.*v9\.9.*not supported"),
+    ],
+)
 def test_bad_info_json(small_root, copy_of, change, pattern):
     root = copy_of(small_root)
     _edit_info(root, **change)
@@ -129,7 +132,10 @@ def test_corrupt_video_bytes(small_root, copy_of):
     path = root / "videos/observation.images.wrist/chunk-000/file-000.mp4"
     path.write_bytes(b"\x00garbage" * 1000)
     ds = LeRobotDataset("x", root=root)
-    with pytest.raises(VideoDecodeError, match=r"file-000\.mp4.*camera 'observation.images.wrist'|camera 'observation.images.wrist'.*file-000\.mp4") as err:
+    with pytest.raises(
+        VideoDecodeError,
+        match=r"file-000\.mp4.*camera 'observation.images.wrist'|camera 'observation.images.wrist'.*file-000\.mp4",
+    ) as err:
         ds[0]
     assert str(err.value).count("camera 'observation.images.wrist'") == 1  # one prefix, not one per layer
     one = LeRobotDataset("x", root=root, video_keys=["observation.images.wrist"])  # one file: decoded in this thread

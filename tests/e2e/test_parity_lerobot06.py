@@ -39,8 +39,13 @@ CASES = {
     "uint8_transform": ["--return-uint8", "--transform", "flip"],
 }
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(lerobot06_python() is None, reason=(
-    "no LeRobot 0.6.1 venv: run benchmarks/setup_lerobot06_venv.sh (or set EPISODIC_LEROBOT06_VENV)"))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        lerobot06_python() is None,
+        reason=("no LeRobot 0.6.1 venv: run benchmarks/setup_lerobot06_venv.sh (or set EPISODIC_LEROBOT06_VENV)"),
+    ),
+]
 
 
 def _side(*args: str) -> str:
@@ -55,13 +60,31 @@ def written(request, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     case."""
     base = tmp_path_factory.mktemp(f"lerobot06-{request.param}")
     root = base / "ds"
-    _side("write", "--root", str(root), "--episodes", "6", "--min-len", "10", "--max-len", "25", "--height", "48",
-          "--width", "64", "--vcodec", request.param)
+    _side(
+        "write",
+        "--root",
+        str(root),
+        "--episodes",
+        "6",
+        "--min-len",
+        "10",
+        "--max-len",
+        "25",
+        "--height",
+        "48",
+        "--width",
+        "64",
+        "--vcodec",
+        request.param,
+    )
     dumps = {}
     for case, args in CASES.items():
         dumps[case] = base / f"items_{case}.npz"
-        out = json.loads(_side("items", "--root", str(root), "--out", str(dumps[case]), "--n-random", "24",
-                               *args).strip().splitlines()[-1])
+        out = json.loads(
+            _side("items", "--root", str(root), "--out", str(dumps[case]), "--n-random", "24", *args)
+            .strip()
+            .splitlines()[-1]
+        )
         assert out["video_backend"] == "torchcodec", out
     return root, dumps
 
@@ -70,12 +93,14 @@ def _reference(npz: Path) -> tuple[dict, dict]:
     """(LeRobotDataset arguments, {index: {key: value}}) of one dump."""
     data = np.load(npz)
     options = json.loads(str(data["options"]))
-    kwargs = {"delta_timestamps": json.loads(str(data["delta_timestamps"])),
-              "episodes": data["episodes"].tolist() if "episodes" in data else None,
-              "return_uint8": options["return_uint8"],
-              "image_transforms": TRANSFORMS[options["transform"]] if options["transform"] else None}
+    kwargs = {
+        "delta_timestamps": json.loads(str(data["delta_timestamps"])),
+        "episodes": data["episodes"].tolist() if "episodes" in data else None,
+        "return_uint8": options["return_uint8"],
+        "image_transforms": TRANSFORMS[options["transform"]] if options["transform"] else None,
+    }
     items = {}
-    for j, idx in enumerate(data["indices"].tolist()):
+    for j in range(len(data["indices"])):
         keys = [k.split("/", 1)[1] for k in data.files if k.startswith(f"{j}/")]
         item = {k: data[f"{j}/{k}"] for k in keys}
         items[int(item["index"])] = item
@@ -141,9 +166,15 @@ def test_items_equal_lerobot_061(written, case, mode, tmp_path):
         spec = {"entries": [entry]}
         if kwargs["delta_timestamps"]:  # a mixture's windows are by role: 'state' for observation.state, ...
             spec["delta_timestamps"] = {k.rsplit(".", 1)[-1]: v for k, v in kwargs["delta_timestamps"].items()}
-        ds = MixtureDataset(MixtureSpec.from_dict(spec), return_uint8=kwargs["return_uint8"],
-                            image_transforms=kwargs["image_transforms"], cache_dir=tmp_path)
-        cameras = [k for k in want[next(iter(want))] if k.startswith("observation.images.") and not k.endswith("_is_pad")]
+        ds = MixtureDataset(
+            MixtureSpec.from_dict(spec),
+            return_uint8=kwargs["return_uint8"],
+            image_transforms=kwargs["image_transforms"],
+            cache_dir=tmp_path,
+        )
+        cameras = [
+            k for k in want[next(iter(want))] if k.startswith("observation.images.") and not k.endswith("_is_pad")
+        ]
         seen = set()
         for i in range(len(ds)):
             item = ds[i]
@@ -153,16 +184,22 @@ def test_items_equal_lerobot_061(written, case, mode, tmp_path):
                 _compare(want[index], item, cameras, float_frames, diffs)
         assert set(want) <= seen
     assert diffs, "no camera frame compared"
-    print(f"{root.parent.name} {case} {mode}: frames max {max(d[0] for d in diffs):.3f}/255, "
-          f"mean {np.mean([d[1] for d in diffs]):.4f}/255 over {len(diffs)} frames")
+    print(
+        f"{root.parent.name} {case} {mode}: frames max {max(d[0] for d in diffs):.3f}/255, "
+        f"mean {np.mean([d[1] for d in diffs]):.4f}/255 over {len(diffs)} frames"
+    )
 
 
 def test_pip_install_into_lerobot_061_changes_nothing():
     """`pip install episodic` (this checkout) into LeRobot 0.6.1's environment installs episodic and nothing else:
     every package LeRobot pinned stays at its version (pip's own resolution, `--dry-run --report`)."""
     pip = lerobot06_python().parent / "pip"
-    proc = subprocess.run([str(pip), "install", "--dry-run", "--quiet", "--report", "-", str(REPO)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(pip), "install", "--dry-run", "--quiet", "--report", "-", str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     assert [(i["metadata"]["name"], i["metadata"]["version"]) for i in report["install"]] == [("episodic", "0.1.0")]
@@ -190,9 +227,13 @@ def test_episodic_in_lerobot_061s_environment_gives_the_same_items(written, case
     kwargs, want = _reference(dumps[case])
     kwargs.pop("image_transforms")
     out = tmp_path / "episodic.npz"
-    proc = subprocess.run([str(lerobot06_python()), "-c", DUMP, str(root), str(out), json.dumps(kwargs)],
-                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [str(lerobot06_python()), "-c", DUMP, str(root), str(out), json.dumps(kwargs)],
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = np.load(out)
     items = {}
@@ -215,13 +256,22 @@ def test_episodic_in_lerobot_061s_environment_gives_the_same_items(written, case
 # tabular exact, RGB within 2/255, depth within float32 rounding (metres: LeRobot's torch and episodic's numpy evaluate
 # the same float32 formulas, their exp() differing by an ulp on many pixels) or 1 mm on under 1% of the pixels (such an
 # ulp before the rounding to whole millimetres may move a tie). The quantisation step is far larger (>= 0.3 mm).
-DEPTH_WRITES = {"log_m": ["--depth-quant", "log", "--depth-unit", "m"],
-                "linear_mm": ["--depth-quant", "linear", "--depth-unit", "mm", "--depth-min", "0.2", "--depth-max", "6"]}
+DEPTH_WRITES = {
+    "log_m": ["--depth-quant", "log", "--depth-unit", "m"],
+    "linear_mm": ["--depth-quant", "linear", "--depth-unit", "mm", "--depth-min", "0.2", "--depth-max", "6"],
+}
 DEPTH_CASES = {
     "mm": [],  # LeRobot's default depth_output_unit
     "m": ["--depth-unit", "m"],
-    "windows_uint8_transform_m": ["--delta-timestamps", "windows", "--return-uint8", "--transform", "flip",
-                                  "--depth-unit", "m"],
+    "windows_uint8_transform_m": [
+        "--delta-timestamps",
+        "windows",
+        "--return-uint8",
+        "--transform",
+        "flip",
+        "--depth-unit",
+        "m",
+    ],
     "subset_transform_mm": ["--episodes", "3,0", "--transform", "flip_affine", "--depth-unit", "mm"],
 }
 
@@ -232,8 +282,26 @@ def depth_written(request, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
     H.264 and HEVC gray12le) and LeRobot's items of each depth case."""
     base = tmp_path_factory.mktemp(f"lerobot06-depth-{request.param}")
     root = base / "ds"
-    _side("write", "--root", str(root), "--episodes", "4", "--min-len", "8", "--max-len", "16", "--height", "48",
-          "--width", "64", "--vcodec", "h264", "--depth", "2", *DEPTH_WRITES[request.param])
+    _side(
+        "write",
+        "--root",
+        str(root),
+        "--episodes",
+        "4",
+        "--min-len",
+        "8",
+        "--max-len",
+        "16",
+        "--height",
+        "48",
+        "--width",
+        "64",
+        "--vcodec",
+        "h264",
+        "--depth",
+        "2",
+        *DEPTH_WRITES[request.param],
+    )
     dumps = {}
     for case, args in DEPTH_CASES.items():
         dumps[case] = base / f"items_{case}.npz"
@@ -245,8 +313,13 @@ def _compare_depth(want: dict, got: dict, keys: list[str], unit: str, diffs: lis
     for key in keys:
         ref = want[key]
         value = got[key].numpy() if isinstance(got[key], torch.Tensor) else got[key]
-        assert value.dtype == np.float32 == ref.dtype and value.shape == ref.shape, (key, value.dtype, value.shape,
-                                                                                     ref.dtype, ref.shape)
+        assert value.dtype == np.float32 == ref.dtype and value.shape == ref.shape, (
+            key,
+            value.dtype,
+            value.shape,
+            ref.dtype,
+            ref.shape,
+        )
         d = np.abs(value.astype(np.float64) - ref.astype(np.float64))
         bound = 1.0 if unit == "mm" else 4 * np.finfo(np.float32).eps * (ref.max() + 3.5)
         diffs.append((float(d.max()), float(np.mean(d > 0))))
@@ -270,8 +343,9 @@ def test_depth_items_equal_lerobot_061(depth_written, case, mode, tmp_path):
     float_frames = "--transform" in DEPTH_CASES[case] and not kwargs["return_uint8"]
     diffs, depth_diffs = [], []
     first = want[next(iter(want))]
-    cameras = [k for k in first if k.startswith("observation.images.") and not k.endswith("_is_pad")
-               and k not in depth_keys]
+    cameras = [
+        k for k in first if k.startswith("observation.images.") and not k.endswith("_is_pad") and k not in depth_keys
+    ]
 
     def check(ref, item):
         _compare({k: v for k, v in ref.items() if k not in depth_keys}, item, cameras, float_frames, diffs)
@@ -303,8 +377,13 @@ def test_depth_items_equal_lerobot_061(depth_written, case, mode, tmp_path):
         spec = {"entries": [entry]}
         if kwargs["delta_timestamps"]:
             spec["delta_timestamps"] = {k.rsplit(".", 1)[-1]: v for k, v in kwargs["delta_timestamps"].items()}
-        ds = MixtureDataset(MixtureSpec.from_dict(spec), return_uint8=kwargs["return_uint8"],
-                            image_transforms=kwargs["image_transforms"], cache_dir=tmp_path, depth_output_unit=unit)
+        ds = MixtureDataset(
+            MixtureSpec.from_dict(spec),
+            return_uint8=kwargs["return_uint8"],
+            image_transforms=kwargs["image_transforms"],
+            cache_dir=tmp_path,
+            depth_output_unit=unit,
+        )
         assert ds.depth_keys == depth_keys
         seen = set()
         for i in range(len(ds)):
@@ -315,6 +394,8 @@ def test_depth_items_equal_lerobot_061(depth_written, case, mode, tmp_path):
                 check(want[index], item)
         assert set(want) <= seen
     assert diffs and depth_diffs
-    print(f"{root.parent.name} {case} {mode}: depth max {max(d[0] for d in depth_diffs):.3g} {unit}, "
-          f"pixels differing {max(d[1] for d in depth_diffs):.4%} over {len(depth_diffs)} frames; "
-          f"RGB max {max(d[0] for d in diffs):.3f}/255")
+    print(
+        f"{root.parent.name} {case} {mode}: depth max {max(d[0] for d in depth_diffs):.3g} {unit}, "
+        f"pixels differing {max(d[1] for d in depth_diffs):.4%} over {len(depth_diffs)} frames; "
+        f"RGB max {max(d[0] for d in diffs):.3f}/255"
+    )

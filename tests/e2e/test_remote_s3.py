@@ -9,18 +9,23 @@ import time
 
 import pytest
 import torch
-from support import assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
 from episodic.format import FetchError, MissingFileError
 
+from support import assert_items_equal
+
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
 FPS = 30
-DELTAS = {"action": [i / FPS for i in range(3)], "observation.state": [-1 / FPS, 0.0],
-          "observation.images.top": [-1 / FPS, 0.0], "observation.images.wrist": [0.0]}
+DELTAS = {
+    "action": [i / FPS for i in range(3)],
+    "observation.state": [-1 / FPS, 0.0],
+    "observation.images.top": [-1 / FPS, 0.0],
+    "observation.images.wrist": [0.0],
+}
 URL = "s3://data/small"
 
 
@@ -60,11 +65,13 @@ def test_map_style_items_equal_local(env, local, monkeypatch, tmp_path, endpoint
     if endpoint_from == "storage_options":
         monkeypatch.delenv("AWS_ENDPOINT_URL")
         options = {"client_kwargs": {"endpoint_url": env.endpoint}}
-    ds = LeRobotDataset("x", root=URL, delta_timestamps=DELTAS, storage_options=options,
-                        cache_dir=str(tmp_path / "files"))
+    ds = LeRobotDataset(
+        "x", root=URL, delta_timestamps=DELTAS, storage_options=options, cache_dir=str(tmp_path / "files")
+    )
     assert not ds.source.is_local and len(ds) == len(local) and ds.meta.fps == local.meta.fps
-    loader = torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True, num_workers=workers,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=8, shuffle=True, num_workers=workers, generator=torch.Generator().manual_seed(0)
+    )
     check_epoch(local, loader)
     assert len(list((tmp_path / "files").rglob("*.mp4"))) == 2  # both cameras fetched whole, once
 
@@ -83,8 +90,11 @@ def test_missing_dataset_and_missing_file_name_the_url_at_once(env):
     with pytest.raises(MissingFileError, match=r"s3://data/nothing-here/meta/info\.json: file not found"):
         LeRobotDataset("x", root="s3://data/nothing-here")
     ds = LeRobotDataset("x", root="s3://data/broken")  # its top camera's mp4 was never uploaded
-    with pytest.raises(MissingFileError, match=r"s3://data/broken/videos/observation\.images\.top/chunk-000/"
-                                               r"file-000\.mp4: file not found"):
+    with pytest.raises(
+        MissingFileError,
+        match=r"s3://data/broken/videos/observation\.images\.top/chunk-000/"
+        r"file-000\.mp4: file not found",
+    ):
         ds[0]
     assert time.monotonic() - t0 < 20  # not retried through the 30 s retry window
 

@@ -26,12 +26,24 @@ def free_port() -> int:
 
 
 def launch(args, *, nnodes=1, node_rank=0, nproc=1, port=None, torchrun=True):
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node_rank={node_rank}",
-           f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={port or free_port()}"] if torchrun \
+    cmd = (
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={nnodes}",
+            f"--node_rank={node_rank}",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port or free_port()}",
+        ]
+        if torchrun
         else [sys.executable]
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.Popen([*cmd, str(EXAMPLE), *map(str, args)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [*cmd, str(EXAMPLE), *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def finish(proc) -> str:
@@ -55,8 +67,12 @@ def test_two_nodes_then_resume_on_one_process(demo, tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     common = ["--root", demo, "--ckpt", ckpt, "--batch-size", 8, "--pool", 4, "--save-every", 3]
     port = free_port()
-    nodes = [launch([*common, "--steps", 6, "--workers", 1, "--log-indices", tmp_path / "a"], nnodes=2,
-                    node_rank=r, port=port) for r in (0, 1)]
+    nodes = [
+        launch(
+            [*common, "--steps", 6, "--workers", 1, "--log-indices", tmp_path / "a"], nnodes=2, node_rank=r, port=port
+        )
+        for r in (0, 1)
+    ]
     outs = [finish(p) for p in nodes]
     assert "total:" in outs[0] and "over 2 process(es)" in outs[0]
     state = torch.load(ckpt, weights_only=False)
@@ -78,8 +94,26 @@ def test_two_nodes_then_resume_on_one_process(demo, tmp_path):
 def test_under_accelerate(demo, tmp_path):
     pytest.importorskip("accelerate")
     ckpt = tmp_path / "ckpt.pt"
-    out = finish(launch(["--accelerate", "--root", demo, "--ckpt", ckpt, "--batch-size", 8, "--steps", 5,
-                         "--workers", 0, "--log-indices", tmp_path / "log"], nproc=2))
+    out = finish(
+        launch(
+            [
+                "--accelerate",
+                "--root",
+                demo,
+                "--ckpt",
+                ckpt,
+                "--batch-size",
+                8,
+                "--steps",
+                5,
+                "--workers",
+                0,
+                "--log-indices",
+                tmp_path / "log",
+            ],
+            nproc=2,
+        )
+    )
     assert "over 2 process(es)" in out
     entries = logged(tmp_path / "log")
     assert len(entries) == 10

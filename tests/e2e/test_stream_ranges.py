@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fsspec.implementations.local import LocalFileSystem
-from support import FaultServer, assert_items_equal
 
 from episodic import LeRobotDataset
 from episodic.datasets.streaming import StreamingLeRobotDataset
@@ -23,19 +22,31 @@ from episodic.storage.ranges import RangeFile, add_range, missing_ranges, mp4_ra
 from episodic.video import DecoderCache
 from episodic.video.decoder import VideoReader
 
+from support import FaultServer, assert_items_equal
+
 FPS = 30
 TOP = "observation.images.top"
-needs_mp4_ranges = pytest.mark.skipif(not mp4_ranges_supported(), reason="this PyAV (< 16) has no stream "
-                                      "index_entries: mp4 byte ranges are off, whole files are fetched")
+needs_mp4_ranges = pytest.mark.skipif(
+    not mp4_ranges_supported(),
+    reason="this PyAV (< 16) has no stream index_entries: mp4 byte ranges are off, whole files are fetched",
+)
 DELTAS = {"action": [i / FPS for i in range(3)], TOP: [-1 / FPS, 0.0]}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     """24 episodes, every one of them in the same mp4 per camera; small data files."""
-    root = write_demo_dataset(tmp_path_factory.mktemp("ranges") / "ds", num_episodes=24, min_length=25, max_length=40,
-                              height=144, width=192, progress=False, video_files_size_in_mb=2,
-                              data_files_size_in_mb=0.01)
+    root = write_demo_dataset(
+        tmp_path_factory.mktemp("ranges") / "ds",
+        num_episodes=24,
+        min_length=25,
+        max_length=40,
+        height=144,
+        width=192,
+        progress=False,
+        video_files_size_in_mb=2,
+        data_files_size_in_mb=0.01,
+    )
     meta = load_metadata(LocalFileSystem(), str(root))
     for cam in meta.episodes.cameras.values():
         assert np.bincount(cam.file_id).min() >= 8  # many episodes per video file
@@ -130,8 +141,16 @@ def test_subset_over_http_equals_map_style_and_fetches_a_fraction(root, tmp_path
     ref = LeRobotDataset("x", root=root, episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True)
     by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
     with serve(root.parent) as (base, _):
-        ds = StreamingLeRobotDataset(None, root=f"{base}/{root.name}", episodes=[3, 11], delta_timestamps=DELTAS,
-                                     return_uint8=True, episode_pool_size=2, chunk_size=5, cache_dir=tmp_path)
+        ds = StreamingLeRobotDataset(
+            None,
+            root=f"{base}/{root.name}",
+            episodes=[3, 11],
+            delta_timestamps=DELTAS,
+            return_uint8=True,
+            episode_pool_size=2,
+            chunk_size=5,
+            cache_dir=tmp_path,
+        )
         got = list(ds)
     assert sorted(int(x["index"]) for x in got) == sorted(by_index)
     for item in got:
@@ -151,13 +170,22 @@ def test_server_without_range_requests_falls_back_to_whole_files(root, tmp_path)
     ref = LeRobotDataset("x", root=root, episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True)
     by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
     quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a, **k: quiet(*a, directory=str(root.parent), **k))
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a, **k: quiet(*a, directory=str(root.parent), **k)
+    )
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        ds = StreamingLeRobotDataset(None, root=f"http://127.0.0.1:{server.server_address[1]}/{root.name}",
-                                     episodes=[3, 11], delta_timestamps=DELTAS, return_uint8=True, episode_pool_size=2,
-                                     cache_dir=tmp_path, fetch_retries=1)
+        ds = StreamingLeRobotDataset(
+            None,
+            root=f"http://127.0.0.1:{server.server_address[1]}/{root.name}",
+            episodes=[3, 11],
+            delta_timestamps=DELTAS,
+            return_uint8=True,
+            episode_pool_size=2,
+            cache_dir=tmp_path,
+            fetch_retries=1,
+        )
         got = list(ds)
     finally:
         server.shutdown()
@@ -209,9 +237,17 @@ def test_streaming_discards_readers_of_rewritten_files(root, tmp_path):
     ref = LeRobotDataset("x", root=root, episodes=[15, 16], return_uint8=True)
     by_index = {int(ref[i]["index"]): ref[i] for i in range(len(ref))}
     with serve(root.parent) as (base, _):
-        ds = StreamingLeRobotDataset(None, root=f"{base}/{root.name}", episodes=[15, 16], return_uint8=True,
-                                     episode_pool_size=1, prefetch_episodes=0, chunk_size=1, shuffle=False,
-                                     cache_dir=tmp_path)
+        ds = StreamingLeRobotDataset(
+            None,
+            root=f"{base}/{root.name}",
+            episodes=[15, 16],
+            return_uint8=True,
+            episode_pool_size=1,
+            prefetch_episodes=0,
+            chunk_size=1,
+            shuffle=False,
+            cache_dir=tmp_path,
+        )
         got = list(ds)
     assert [int(x["index"]) for x in got] == sorted(by_index)
     for item in got:

@@ -10,8 +10,10 @@ import torch
 from episodic import EpisodicDataset, LeRobotDataset, StreamingLeRobotDataset
 
 
-@pytest.mark.parametrize("episodes", [[1.7], ["1"], [True], [np.float64(1.0)], [torch.tensor(1.0)], [torch.tensor(True)],
-                                      np.array([1.0, 2.0]), "12", 3])
+@pytest.mark.parametrize(
+    "episodes",
+    [[1.7], ["1"], [True], [np.float64(1.0)], [torch.tensor(1.0)], [torch.tensor(True)], np.array([1.0, 2.0]), "12", 3],
+)
 @pytest.mark.parametrize("cls", [LeRobotDataset, StreamingLeRobotDataset])
 def test_episode_arguments_must_be_integers(small_root, episodes, cls):
     with pytest.raises(TypeError, match=r"episodes(\[0\])? must be"):
@@ -25,15 +27,18 @@ def test_integer_like_episode_arguments_are_accepted(small_root):
         assert torch.equal(got.get_batch(np.arange(len(got)))["index"], want.get_batch(np.arange(len(want)))["index"])
 
 
-@pytest.mark.parametrize("seconds, pattern", [
-    ([0.0, float("nan")], r"delta_timestamps\['action'\] must hold finite numbers, got \[nan\]"),
-    ([float("inf")], r"finite numbers, got \[inf\]"),
-    ([0.0, "0.1"], r"must hold numbers, got '0\.1'"),
-    ([True], r"must hold numbers, got True"),
-    ([1e12], r"1000000000000\.0 s is out of range"),
-    ([], r"non-empty list"),
-    (0.1, r"non-empty list of numbers"),
-])
+@pytest.mark.parametrize(
+    "seconds, pattern",
+    [
+        ([0.0, float("nan")], r"delta_timestamps\['action'\] must hold finite numbers, got \[nan\]"),
+        ([float("inf")], r"finite numbers, got \[inf\]"),
+        ([0.0, "0.1"], r"must hold numbers, got '0\.1'"),
+        ([True], r"must hold numbers, got True"),
+        ([1e12], r"1000000000000\.0 s is out of range"),
+        ([], r"non-empty list"),
+        (0.1, r"non-empty list of numbers"),
+    ],
+)
 @pytest.mark.parametrize("cls", [LeRobotDataset, StreamingLeRobotDataset])
 def test_delta_timestamps_must_be_finite_numbers(small_root, seconds, pattern, cls):
     with pytest.raises(ValueError, match=pattern):

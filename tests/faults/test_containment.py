@@ -95,9 +95,15 @@ def _assert_inside(server: RecordingServer, other: RecordingServer, root: Path) 
     assert other.requests == []
 
 
-@pytest.mark.parametrize("case", [c for c in HOSTILE if c.name in ("data_path parent", "camera key '..'",
-                                                                     "percent-encoded parent", "data_path absolute")],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        for c in HOSTILE
+        if c.name in ("data_path parent", "camera key '..'", "percent-encoded parent", "data_path absolute")
+    ],
+    ids=lambda c: c.name,
+)
 @pytest.mark.parametrize("mode", ["map", "stream"])
 def test_http_root_requests_stay_under_the_prefix(small_root, copy_of, tmp_path, case, mode):
     root = copy_of(small_root)
@@ -120,8 +126,13 @@ def test_http_root_template_naming_another_host(small_root, copy_of, tmp_path):
     server, other = _serve(root)
     with server, other:
         port = other.url.rsplit(":", 1)[1]
-        edit_info(root, lambda info: info.update(video_path=f"//127.0.0.2:{port}/{root.name}/videos/{{video_key}}/"
-                                                            f"chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.mp4"))
+        edit_info(
+            root,
+            lambda info: info.update(
+                video_path=f"//127.0.0.2:{port}/{root.name}/videos/{{video_key}}/"
+                f"chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.mp4"
+            ),
+        )
         with pytest.raises(UnsafePathError, match=r"field 'video_path'.*absolute"):
             LeRobotDataset("x", root=f"{server.url}/{root.name}", cache_dir=str(tmp_path / "cache"))[0]
     _assert_inside(server, other, root)
@@ -131,7 +142,12 @@ def test_http_root_template_naming_another_host(small_root, copy_of, tmp_path):
 # ---------------------------------------------------------------------------------------------- cache, mirror
 def test_cache_file_names_are_escaped_and_inside(tmp_path):
     cache = FileCache(tmp_path / "files")
-    for url in ("http://h/ds/..", "http://h/ds/%2e%2e%2f%2e%2e%2fetc", "http://h/a/\x1b[2J\nx.mp4", "http://h/" + "é" * 300):
+    for url in (
+        "http://h/ds/..",
+        "http://h/ds/%2e%2e%2f%2e%2e%2fetc",
+        "http://h/a/\x1b[2J\nx.mp4",
+        "http://h/" + "é" * 300,
+    ):
         p = cache.key_path(url, "size=1")
         assert p.parent.parent == tmp_path / "files" and p.name.isascii() and p.name.isprintable()
         assert len(p.name) < 100 and not p.name.startswith(".")
@@ -244,7 +260,9 @@ def test_info_json_with_nothing_to_escape_still_loads(small_root, copy_of):
     root = copy_of(small_root)
     (root / "custom").mkdir()
     shutil.move(root / "data", root / "custom" / "data")
-    edit_info(root, lambda info: info.update(data_path="custom/data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"))
+    edit_info(
+        root, lambda info: info.update(data_path="custom/data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet")
+    )
     assert len(LeRobotDataset("x", root=root)) == 119
     assert json.loads((root / "meta/info.json").read_text())["data_path"].startswith("custom/")
 
@@ -293,8 +311,13 @@ def test_a_fifo_in_place_of_a_dataset_file_is_refused_not_opened(small_root, cop
     (root / rel).unlink()
     os.mkfifo(root / rel)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", _SPECIAL_CHILD, str(root), str(tmp_path / "cache")], env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", _SPECIAL_CHILD, str(root), str(tmp_path / "cache")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     said = f"{root}/{rel} is a FIFO (named pipe), not a regular file"

@@ -26,8 +26,9 @@ def test_map_style_names_the_problem(small_root, copy_of, case: Case):
         LeRobotDataset("x", root=root, video_keys=[])
 
 
-@pytest.mark.parametrize("case", [c for c in CORRUPT if c.name in ("ragged list column", "float frame_index")],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case", [c for c in CORRUPT if c.name in ("ragged list column", "float frame_index")], ids=lambda c: c.name
+)
 def test_streaming_names_the_problem(small_root, copy_of, case: Case, tmp_path):
     root = copy_of(small_root)
     case.edit(root)
@@ -58,8 +59,11 @@ def test_camera_of_another_size(small_root, copy_of):
     root = copy_of(small_root)
     _reencode(root / TOP_MP4, 32, 48)
     ds = LeRobotDataset("x", root=root)
-    with pytest.raises(DatasetFormatError, match=rf"file-000\.mp4: camera '{TOP}' \(episode 0\): frames are 32x48 "
-                                                 r"\(height x width\) but info\.json says 48x64"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=rf"file-000\.mp4: camera '{TOP}' \(episode 0\): frames are 32x48 "
+        r"\(height x width\) but info\.json says 48x64",
+    ):
         ds[0]
     assert LeRobotDataset("x", root=root, video_keys=["observation.images.wrist"])[0]  # the other camera is fine
 
@@ -73,7 +77,7 @@ def _damage_packet(path, packet: int) -> float:
         pk = [(p.pos, p.size, float(p.pts * s.time_base)) for p in c.demux(s) if p.size]
     pos, size, t = pk[packet]
     data = bytearray(path.read_bytes())
-    data[pos:pos + size] = b"\xff" * size
+    data[pos : pos + size] = b"\xff" * size
     path.write_bytes(bytes(data))
     return t
 

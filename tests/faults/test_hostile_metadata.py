@@ -49,9 +49,15 @@ def test_map_style_names_the_problem_and_stays_inside(small_root, copy_of, case:
     assert not _outside_opens(opened, root)
 
 
-@pytest.mark.parametrize("case", [c for c in HOSTILE if c.name in ("data_path parent", "camera key '..'",
-                                                                     "negative task_index", "NaN from_timestamp")],
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        for c in HOSTILE
+        if c.name in ("data_path parent", "camera key '..'", "negative task_index", "NaN from_timestamp")
+    ],
+    ids=lambda c: c.name,
+)
 def test_streaming_names_the_problem_and_stays_inside(small_root, copy_of, case: Case, tmp_path):
     root = copy_of(small_root)
     _sentinels(root)
@@ -87,19 +93,42 @@ def _lines(path: Path, edit) -> None:
 
 
 V21_CASES = [
-    ("episodes.jsonl", lambda rows: rows[:2] + ["[1, 2, 3]"] + rows[3:], r"episodes\.jsonl:3: expected a JSON object, got list"),
-    ("episodes.jsonl", lambda rows: rows[:1] + [json.dumps({"episode_index": 1, "tasks": []})] + rows[2:],
-     r"episodes\.jsonl: row 2: field 'length' must be an integer, got None"),
-    ("episodes.jsonl", lambda rows: [rows[0].replace('"episode_index": 0', '"episode_index": "0"')] + rows[1:],
-     r"episodes\.jsonl: row 1: field 'episode_index' must be an integer, got '0'"),
-    ("episodes.jsonl", lambda rows: [rows[0].replace('"length": ', '"length": 1.5 + ').replace("1.5 + ", "1.5, \"x\": ")] + rows[1:],
-     r"episodes\.jsonl: row 1: field 'length' must be an integer, got 1\.5"),
-    ("episodes.jsonl", lambda rows: [json.dumps({**json.loads(rows[0]), "tasks": "pick"})] + rows[1:],
-     r"episodes\.jsonl: episode 0: field 'tasks' must be a list of strings, got 'pick'"),
-    ("tasks.jsonl", lambda rows: [json.dumps({"task_index": 0})] + rows[1:], r"tasks\.jsonl: row 0: task None is not a string"),
+    (
+        "episodes.jsonl",
+        lambda rows: rows[:2] + ["[1, 2, 3]"] + rows[3:],
+        r"episodes\.jsonl:3: expected a JSON object, got list",
+    ),
+    (
+        "episodes.jsonl",
+        lambda rows: rows[:1] + [json.dumps({"episode_index": 1, "tasks": []})] + rows[2:],
+        r"episodes\.jsonl: row 2: field 'length' must be an integer, got None",
+    ),
+    (
+        "episodes.jsonl",
+        lambda rows: [rows[0].replace('"episode_index": 0', '"episode_index": "0"')] + rows[1:],
+        r"episodes\.jsonl: row 1: field 'episode_index' must be an integer, got '0'",
+    ),
+    (
+        "episodes.jsonl",
+        lambda rows: [rows[0].replace('"length": ', '"length": 1.5 + ').replace("1.5 + ", '1.5, "x": ')] + rows[1:],
+        r"episodes\.jsonl: row 1: field 'length' must be an integer, got 1\.5",
+    ),
+    (
+        "episodes.jsonl",
+        lambda rows: [json.dumps({**json.loads(rows[0]), "tasks": "pick"})] + rows[1:],
+        r"episodes\.jsonl: episode 0: field 'tasks' must be a list of strings, got 'pick'",
+    ),
+    (
+        "tasks.jsonl",
+        lambda rows: [json.dumps({"task_index": 0})] + rows[1:],
+        r"tasks\.jsonl: row 0: task None is not a string",
+    ),
     ("tasks.jsonl", lambda rows: rows + ["{not json"], r"tasks\.jsonl:4: not valid JSON"),
-    ("tasks.jsonl", lambda rows: [json.dumps({"task_index": 10 ** 15, "task": "x"})] + rows[1:],
-     r"tasks\.jsonl: task_index must number the 3 tasks 0\.\.2 once each"),
+    (
+        "tasks.jsonl",
+        lambda rows: [json.dumps({"task_index": 10**15, "task": "x"})] + rows[1:],
+        r"tasks\.jsonl: task_index must number the 3 tasks 0\.\.2 once each",
+    ),
 ]
 
 

@@ -39,8 +39,11 @@ def _reference_tasks(root: Path) -> dict[tuple[int, int], str]:
         data = [pq.read_table(p) for p in sorted((root / "data").rglob("*.parquet"))]
     out = {}
     for d in data:
-        for e, f, t in zip(d.column("episode_index").to_pylist(), d.column("frame_index").to_pylist(),
-                           d.column("task_index").to_pylist()):
+        for e, f, t in zip(
+            d.column("episode_index").to_pylist(),
+            d.column("frame_index").to_pylist(),
+            d.column("task_index").to_pylist(),
+        ):
             out[(e, f)] = table.get(t, "")
     return out
 
@@ -143,8 +146,10 @@ def test_strict_option_refuses_and_bad_values_are_named(small_root, copy_of, tmp
     with pytest.raises(DatasetFormatError, match=message):
         ds = StreamingLeRobotDataset("x", root=root, on_unknown_task="raise", cache_dir=tmp_path, shuffle=False)
         list(ds)
-    for make in (lambda: LeRobotDataset("x", root=root, on_unknown_task="ignore"),
-                 lambda: StreamingLeRobotDataset("x", root=root, on_unknown_task=True)):
+    for make in (
+        lambda: LeRobotDataset("x", root=root, on_unknown_task="ignore"),
+        lambda: StreamingLeRobotDataset("x", root=root, on_unknown_task=True),
+    ):
         with pytest.raises(ValueError, match="on_unknown_task must be one of warn, raise"):
             make()
 
@@ -153,16 +158,19 @@ def test_validate_still_reports_it(small_root, copy_of):
     root = _dropped(small_root, copy_of)
     report = validate(str(root), progress=False)
     assert not report.ok
-    assert any(re.search(r"file-000\.parquet: episode 2: column 'task_index' .* is 2: the tasks table has 2 task", p)
-               for p in report.problems), report.problems
+    assert any(
+        re.search(r"file-000\.parquet: episode 2: column 'task_index' .* is 2: the tasks table has 2 task", p)
+        for p in report.problems
+    ), report.problems
 
 
 def test_streaming_loads_warns_once_over_many_reads(small_root, copy_of, tmp_path):
     root = _dropped(small_root, copy_of)
     want, unknown = _reference_tasks(root), _unknown(root)
     # one episode per read: the rows naming the lacking task come in separate reads, the warning still once
-    ds = StreamingLeRobotDataset("x", root=root, tabular_block=1, episode_pool_size=2, chunk_size=4,
-                                 cache_dir=tmp_path, shuffle=False)
+    ds = StreamingLeRobotDataset(
+        "x", root=root, tabular_block=1, episode_pool_size=2, chunk_size=4, cache_dir=tmp_path, shuffle=False
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         items = list(ds)
@@ -170,8 +178,9 @@ def test_streaming_loads_warns_once_over_many_reads(small_root, copy_of, tmp_pat
     assert len(msgs) == 1 and str(root) in msgs[0], msgs
     assert re.search(r"\b2 \(2\)", msgs[0])  # the first episode read that names it
     assert len(items) == len(want)
-    _items_match([i["task"] for i in items], [i["episode_index"] for i in items], [i["frame_index"] for i in items],
-                 want)
+    _items_match(
+        [i["task"] for i in items], [i["episode_index"] for i in items], [i["frame_index"] for i in items], want
+    )
     assert set(unknown) == {2, 5}
 
 
@@ -192,18 +201,25 @@ def test_mixture_preflights_and_gives_empty_task(small_root, copy_of, tmp_path):
     msgs = _drift_warnings(caught)
     assert len(msgs) == 1 and "'drifted'" in msgs[0] and _names_all(msgs[0], _unknown(drifted)), msgs
     mine = np.asarray(batch["dataset_index"]) == 1
-    _items_match([t for t, m in zip(batch["task"], mine) if m], batch["episode_index"][mine], batch["frame_index"][mine],
-                 want)
-    _items_match([t for t, m in zip(batch["task"], mine) if not m], batch["episode_index"][~mine],
-                 batch["frame_index"][~mine], want_good, drifted=False)
+    _items_match(
+        [t for t, m in zip(batch["task"], mine) if m], batch["episode_index"][mine], batch["frame_index"][mine], want
+    )
+    _items_match(
+        [t for t, m in zip(batch["task"], mine) if not m],
+        batch["episode_index"][~mine],
+        batch["frame_index"][~mine],
+        want_good,
+        drifted=False,
+    )
     # streaming: the same tasks
     sds = StreamingMixtureDataset(report, cache_dir=tmp_path, episode_pool_size=3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         items = [i for i in sds if int(i["dataset_index"]) == 1]
     assert len(_drift_warnings(caught)) == 1
-    _items_match([i["task"] for i in items], [i["episode_index"] for i in items], [i["frame_index"] for i in items],
-                 want)
+    _items_match(
+        [i["task"] for i in items], [i["episode_index"] for i in items], [i["frame_index"] for i in items], want
+    )
 
 
 def test_mixture_strict_option_refuses(small_root, copy_of, tmp_path):

@@ -24,6 +24,7 @@ from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, FetchError, MissingFileError
 from episodic.format.errors import MixturePreflightError
 from episodic.storage import FetchPolicy
+
 from support import FaultServer, assert_items_equal
 
 pytest.importorskip("aiohttp")
@@ -40,15 +41,30 @@ HUNG_POLICY = FetchPolicy(backoff_s=0.01, max_backoff_s=0.1, retry_window_s=2.0,
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     """3 short episodes, two 32x32 cameras: small enough to fetch whole many times."""
-    return write_demo_dataset(tmp_path_factory.mktemp("net") / "ds", num_episodes=3, min_length=8, max_length=12,
-                              height=32, width=32, progress=False)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("net") / "ds",
+        num_episodes=3,
+        min_length=8,
+        max_length=12,
+        height=32,
+        width=32,
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def republished(tmp_path_factory) -> Path:
     """Another dataset at the same paths (other lengths, other pixels): the first one re-published."""
-    return write_demo_dataset(tmp_path_factory.mktemp("net2") / "ds", num_episodes=3, min_length=8, max_length=12,
-                              height=32, width=32, progress=False, seed=7)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("net2") / "ds",
+        num_episodes=3,
+        min_length=8,
+        max_length=12,
+        height=32,
+        width=32,
+        progress=False,
+        seed=7,
+    )
 
 
 @pytest.fixture()
@@ -115,8 +131,14 @@ def test_server_restarted_within_the_window_costs_no_error(served, dataset, tmp_
 
 def test_server_killed_and_restarted_while_streaming(served, dataset, tmp_path):
     ref = LeRobotDataset("x", root=dataset)
-    ds = StreamingLeRobotDataset(None, root=served.url + "/ds", cache_dir=tmp_path, episode_pool_size=1,
-                                 fetch_policy=RESTART_POLICY, shuffle=False)
+    ds = StreamingLeRobotDataset(
+        None,
+        root=served.url + "/ds",
+        cache_dir=tmp_path,
+        episode_pool_size=1,
+        fetch_policy=RESTART_POLICY,
+        shuffle=False,
+    )
     served.kill()  # after the metadata: rows and frames are fetched while the server is down, then back
     restart = _restart_later(served, RESTART_S)
     seen = []
@@ -148,8 +170,9 @@ def test_hung_server_gives_a_named_error_within_the_stated_time(served, tmp_path
 
 
 def test_hung_server_while_streaming_gives_a_named_error(served, tmp_path):
-    ds = StreamingLeRobotDataset(None, root=served.url + "/ds", cache_dir=tmp_path, episode_pool_size=1,
-                                 fetch_policy=POLICY, shuffle=False)
+    ds = StreamingLeRobotDataset(
+        None, root=served.url + "/ds", cache_dir=tmp_path, episode_pool_size=1, fetch_policy=POLICY, shuffle=False
+    )
     served.hang.set()  # after the metadata
     t0 = time.monotonic()
     with pytest.raises(FetchError, match=r"127\.0\.0\.1"):
@@ -162,12 +185,17 @@ def test_hung_server_while_streaming_gives_a_named_error(served, tmp_path):
 def test_streaming_over_a_dead_host_fails_within_one_window(multifile_root, tmp_path, fault):
     """A pool of 1 fetches rows, sizes and mp4s one after another: each used to wait a whole window of its own
     (two windows before the error reached the loop); now the host is down after the first."""
-    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=3.0, timeout_s=0.25,
-                         connect_timeout_s=0.25)
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=3.0, timeout_s=0.25, connect_timeout_s=0.25)
     shutil.copytree(multifile_root, tmp_path / "www" / "ds")
     with FaultServer(tmp_path / "www") as server:
-        ds = StreamingLeRobotDataset(None, root=server.url + "/ds", cache_dir=tmp_path / "c", episode_pool_size=1,
-                                     fetch_policy=policy, shuffle=False)
+        ds = StreamingLeRobotDataset(
+            None,
+            root=server.url + "/ds",
+            cache_dir=tmp_path / "c",
+            episode_pool_size=1,
+            fetch_policy=policy,
+            shuffle=False,
+        )
         server.kill() if fault == "killed" else server.hang.set()
         t0 = time.monotonic()
         with pytest.raises(FetchError) as info:
@@ -211,14 +239,38 @@ def test_mixture_check_of_hub_entries_with_the_hub_down_reports_within_one_windo
     closed.close()  # nothing listens there: connection refused
     spec = tmp_path / "hub.json"
     spec.write_text(json.dumps({"entries": [{"source": f"someone/ds{i:03d}"} for i in range(24)]}))
-    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1", HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HOME=str(tmp_path / "hf"), HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
-               EPISODIC_CACHE=str(tmp_path / "cache"), EPISODIC_RETRY_WINDOW="1", PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(
+        os.environ,
+        HF_ENDPOINT=endpoint,
+        HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HOME=str(tmp_path / "hf"),
+        HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
+        EPISODIC_CACHE=str(tmp_path / "cache"),
+        EPISODIC_RETRY_WINDOW="1",
+        PYTHONPATH=os.pathsep.join(sys.path),
+    )
     for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
         env.pop(name, None)
-    out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(spec), "-q", "--concurrency",
-                          "4", "--json", str(tmp_path / "report.json")], env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "episodic.cli",
+            "mixture",
+            "check",
+            str(spec),
+            "-q",
+            "--concurrency",
+            "4",
+            "--json",
+            str(tmp_path / "report.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1, out.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     problems = report["problems"]
@@ -334,13 +386,19 @@ def test_no_abort_at_exit_after_caught_metadata_errors(served, tmp_path):
         path = www / name / broken
         chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)  # its first column chunk: garbage
         data = bytearray(path.read_bytes())
-        data[chunk.data_page_offset: chunk.data_page_offset + chunk.total_compressed_size] = \
+        data[chunk.data_page_offset : chunk.data_page_offset + chunk.total_compressed_size] = (
             b"\xff" * chunk.total_compressed_size
+        )
         path.write_bytes(bytes(data))
         roots += [f"{served.url}/{name}", str(www / name)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    p = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "c"), *roots], capture_output=True, text=True,
-                       timeout=120, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "c"), *roots],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
     assert p.stdout.splitlines() == ["caught DatasetFormatError"] * 4, (p.stdout, p.stderr[-2000:])
 

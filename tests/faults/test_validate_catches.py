@@ -14,8 +14,21 @@ import pytest
 from episodic.cli import main
 from episodic.tools.validate import validate
 
-from hostile_data import (CORRUPT, DATA, EPISODES, HOSTILE, TASKS, TOP, TOP_MP4, Case, RecordingServer, column_edit,
-                          edit_info, edit_table, set_column)
+from hostile_data import (
+    CORRUPT,
+    DATA,
+    EPISODES,
+    HOSTILE,
+    TASKS,
+    TOP,
+    TOP_MP4,
+    Case,
+    RecordingServer,
+    column_edit,
+    edit_info,
+    edit_table,
+    set_column,
+)
 
 
 def _flagged(report, pattern: str) -> bool:
@@ -37,7 +50,9 @@ def test_validate_flags_a_camera_of_another_size_and_its_codec(small_root, copy_
     _reencode(root / TOP_MP4, 32, 48)
     edit_info(root, lambda info: info["features"]["observation.images.wrist"]["info"].update({"video.codec": "h264"}))
     report = validate(str(root), progress=False)
-    assert _flagged(report, rf"file-000\.mp4: camera '{TOP}': frames are 32x48 \(height x width\) but info\.json says 48x64")
+    assert _flagged(
+        report, rf"file-000\.mp4: camera '{TOP}': frames are 32x48 \(height x width\) but info\.json says 48x64"
+    )
     assert _flagged(report, r"camera 'observation\.images\.wrist': the stream is \w+, info\.json says h264")
 
 
@@ -49,17 +64,25 @@ def test_full_decodes_every_frame(small_root, copy_of):
     quick = validate(str(root), progress=False)
     full = validate(str(root), progress=False, full=True)
     assert full.checked["frames decoded"] > quick.checked["frames decoded"]
-    assert _flagged(full, rf"episode \d, camera '{TOP}': a frame not decodable: .*file-000\.mp4: decoding the frame at 2\.0000s")
+    assert _flagged(
+        full, rf"episode \d, camera '{TOP}': a frame not decodable: .*file-000\.mp4: decoding the frame at 2\.0000s"
+    )
     assert not _flagged(quick, "decoding the frame at 2.0000s")  # between two episodes' first/last frames: --full only
 
 
 def test_every_problem_of_one_info_json(small_root, copy_of):
     root = copy_of(small_root)
-    edit_info(root, lambda info: info.update(fps=0, video_path="/abs/{video_key}/{chunk_index}{file_index}.mp4",
-                                             total_episodes=-1))
+    edit_info(
+        root,
+        lambda info: info.update(fps=0, video_path="/abs/{video_key}/{chunk_index}{file_index}.mp4", total_episodes=-1),
+    )
     report = validate(str(root), progress=False)
     assert len(report.problems) == 3, report.problems
-    for pattern in (r"'fps' must be a positive integer", r"'video_path'.*absolute", r"'total_episodes' has an invalid value"):
+    for pattern in (
+        r"'fps' must be a positive integer",
+        r"'video_path'.*absolute",
+        r"'total_episodes' has an invalid value",
+    ):
         assert _flagged(report, pattern)
 
 
@@ -67,14 +90,24 @@ def test_every_problem_of_one_dataset(multifile_root, copy_of):
     root = copy_of(multifile_root)
     data = sorted(root.glob("data/*/*.parquet"))
     data[0].unlink()  # 1: a data file missing
-    column_edit(str(data[1].relative_to(root)), "task_index", lambda v: np.where(np.arange(len(v)) == 2, -5, v))(root)  # 2
-    column_edit(EPISODES, "videos/observation.images.wrist/from_timestamp", lambda v: np.where(np.arange(len(v)) == 7, np.nan, v))(root)  # 3
+    column_edit(str(data[1].relative_to(root)), "task_index", lambda v: np.where(np.arange(len(v)) == 2, -5, v))(
+        root
+    )  # 2
+    column_edit(
+        EPISODES,
+        "videos/observation.images.wrist/from_timestamp",
+        lambda v: np.where(np.arange(len(v)) == 7, np.nan, v),
+    )(root)  # 3
     sorted(root.glob(f"videos/{TOP}/*/*.mp4"))[-1].write_bytes(b"not a video")  # 4
     edit_table(root, TASKS, lambda t: set_column(t, "task_index", pa.array([0, 0, 1][: t.num_rows])))  # 5
     report = validate(str(root), progress=False)
-    for pattern in (rf"{data[0].name}: data file not found", rf"{data[1].name}: episode \d+: column 'task_index' .* is -5",
-                    r"episode\(s\) \[7\]: column 'videos/observation\.images\.wrist/from_timestamp' is nan",
-                    rf"{TOP}.*cannot open video|cannot open video.*{TOP}", r"tasks\.parquet: task_index must number"):
+    for pattern in (
+        rf"{data[0].name}: data file not found",
+        rf"{data[1].name}: episode \d+: column 'task_index' .* is -5",
+        r"episode\(s\) \[7\]: column 'videos/observation\.images\.wrist/from_timestamp' is nan",
+        rf"{TOP}.*cannot open video|cannot open video.*{TOP}",
+        r"tasks\.parquet: task_index must number",
+    ):
         assert _flagged(report, pattern), (pattern, report.problems)
 
 
@@ -115,7 +148,13 @@ def test_validate_over_http_stays_under_the_prefix(small_root, copy_of):
 def test_terminal_output_escapes_dataset_text(small_root, copy_of, capsys):
     root = copy_of(small_root)
     evil = "pick\x1b[2J\x1b]0;owned\x07\nOK: fake line\u202e"
-    edit_table(root, TASKS, lambda t: set_column(t, "__index_level_0__", pa.array([evil] + t.column("__index_level_0__").to_pylist()[1:], pa.large_string())))
+    edit_table(
+        root,
+        TASKS,
+        lambda t: set_column(
+            t, "__index_level_0__", pa.array([evil] + t.column("__index_level_0__").to_pylist()[1:], pa.large_string())
+        ),
+    )
     assert main(["info", str(root)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out and "\nOK: fake line" not in out

@@ -18,10 +18,25 @@ EPISODES = 4
 
 def _race(root: Path) -> None:
     start_at = time.time() + 1.5  # both processes are up (imports done) by then
-    procs = {seed: subprocess.Popen([sys.executable, str(CHILD), str(root), "--episodes", str(EPISODES), "--seed",
-                                     str(seed), "--start-at", str(start_at)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-             for seed in (1, 2)}
+    procs = {
+        seed: subprocess.Popen(
+            [
+                sys.executable,
+                str(CHILD),
+                str(root),
+                "--episodes",
+                str(EPISODES),
+                "--seed",
+                str(seed),
+                "--start-at",
+                str(start_at),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    }
     results = {seed: p.communicate(timeout=300) for seed, p in procs.items()}
     codes = {seed: p.returncode for seed, p in procs.items()}
     winners = [s for s, c in codes.items() if c == 0]

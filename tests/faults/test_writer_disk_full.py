@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-import writer_checks
-import writer_child as wc
 from episodic.cli import main
 from episodic.storage.atomic import temp_files
 from episodic.tools.repair import repair
 from episodic.writer import DatasetWriter
 from episodic.writer.session import SESSION, directory_state
+
+import writer_checks
+import writer_child as wc
 
 SEED = 4
 
@@ -33,8 +34,11 @@ class Tmpfs:
         self.path, self.mounted = path, False
 
     def mount(self, size_kb: int) -> Path:
-        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(self.path)],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(self.path)],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs to fill up ({out.stderr.strip() or out.returncode})")
         self.mounted = True

@@ -22,10 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import writer_checks
-from episodic.tools.repair import repair
 from episodic.format.errors import WriterSessionError
+from episodic.tools.repair import repair
 from episodic.writer.session import ABSENT, DATASET, EMPTY, directory_state
+
+import writer_checks
 
 CHILD = Path(__file__).with_name("writer_child.py")
 EVENT_TIMEOUT_S = 120
@@ -35,8 +36,12 @@ class Round:
     """One writer process: its reported events, and a SIGKILL after a chosen event."""
 
     def __init__(self, root: Path, episodes: int, seed: int):
-        self.proc = subprocess.Popen([sys.executable, str(CHILD), str(root), "--episodes", str(episodes),
-                                      "--seed", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CHILD), str(root), "--episodes", str(episodes), "--seed", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue = queue.Queue()
         self.events: list[str] = []
         self.stderr = ""
@@ -182,14 +187,16 @@ def test_repair_command_line_after_a_kill(tmp_path):
     rnd.kill_after(4, 0.05)  # after episode 2 returned, inside episode 3
     assert rnd.proc.returncode == -signal.SIGKILL, rnd.events
     added = rnd.added()
-    out = subprocess.run([sys.executable, "-m", "episodic.cli", "repair", str(root)], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "episodic.cli", "repair", str(root)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"repaired {root}") and "complete episode(s)" in out.stdout, out.stdout
     found = writer_checks.count_episodes(root)
     assert len(added) <= found <= len(added) + 1
     writer_checks.assert_layout(root)
     writer_checks.assert_episodes(root, 5, found)
-    again = subprocess.run([sys.executable, "-m", "episodic.cli", "repair", str(root)], capture_output=True, text=True,
-                           timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "episodic.cli", "repair", str(root)], capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0 and "nothing to repair" in again.stdout, again.stdout + again.stderr

@@ -57,9 +57,15 @@ print(json.dumps(out))
 def test_three_writers_at_once_lose_no_episode(tmp_path):
     writers, datasets = 3, 111  # 3 x 111 datasets x 3 episodes = 999 episodes, 2,997 encoded segments
     start_at = time.time() + 2
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(seed), str(datasets), str(start_at)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for seed in range(writers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path), str(seed), str(datasets), str(start_at)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in range(writers)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=1800)

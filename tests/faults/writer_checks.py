@@ -11,12 +11,14 @@ from pathlib import Path
 import av
 import numpy as np
 
-import writer_child as wc
 from episodic import EpisodicDataset
 from episodic.storage.atomic import temp_files
 from episodic.tools.validate import validate
 from episodic.writer.session import SESSION_DIR
 from episodic.writer.video import VideoFileWriter
+
+import writer_child as wc
+
 
 def open_files_under(path: Path) -> list[str]:
     """Files under `path` this process holds open (Linux), but a live writer's lock: a descriptor left open

@@ -55,8 +55,10 @@ def coded_frame(seed: int, ep: int, frame: int, cam: int) -> np.ndarray:
 def episode(seed: int, ep: int) -> dict[str, np.ndarray]:
     n = episode_length(seed, ep)
     rng = np.random.default_rng([seed, ep])
-    out = {"observation.state": rng.standard_normal((n, DIM)).astype(np.float32),
-           "action": rng.standard_normal((n, DIM)).astype(np.float32)}
+    out = {
+        "observation.state": rng.standard_normal((n, DIM)).astype(np.float32),
+        "action": rng.standard_normal((n, DIM)).astype(np.float32),
+    }
     for c, cam in enumerate(CAMERAS):
         out[cam] = np.stack([coded_frame(seed, ep, f, c) for f in range(n)])
     return out

@@ -94,21 +94,27 @@ def test_quantise_as_lerobot_061_and_back_within_a_step(name, unit):
 
 def test_info_fields_defaults_and_errors_name_the_field():
     assert DepthCoding.from_info({"is_depth_map": True}, "x") == DepthCoding()
-    c = DepthCoding.from_info({"video.depth_min": 0.1, "video.depth_max": 3, "video.shift": 1.0, "video.use_log": False,
-                               "depth_unit": "mm"}, "x")
+    c = DepthCoding.from_info(
+        {"video.depth_min": 0.1, "video.depth_max": 3, "video.shift": 1.0, "video.use_log": False, "depth_unit": "mm"},
+        "x",
+    )
     assert (c.depth_min, c.depth_max, c.shift, c.use_log, c.unit) == (0.1, 3.0, 1.0, False, "mm")
     assert DepthCoding.from_info(c.info(), "x") == c and is_depth_map(c.info())
     assert is_depth_map({"video.is_depth_map": True}) and not is_depth_map({"video.is_depth_map": False})
-    for info, field in (({"video.depth_max": "far"}, "info.video.depth_max"),
-                        ({"video.depth_min": 5.0, "video.depth_max": 1.0}, "info.video.depth_max"),
-                        ({"video.use_log": 1}, "info.video.use_log"),
-                        ({"video.depth_min": 0.0, "video.shift": 0.0}, "info.video.shift"),
-                        ({"depth_unit": "cm"}, "info.depth_unit")):
+    for info, field in (
+        ({"video.depth_max": "far"}, "info.video.depth_max"),
+        ({"video.depth_min": 5.0, "video.depth_max": 1.0}, "info.video.depth_max"),
+        ({"video.use_log": 1}, "info.video.use_log"),
+        ({"video.depth_min": 0.0, "video.shift": 0.0}, "info.video.shift"),
+        ({"depth_unit": "cm"}, "info.depth_unit"),
+    ):
         with pytest.raises(DatasetFormatError, match=rf"info.json: .*'{field}'"):
             DepthCoding.from_info({"is_depth_map": True, **info}, "meta/info.json: feature 'd'")
     with pytest.raises(DatasetFormatError, match=r"feature 'observation.images.d'.*'info.video.depth_max'"):
-        Feature.from_json("observation.images.d", {"dtype": "video", "shape": [4, 4, 1],
-                                                   "info": {"is_depth_map": True, "video.depth_max": -1}})
+        Feature.from_json(
+            "observation.images.d",
+            {"dtype": "video", "shape": [4, 4, 1], "info": {"is_depth_map": True, "video.depth_max": -1}},
+        )
 
 
 def test_a_camera_of_an_unknown_kind_is_a_problem_naming_it():

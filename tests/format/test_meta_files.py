@@ -16,10 +16,18 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from episodic.format import DatasetFormatError, load_metadata
-from episodic.format.meta_files import (INFO_PATH, MAX_BYTES, STATS_PATH, V21_EPISODE_STATS, V21_EPISODES, V21_TASKS,
-                                        read_bytes)
+from episodic.format.meta_files import (
+    INFO_PATH,
+    MAX_BYTES,
+    STATS_PATH,
+    V21_EPISODE_STATS,
+    V21_EPISODES,
+    V21_TASKS,
+    read_bytes,
+)
 from episodic.storage import open_source
 from episodic.storage.fetch import fetch_bytes
+
 from support import FaultServer
 
 
@@ -100,8 +108,9 @@ def test_a_remote_info_json_past_its_bound_is_not_fetched_whole(two):
     path = f"/{root.name}/{INFO_PATH}"
     with FaultServer(root.parent) as server:
         source = open_source(f"{server.url}/{root.name}")
-        with pytest.raises(DatasetFormatError, match=f"{server.url}{path}: {size:,} bytes, more than the {limit:,} "
-                                                     f"bytes"):
+        with pytest.raises(
+            DatasetFormatError, match=f"{server.url}{path}: {size:,} bytes, more than the {limit:,} bytes"
+        ):
             source.load_metadata()
         assert [(m, r) for m, p, r in server.requests if p == path] == [("GET", f"bytes=0-{limit}"), ("HEAD", None)]
         padded_info(root, 1 << 18)

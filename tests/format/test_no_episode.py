@@ -24,13 +24,23 @@ NO_EPISODE = r"meta/episodes.*: the dataset has no episode \(info.json total_epi
 def v30_root(tmp_path):
     root = tmp_path / "empty"
     root.mkdir()
-    features = {"observation.state": Feature.from_json("observation.state", {"dtype": "float32", "shape": [2]}),
-                "observation.images.top": Feature.from_json("observation.images.top",
-                                                            {"dtype": "video", "shape": [48, 64, 3]})}
-    write_metadata(str(root), fps=10, features=features,
-                   video_info={"video.codec": "av1", "video.pix_fmt": "yuv420p", "video.g": 2, "video.crf": 30},
-                   episodes=[], episode_stats=[], tasks=[], total_frames=0, chunks_size=1000, sizes_mb=(100, 200),
-                   robot_type=None)
+    features = {
+        "observation.state": Feature.from_json("observation.state", {"dtype": "float32", "shape": [2]}),
+        "observation.images.top": Feature.from_json("observation.images.top", {"dtype": "video", "shape": [48, 64, 3]}),
+    }
+    write_metadata(
+        str(root),
+        fps=10,
+        features=features,
+        video_info={"video.codec": "av1", "video.pix_fmt": "yuv420p", "video.g": 2, "video.crf": 30},
+        episodes=[],
+        episode_stats=[],
+        tasks=[],
+        total_frames=0,
+        chunks_size=1000,
+        sizes_mb=(100, 200),
+        robot_type=None,
+    )
     return root
 
 
@@ -38,9 +48,16 @@ def v30_root(tmp_path):
 def v21_root(tmp_path):
     root = tmp_path / "empty21"
     (root / "meta").mkdir(parents=True)
-    info = {"codebase_version": "v2.1", "total_episodes": 0, "total_frames": 0, "total_tasks": 0, "chunks_size": 1000,
-            "fps": 10, "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "features": {"action": {"dtype": "float32", "shape": [2], "names": None}}}
+    info = {
+        "codebase_version": "v2.1",
+        "total_episodes": 0,
+        "total_frames": 0,
+        "total_tasks": 0,
+        "chunks_size": 1000,
+        "fps": 10,
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "features": {"action": {"dtype": "float32", "shape": [2], "names": None}},
+    }
     (root / "meta/info.json").write_text(json.dumps(info))
     (root / "meta/episodes.jsonl").write_text("")
     (root / "meta/tasks.jsonl").write_text("")

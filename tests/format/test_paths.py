@@ -9,30 +9,59 @@ from fsspec.implementations.local import LocalFileSystem
 
 from episodic.format import DatasetFormatError
 from episodic.format.errors import UnsafePathError
-from episodic.format.paths import (cache_name, check_repo_id, dataset_path, inside, relative_problem, render,
-                                   render_many, template_problems, DATA_FIELDS, VIDEO_FIELDS)
+from episodic.format.paths import (
+    DATA_FIELDS,
+    VIDEO_FIELDS,
+    cache_name,
+    check_repo_id,
+    dataset_path,
+    inside,
+    relative_problem,
+    render,
+    render_many,
+    template_problems,
+)
 
 
-@pytest.mark.parametrize("rel", ["data/chunk-000/file-000.parquet", "videos/observation.images.top/c/f.mp4", "a",
-                                 "...", "a/...b", "x/y:z"])
+@pytest.mark.parametrize(
+    "rel", ["data/chunk-000/file-000.parquet", "videos/observation.images.top/c/f.mp4", "a", "...", "a/...b", "x/y:z"]
+)
 def test_safe_relative_paths(rel):
     assert relative_problem(rel) is None
 
 
-@pytest.mark.parametrize("rel, why", [
-    ("", "empty"), ("/etc/passwd", "absolute"), ("//host/x", "absolute"), ("a/../../b", "'..'"), ("..", "'..'"),
-    ("a//b", "empty"), ("./a", "'.'"), ("a/", "empty"), ("a\\..\\b", "character"), ("a%2e%2e", "character '%'"),
-    ("a?b", "character '?'"), ("a#b", "character '#'"), ("a\x00b", "character"), ("a\nb", "character"),
-    ("http://h/x", "scheme"), ("C:/x", "scheme"), (None, "not a string"),
-])
+@pytest.mark.parametrize(
+    "rel, why",
+    [
+        ("", "empty"),
+        ("/etc/passwd", "absolute"),
+        ("//host/x", "absolute"),
+        ("a/../../b", "'..'"),
+        ("..", "'..'"),
+        ("a//b", "empty"),
+        ("./a", "'.'"),
+        ("a/", "empty"),
+        ("a\\..\\b", "character"),
+        ("a%2e%2e", "character '%'"),
+        ("a?b", "character '?'"),
+        ("a#b", "character '#'"),
+        ("a\x00b", "character"),
+        ("a\nb", "character"),
+        ("http://h/x", "scheme"),
+        ("C:/x", "scheme"),
+        (None, "not a string"),
+    ],
+)
 def test_unsafe_relative_paths(rel, why):
     problem = relative_problem(rel)
     assert problem is not None and why in problem, problem
 
 
 def test_render_uses_only_the_given_placeholders():
-    assert render("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", "w", chunk_index=1, file_index=22) == \
-        "data/chunk-001/file-022.parquet"
+    assert (
+        render("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", "w", chunk_index=1, file_index=22)
+        == "data/chunk-001/file-022.parquet"
+    )
     with pytest.raises(DatasetFormatError, match=r"^w: .*unknown placeholder \{episode_index\}") as e:
         render("{episode_index}.parquet", "w", chunk_index=1, file_index=2)
     assert not isinstance(e.value, UnsafePathError)
@@ -57,11 +86,11 @@ def test_render_many_checks_every_path():
 
 def test_template_problems():
     assert template_problems("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet", DATA_FIELDS) == []
-    (text, kind), = template_problems("../{video_key}/{chunk_index}/{file_index}", VIDEO_FIELDS)
+    ((text, kind),) = template_problems("../{video_key}/{chunk_index}/{file_index}", VIDEO_FIELDS)
     assert kind is UnsafePathError and "'..'" in text
-    (text, kind), = template_problems("{chunk_index}/{x}", DATA_FIELDS)
+    ((text, kind),) = template_problems("{chunk_index}/{x}", DATA_FIELDS)
     assert kind is DatasetFormatError and "{x}" in text
-    (text, kind), = template_problems("{chunk_index", DATA_FIELDS)
+    ((text, kind),) = template_problems("{chunk_index", DATA_FIELDS)
     assert "not a valid path template" in text
 
 

@@ -5,8 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from episodic.format.quantiles import (QUANTILE_RANK_TOLERANCE, SKETCH_SIZE, pooled_quantiles, sketch_of_sorted,
-                                       sorted_quantiles)
+from episodic.format.quantiles import (
+    QUANTILE_RANK_TOLERANCE,
+    SKETCH_SIZE,
+    pooled_quantiles,
+    sketch_of_sorted,
+    sorted_quantiles,
+)
 from episodic.format.stats import QUANTILES, KeyStats, column_stats
 
 LEVELS = list(QUANTILES.values())
@@ -23,8 +28,9 @@ def _reference(x: np.ndarray) -> dict:
 @pytest.mark.parametrize("n,threads", [(1, 1), (2, 1), (7, 2), (513, 1), (514, 3), (5000, 4)])
 def test_column_stats_equal_numpy(n, threads):
     rng = np.random.default_rng(n)
-    x = np.concatenate([rng.normal(3, 2, (n, 3)), rng.standard_t(2, (n, 2)) * 100, rng.integers(-5, 5, (n, 1))],
-                       axis=1).astype(np.float32)
+    x = np.concatenate(
+        [rng.normal(3, 2, (n, 3)), rng.standard_t(2, (n, 2)) * 100, rng.integers(-5, 5, (n, 1))], axis=1
+    ).astype(np.float32)
     ks = column_stats(x, block_bytes=8 * n * 2, threads=threads)  # blocks of <= two dimensions, on threads
     want = _reference(x)
     for name, v in want.items():
@@ -55,9 +61,15 @@ def test_pooled_quantiles_of_summarised_parts_are_within_the_stated_rank_toleran
     """Parts larger than the sketch, of very different distributions and sizes: each pooled quantile q lies
     between numpy's quantiles of the concatenated data at q -+ 1/K."""
     rng = np.random.default_rng(3)
-    parts = [rng.normal(0, 1, 20_000), rng.exponential(5, 3_000) + 2, rng.uniform(-10, 10, 50_000),
-             rng.standard_t(1.5, 7_000), rng.normal(4, 0.1, 600), np.repeat([1.0, 2.0, 3.0], 900),
-             rng.normal(-3, 2, 100)]  # the last one small enough to be kept exactly
+    parts = [
+        rng.normal(0, 1, 20_000),
+        rng.exponential(5, 3_000) + 2,
+        rng.uniform(-10, 10, 50_000),
+        rng.standard_t(1.5, 7_000),
+        rng.normal(4, 0.1, 600),
+        np.repeat([1.0, 2.0, 3.0], 900),
+        rng.normal(-3, 2, 100),
+    ]  # the last one small enough to be kept exactly
     sketches = [(len(p), sketch_of_sorted(np.sort(p)[None])) for p in parts]
     assert sketches[-1][1].shape[1] == 100 and sketches[0][1].shape[1] == SKETCH_SIZE + 1
     x = np.concatenate(parts)
@@ -88,9 +100,13 @@ def test_key_stats_json_round_trip_and_damage():
     assert np.array_equal(back.sketch, ks.sketch)
     sel = ks.select([4, 0, 0])
     assert np.array_equal(sel.stats["mean"], ks.stats["mean"][[4, 0, 0]]) and sel.sketch.shape[0] == 3
-    for damage in (lambda r: r["stats"].pop("q10"), lambda r: r["stats"].__setitem__("mean", [1.0]),
-                   lambda r: r["sketch"].__setitem__("float64", r["sketch"]["float64"][:-8]),
-                   lambda r: r["sketch"].__setitem__("shape", [5, 2]), lambda r: r.pop("sketch")):
+    for damage in (
+        lambda r: r["stats"].pop("q10"),
+        lambda r: r["stats"].__setitem__("mean", [1.0]),
+        lambda r: r["sketch"].__setitem__("float64", r["sketch"]["float64"][:-8]),
+        lambda r: r["sketch"].__setitem__("shape", [5, 2]),
+        lambda r: r.pop("sketch"),
+    ):
         bad = json.loads(json.dumps(ks.to_json()))
         damage(bad)
         with pytest.raises(ValueError):

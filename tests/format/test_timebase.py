@@ -9,16 +9,25 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from episodic.format.timebase import (
-    END_CLAMP_FRAMES, SPAN_FRAMES_AFTER, SPAN_FRAMES_BEFORE, TIME_EPS_S, end_clamp_s, frames_to_seconds, off_grid,
-    seconds_to_frames, span_window, timestamp_column,
-)
 from episodic.format import FrameTimestampError
+from episodic.format.timebase import (
+    END_CLAMP_FRAMES,
+    SPAN_FRAMES_AFTER,
+    SPAN_FRAMES_BEFORE,
+    TIME_EPS_S,
+    end_clamp_s,
+    frames_to_seconds,
+    off_grid,
+    seconds_to_frames,
+    span_window,
+    timestamp_column,
+)
 from episodic.tabular import delta_offsets
 from episodic.video import VideoReader
 from episodic.writer.video import VideoFileWriter
 
 from support import FIXTURES
+
 LEROBOT_WRITTEN = ["lerobot-0.4.4", "lerobot_h264", "lerobot_multifile_av1"]
 
 

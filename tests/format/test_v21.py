@@ -28,24 +28,43 @@ def v21_root(tmp_path_factory):
         feats[k]["info"] = {"video.fps": FPS, "video.codec": "av1", "video.pix_fmt": "yuv420p"}
     for k in ("timestamp", "frame_index", "episode_index", "index", "task_index"):
         feats[k] = {"dtype": "float32" if k == "timestamp" else "int64", "shape": [1], "names": None}
-    info = {"codebase_version": "v2.1", "robot_type": "synthetic", "total_episodes": len(LENGTHS),
-            "total_frames": sum(LENGTHS), "total_tasks": 2, "total_videos": 2 * len(LENGTHS), "total_chunks": 1,
-            "chunks_size": 1000, "fps": FPS, "splits": {"train": f"0:{len(LENGTHS)}"},
-            "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-            "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
-            "features": feats}
+    info = {
+        "codebase_version": "v2.1",
+        "robot_type": "synthetic",
+        "total_episodes": len(LENGTHS),
+        "total_frames": sum(LENGTHS),
+        "total_tasks": 2,
+        "total_videos": 2 * len(LENGTHS),
+        "total_chunks": 1,
+        "chunks_size": 1000,
+        "fps": FPS,
+        "splits": {"train": f"0:{len(LENGTHS)}"},
+        "data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+        "features": feats,
+    }
     (root / "meta").mkdir(parents=True)
     (root / "meta/info.json").write_text(json.dumps(info))
-    (root / "meta/tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": TASKS[i]}) + "\n" for i in range(2)))
+    (root / "meta/tasks.jsonl").write_text(
+        "".join(json.dumps({"task_index": i, "task": TASKS[i]}) + "\n" for i in range(2))
+    )
     eps, start = [], 0
     for e, n in enumerate(LENGTHS):
         src = synthetic_episode(e, n, height=48, width=64)
         fi = np.arange(n)
-        t = pa.table({"observation.state": pa.FixedSizeListArray.from_arrays(pa.array(src["observation.state"].reshape(-1)), 14),
-                      "action": pa.FixedSizeListArray.from_arrays(pa.array(src["action"].reshape(-1)), 14),
-                      "timestamp": pa.array((fi / FPS).astype(np.float32)), "frame_index": pa.array(fi),
-                      "episode_index": pa.array(np.full(n, e)), "index": pa.array(start + fi),
-                      "task_index": pa.array(np.full(n, e % 2))})
+        t = pa.table(
+            {
+                "observation.state": pa.FixedSizeListArray.from_arrays(
+                    pa.array(src["observation.state"].reshape(-1)), 14
+                ),
+                "action": pa.FixedSizeListArray.from_arrays(pa.array(src["action"].reshape(-1)), 14),
+                "timestamp": pa.array((fi / FPS).astype(np.float32)),
+                "frame_index": pa.array(fi),
+                "episode_index": pa.array(np.full(n, e)),
+                "index": pa.array(start + fi),
+                "task_index": pa.array(np.full(n, e % 2)),
+            }
+        )
         (root / "data/chunk-000").mkdir(parents=True, exist_ok=True)
         pq.write_table(t, root / f"data/chunk-000/episode_{e:06d}.parquet")
         for k in CAMS:

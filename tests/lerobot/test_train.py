@@ -28,50 +28,99 @@ from support import LEROBOT_FIXTURE, REPO, lerobot_python
 RECORDER = Path(__file__).with_name("train_recorder.py")
 STEPS, BATCH, SEED = 5, 4, 7
 
-COMMON = ["--dataset.repo_id=lerobot-fixture", f"--dataset.root={LEROBOT_FIXTURE / 'dataset'}",
-          "--policy.device=cpu", "--policy.push_to_hub=false", "--wandb.enable=false", f"--seed={SEED}",
-          "--eval_freq=0", f"--batch_size={BATCH}", "--log_freq=1"]
-ACT = ["--policy.type=act", "--policy.pretrained_backbone_weights=null", "--policy.dim_model=64",
-       "--policy.dim_feedforward=128", "--policy.n_heads=2", "--policy.n_encoder_layers=1",
-       "--policy.n_decoder_layers=1", "--policy.chunk_size=10", "--policy.n_action_steps=10",
-       "--policy.latent_dim=8", "--policy.n_vae_encoder_layers=1"]
-DIFFUSION = ["--policy.type=diffusion", "--policy.pretrained_backbone_weights=null", "--policy.down_dims=[32,64]",
-             "--policy.diffusion_step_embed_dim=32", "--policy.spatial_softmax_num_keypoints=8",
-             "--policy.n_groups=4"]  # Diffusion Policy: LeRobot's EpisodeAwareSampler (drop_n_last_frames=7)
+COMMON = [
+    "--dataset.repo_id=lerobot-fixture",
+    f"--dataset.root={LEROBOT_FIXTURE / 'dataset'}",
+    "--policy.device=cpu",
+    "--policy.push_to_hub=false",
+    "--wandb.enable=false",
+    f"--seed={SEED}",
+    "--eval_freq=0",
+    f"--batch_size={BATCH}",
+    "--log_freq=1",
+]
+ACT = [
+    "--policy.type=act",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.dim_model=64",
+    "--policy.dim_feedforward=128",
+    "--policy.n_heads=2",
+    "--policy.n_encoder_layers=1",
+    "--policy.n_decoder_layers=1",
+    "--policy.chunk_size=10",
+    "--policy.n_action_steps=10",
+    "--policy.latent_dim=8",
+    "--policy.n_vae_encoder_layers=1",
+]
+DIFFUSION = [
+    "--policy.type=diffusion",
+    "--policy.pretrained_backbone_weights=null",
+    "--policy.down_dims=[32,64]",
+    "--policy.diffusion_step_embed_dim=32",
+    "--policy.spatial_softmax_num_keypoints=8",
+    "--policy.n_groups=4",
+]  # Diffusion Policy: LeRobot's EpisodeAwareSampler (drop_n_last_frames=7)
 PAIRS = {
     "act-w0": ACT + ["--num_workers=0"],
     "act-w2": ACT + ["--num_workers=2"],
-    "act-w2-transforms-episodes": ACT + ["--num_workers=2", "--dataset.image_transforms.enable=true",
-                                         "--dataset.episodes=[2,5,6,11,17]"],
+    "act-w2-transforms-episodes": ACT
+    + ["--num_workers=2", "--dataset.image_transforms.enable=true", "--dataset.episodes=[2,5,6,11,17]"],
     "diffusion-w0": DIFFUSION + ["--num_workers=0"],
     "diffusion-w2": DIFFUSION + ["--num_workers=2"],
 }
 # streaming: a deterministic ACT (no dropout, no VAE sampling), so a resumed run must repeat the uninterrupted
 # one exactly: same frames, same losses
-STREAM = ACT + ["--policy.dropout=0", "--policy.use_vae=false", "--dataset.streaming=true", "--num_workers=2",
-                "--save_freq=2"]
+STREAM = ACT + [
+    "--policy.dropout=0",
+    "--policy.use_vae=false",
+    "--dataset.streaming=true",
+    "--num_workers=2",
+    "--save_freq=2",
+]
 
-needs_lerobot = pytest.mark.skipif(lerobot_python() is None, reason=(
-    "no LeRobot 0.4.4 venv: make one with benchmarks/setup_lerobot_venv.sh .bench/lerobot-venv, or set "
-    "EPISODIC_LEROBOT_VENV to one"))
+needs_lerobot = pytest.mark.skipif(
+    lerobot_python() is None,
+    reason=(
+        "no LeRobot 0.4.4 venv: make one with benchmarks/setup_lerobot_venv.sh .bench/lerobot-venv, or set "
+        "EPISODIC_LEROBOT_VENV to one"
+    ),
+)
 
 
 def _runs(out: Path) -> list[dict]:
     runs = []
     for name, args in PAIRS.items():
         for loader in ("lerobot", "episodic"):
-            runs.append({"name": f"{name}/{loader}", "loader": loader,
-                         "args": COMMON + args + [f"--steps={STEPS}", "--save_checkpoint=false",
-                                                  f"--output_dir={out / name / loader}"]})
+            runs.append(
+                {
+                    "name": f"{name}/{loader}",
+                    "loader": loader,
+                    "args": COMMON
+                    + args
+                    + [f"--steps={STEPS}", "--save_checkpoint=false", f"--output_dir={out / name / loader}"],
+                }
+            )
     stream = out / "stream"
     runs += [
-        {"name": "stream/whole", "loader": "episodic",
-         "args": COMMON + STREAM + ["--steps=4", f"--output_dir={stream / 'whole'}"]},
-        {"name": "stream/first-half", "loader": "episodic",
-         "args": COMMON + STREAM + ["--steps=2", f"--output_dir={stream / 'halves'}"]},
-        {"name": "stream/resumed", "loader": "episodic",
-         "args": ["--resume=true", "--steps=4",
-                  f"--config_path={stream / 'halves/checkpoints/last/pretrained_model/train_config.json'}"]},
+        {
+            "name": "stream/whole",
+            "loader": "episodic",
+            "args": COMMON + STREAM + ["--steps=4", f"--output_dir={stream / 'whole'}"],
+        },
+        {
+            "name": "stream/first-half",
+            "loader": "episodic",
+            "args": COMMON + STREAM + ["--steps=2", f"--output_dir={stream / 'halves'}"],
+        },
+        {
+            "name": "stream/resumed",
+            "loader": "episodic",
+            "args": [
+                "--resume=true",
+                "--steps=4",
+                f"--config_path={stream / 'halves/checkpoints/last/pretrained_model/train_config.json'}",
+            ],
+        },
     ]
     return runs
 
@@ -82,10 +131,23 @@ def trained(tmp_path_factory) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("lerobot-train")
     out = tmp / "out"
     (tmp / "runs.json").write_text(json.dumps(_runs(out)))
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"), HF_HUB_OFFLINE="1", WANDB_MODE="disabled",
-               HF_HOME=str(tmp / "hf"), HF_LEROBOT_HOME=str(tmp / "lerobot-home"), EPISODIC_CACHE=str(tmp / "cache"))
-    proc = subprocess.run([str(lerobot_python()), str(RECORDER), str(tmp / "results.json"), str(tmp / "runs.json")],
-                          cwd=tmp, env=env, capture_output=True, text=True, timeout=3300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO / "src"),
+        HF_HUB_OFFLINE="1",
+        WANDB_MODE="disabled",
+        HF_HOME=str(tmp / "hf"),
+        HF_LEROBOT_HOME=str(tmp / "lerobot-home"),
+        EPISODIC_CACHE=str(tmp / "cache"),
+    )
+    proc = subprocess.run(
+        [str(lerobot_python()), str(RECORDER), str(tmp / "results.json"), str(tmp / "runs.json")],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return json.loads((tmp / "results.json").read_text()), out
 
@@ -138,13 +200,24 @@ def test_streaming_resumes_from_the_state_saved_with_the_checkpoint(trained):
 
 @needs_lerobot
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", [["-m", "episodic.lerobot"],
-                                   ["-c", "import sys; from episodic.cli import main; sys.exit(main(sys.argv[1:]))",
-                                    "lerobot-train"]], ids=["python-m", "episodic-cli"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["-m", "episodic.lerobot"],
+        ["-c", "import sys; from episodic.cli import main; sys.exit(main(sys.argv[1:]))", "lerobot-train"],
+    ],
+    ids=["python-m", "episodic-cli"],
+)
 def test_entry_points_hand_every_argument_to_lerobot(entry, tmp_path):
     """`python -m episodic.lerobot --help` and `episodic lerobot-train --help` print LeRobot's own help."""
-    proc = subprocess.run([str(lerobot_python()), *entry, "--help"], cwd=tmp_path, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")), timeout=300)
+    proc = subprocess.run(
+        [str(lerobot_python()), *entry, "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--dataset.repo_id" in proc.stdout and "--policy.type" in proc.stdout
 
@@ -165,7 +238,10 @@ def test_without_lerobot_a_clear_error():
         main(["lerobot-train", "--policy.type=act", "--dataset.repo_id=x"])
     assert "LeRobot" in str(err.value) and "pip install lerobot" in str(err.value)
     # the package itself imports nothing of LeRobot
-    code = "import sys, episodic.lerobot, episodic.lerobot.train; print(any(m.startswith('lerobot') for m in sys.modules))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO / "src")))
+    code = (
+        "import sys, episodic.lerobot, episodic.lerobot.train; print(any(m.startswith('lerobot') for m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    )
     assert proc.stdout.strip() == "False", proc.stderr

@@ -48,8 +48,13 @@ def main() -> int:
     def recording_update_policy(train_metrics, policy, batch, *a, **kw):
         index = batch.get("index")
         train_metrics, output = update_policy(train_metrics, policy, batch, *a, **kw)
-        steps.append({"loss": train_metrics.loss.val, "grad_norm": train_metrics.grad_norm.val,
-                      "index": index.flatten().tolist() if index is not None else None})
+        steps.append(
+            {
+                "loss": train_metrics.loss.val,
+                "grad_norm": train_metrics.grad_norm.val,
+                "index": index.flatten().tolist() if index is not None else None,
+            }
+        )
         return train_metrics, output
 
     def capturing_init_logging(*a, **kw):

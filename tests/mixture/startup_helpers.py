@@ -16,6 +16,7 @@ from episodic.format import load_metadata
 from episodic.mixture import MixtureSpec
 from episodic.mixture.checking.entry_checks import selected_episodes
 from episodic.testing.synthetic import mixture_spec
+
 from support import FaultServer
 
 WORKER = Path(__file__).with_name("startup_worker.py")
@@ -84,14 +85,27 @@ def _env(cache: Path, **extra) -> dict:
 
 def torchrun(out: Path, spec_path: Path, cache: Path, nproc: int, *args) -> subprocess.Popen:
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(WORKER), "--spec", str(spec_path),
-           "--out", str(out), *map(str, args)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(WORKER),
+        "--spec",
+        str(spec_path),
+        "--out",
+        str(out),
+        *map(str, args),
+    ]
     return subprocess.Popen(cmd, env=_env(cache), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def plain_ranks(out: Path, spec_path: Path, caches: list[Path], nodes: list[int], *args,
-                local_rank: bool = True) -> list[subprocess.Popen]:
+def plain_ranks(
+    out: Path, spec_path: Path, caches: list[Path], nodes: list[int], *args, local_rank: bool = True
+) -> list[subprocess.Popen]:
     """One plain process per rank (no torchrun agent, which would kill the others when one dies): rank r on node
     nodes[r] (GROUP_RANK), LOCAL_RANK its rank on that node (unset with `local_rank=False`: the team then picks
     each node's lowest rank), its cache caches[r]."""
@@ -100,11 +114,24 @@ def plain_ranks(out: Path, spec_path: Path, caches: list[Path], nodes: list[int]
     procs = []
     for rank, node in enumerate(nodes):
         local = {"LOCAL_RANK": nodes[:rank].count(node)} if local_rank else {}
-        env = _env(caches[rank], RANK=rank, WORLD_SIZE=len(nodes), GROUP_RANK=node, MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=port, **local)
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), "--spec", str(spec_path), "--out", str(out),
-                                       *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+        env = _env(
+            caches[rank],
+            RANK=rank,
+            WORLD_SIZE=len(nodes),
+            GROUP_RANK=node,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            **local,
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), "--spec", str(spec_path), "--out", str(out), *map(str, args)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return procs
 
 
@@ -136,5 +163,3 @@ def kill_tree(proc: subprocess.Popen) -> None:
 
 def records(out: Path, world: int) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-
-

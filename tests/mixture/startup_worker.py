@@ -1,9 +1,10 @@
 """One rank of a mixture start-up, launched by torchrun or as a plain process (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT in the environment) from test_startup.py (not a test module).
 
-Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs `episodic.mixture.startup.distributed.prepare`
-on the real gloo process group and writes what it got to <out>/rank<r>.json: the result's figures, roots and report
-(entries, episode lengths, where each entry is read from), or the error's type, message and fields.
+Preflights the spec (JSON), or with --spec-in-prepare leaves that to prepare; runs
+`episodic.mixture.startup.distributed.prepare` on the real gloo process group and writes what it got to
+<out>/rank<r>.json: the result's figures, roots and report (entries, episode lengths, where each entry is read from), or
+the error's type, message and fields.
 With --tamper-handover, a rank that reads a handed-over report first overwrites the file with a pickle that would
 create <out>/code-ran-rank<r> when loaded (someone who can write the hand-over directory).
 With --again N, prepare runs N more times in the job (the --late-rank sleeping --again-late-s before each), each
@@ -68,8 +69,9 @@ def main():
     ap.add_argument("--again", type=int, default=0, help="start-ups after the first, in the same job")
     ap.add_argument("--again-late-s", type=float, default=0.0, help="the late rank's delay before each of those")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s [rank {os.environ['RANK']}] %(message)s"
+    )
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -84,21 +86,43 @@ def main():
     mixture = spec if args.spec_in_prepare else preflight(spec)
     record["prepare_start"] = time.time()
     try:
-        result = prepare(mixture, shared_cache=args.shared_cache, concurrency=args.concurrency,
-                         timeout_s=args.timeout_s, poll_s=args.poll_s)
+        result = prepare(
+            mixture,
+            shared_cache=args.shared_cache,
+            concurrency=args.concurrency,
+            timeout_s=args.timeout_s,
+            poll_s=args.poll_s,
+        )
         report = result.report
-        record.update(ok=True, roots=list(result.roots), downloader=result.downloader, needed=result.files_needed,
-                      missing=result.files_missing, fetched=result.files_fetched, bytes=result.bytes_fetched,
-                      nodes=result.nodes, sources=[s.root if s is not None else None for s in report.sources],
-                      local=[bool(s is not None and s.is_local) for s in report.sources],
-                      meta_roots=[m.root if m is not None else None for m in report.metadata],
-                      preflight_rank=result.preflight_rank, preflight_seconds=result.preflight_seconds,
-                      seconds=result.seconds, entries=[e.to_dict() for e in report.entries],
-                      episode_lengths=[m.episodes.length.tolist() if m is not None else None
-                                       for m in report.metadata])
+        record.update(
+            ok=True,
+            roots=list(result.roots),
+            downloader=result.downloader,
+            needed=result.files_needed,
+            missing=result.files_missing,
+            fetched=result.files_fetched,
+            bytes=result.bytes_fetched,
+            nodes=result.nodes,
+            sources=[s.root if s is not None else None for s in report.sources],
+            local=[bool(s is not None and s.is_local) for s in report.sources],
+            meta_roots=[m.root if m is not None else None for m in report.metadata],
+            preflight_rank=result.preflight_rank,
+            preflight_seconds=result.preflight_seconds,
+            seconds=result.seconds,
+            entries=[e.to_dict() for e in report.entries],
+            episode_lengths=[m.episodes.length.tolist() if m is not None else None for m in report.metadata],
+        )
     except MixtureStartupError as e:
-        record.update(ok=False, type=type(e).__name__, message=str(e), entry=e.entry, url=e.url, failed_rank=e.rank,
-                      error_type=e.error_type, cause=type(e.__cause__).__name__ if e.__cause__ else None)
+        record.update(
+            ok=False,
+            type=type(e).__name__,
+            message=str(e),
+            entry=e.entry,
+            url=e.url,
+            failed_rank=e.rank,
+            error_type=e.error_type,
+            cause=type(e.__cause__).__name__ if e.__cause__ else None,
+        )
     record["prepare_end"] = time.time()
     record["again"] = []
     for _ in range(args.again):
@@ -106,10 +130,21 @@ def main():
             time.sleep(args.again_late_s)
         t0 = time.time()
         try:
-            result = prepare(spec if args.spec_in_prepare else mixture, shared_cache=args.shared_cache,
-                             concurrency=args.concurrency, timeout_s=args.timeout_s, poll_s=args.poll_s)
-            record["again"].append({"ok": True, "seconds": time.time() - t0, "roots": list(result.roots),
-                                    "entries": [e.to_dict() for e in result.report.entries]})
+            result = prepare(
+                spec if args.spec_in_prepare else mixture,
+                shared_cache=args.shared_cache,
+                concurrency=args.concurrency,
+                timeout_s=args.timeout_s,
+                poll_s=args.poll_s,
+            )
+            record["again"].append(
+                {
+                    "ok": True,
+                    "seconds": time.time() - t0,
+                    "roots": list(result.roots),
+                    "entries": [e.to_dict() for e in result.report.entries],
+                }
+            )
         except MixtureStartupError as e:
             record["again"].append({"ok": False, "seconds": time.time() - t0, "message": str(e)})
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:

@@ -18,6 +18,7 @@ from episodic.format.errors import MissingFileError, MixtureStartupError
 from episodic.mixture import preflight
 from episodic.mixture.startup.distributed import prepare
 from episodic.testing.synthetic import mixture_spec
+
 from startup_helpers import data_gets, expected, http_spec
 from support import assert_items_equal
 
@@ -99,8 +100,9 @@ def test_given_the_spec_each_metadata_file_is_asked_for_once(synthetic, copy_of,
         missing = server.answered(404)
     gets = [p for m, p in meta if m == "GET"]
     assert sorted(gets) == sorted(set(gets)) and len(gets) >= 8, gets  # each once
-    assert sorted(a[2] for a in missing) == [f"/{roots[0].name}/meta/{f}" for f in ("episodes_stats.jsonl",
-                                                                                   "stats.json")]
+    assert sorted(a[2] for a in missing) == [
+        f"/{roots[0].name}/meta/{f}" for f in ("episodes_stats.jsonl", "stats.json")
+    ]
     assert result.preflight_rank == 0 and result.preflight_seconds > 0 and result.report.metadata_files == ()
     for i, root in enumerate(roots):
         copy = result.report.sources[i]
@@ -151,24 +153,40 @@ def test_hub_entries_two_revisions_of_one_repo_by_tag_and_commit_sha(synthetic, 
     from fsspec.implementations.local import LocalFileSystem
 
     from episodic.format import load_metadata
+
     from support import HubRepo, HubServer
 
     v1, main = Path(synthetic[0].path), Path(synthetic[3].path)
     repo = HubRepo({"v1": v1, "main": main})
     sha_main = repo.refs["main"][0]
-    spec = {"entries": [{"source": "user/robot", "revision": "v1", "name": "tagged"},
-                        {"source": "user/robot", "revision": sha_main, "name": "pinned"}]}
+    spec = {
+        "entries": [
+            {"source": "user/robot", "revision": "v1", "name": "tagged"},
+            {"source": "user/robot", "revision": sha_main, "name": "pinned"},
+        ]
+    }
     with HubServer({"user/robot": repo}) as hub:
-        env = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(tmp_path / "hf"),
-                   HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
-                   EPISODIC_CACHE=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+        env = dict(
+            os.environ,
+            HF_ENDPOINT=hub.endpoint,
+            HF_HUB_DISABLE_IMPLICIT_TOKEN="1",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HOME=str(tmp_path / "hf"),
+            HF_LEROBOT_HOME=str(tmp_path / "lerobot"),
+            EPISODIC_CACHE=str(tmp_path / "cache"),
+            PYTHONPATH=os.pathsep.join(sys.path),
+        )
         for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
             env.pop(name, None)
 
         def run() -> dict:
-            out = subprocess.run([sys.executable, "-c", _HUB_SCRIPT, json.dumps(spec)], env=env, capture_output=True,
-                                 text=True, timeout=120)
+            out = subprocess.run(
+                [sys.executable, "-c", _HUB_SCRIPT, json.dumps(spec)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert out.returncode == 0, out.stderr[-3000:]
             return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -176,14 +194,18 @@ def test_hub_entries_two_revisions_of_one_repo_by_tag_and_commit_sha(synthetic, 
         n = len(hub.requests)
         again = run()
         assert len(hub.requests) == n, hub.requests[n:]  # nothing asked: files and commits are on disk
-    assert first["roots"] == again["roots"] == [str(tmp_path / "lerobot" / "user" / "robot@v1"),
-                                                str(tmp_path / "lerobot" / "user" / f"robot@{sha_main}")]
+    assert (
+        first["roots"]
+        == again["roots"]
+        == [str(tmp_path / "lerobot" / "user" / "robot@v1"), str(tmp_path / "lerobot" / "user" / f"robot@{sha_main}")]
+    )
     assert again["missing"] == again["fetched"] == 0
     wanted = 0
     for root, served, (sha, _) in zip(first["roots"], (v1, main), (repo.refs["v1"], repo.refs["main"])):
         meta = load_metadata(LocalFileSystem(), str(served))
         files = {meta.data_file_of(e) for e in range(meta.total_episodes)} | {
-            meta.video_file_of(e, k) for e in range(meta.total_episodes) for k in meta.video_keys}
+            meta.video_file_of(e, k) for e in range(meta.total_episodes) for k in meta.video_keys
+        }
         wanted += len(files)
         for rel in files:
             assert (Path(root) / rel).read_bytes() == (served / rel).read_bytes()

@@ -25,13 +25,23 @@ def test_files_of_selected_episodes_and_mapped_cameras(multifile_root):
 def test_entry_files_follow_the_report(synthetic):
     d = next(x for x in synthetic if x.version == "v2.1" and x.episodes >= 3 and len(x.cameras) >= 2)
     role = d.cameras[1].rsplit(".", 1)[-1]
-    spec = MixtureSpec.from_dict({"entries": [
-        {"source": d.path, "episodes": [0, 2], "roles": {role: d.cameras[1]}},
-        {"source": d.path, "name": "all"},
-        {"source": str(d.path) + "_missing", "name": "broken"}], "on_error": "skip"})
+    spec = MixtureSpec.from_dict(
+        {
+            "entries": [
+                {"source": d.path, "episodes": [0, 2], "roles": {role: d.cameras[1]}},
+                {"source": d.path, "name": "all"},
+                {"source": str(d.path) + "_missing", "name": "broken"},
+            ],
+            "on_error": "skip",
+        }
+    )
     report = preflight(spec)
     meta = report.metadata[0]
-    assert set(entry_files(report, 0)) == {meta.data_file_of(0), meta.data_file_of(2),
-                                           meta.video_file_of(0, d.cameras[1]), meta.video_file_of(2, d.cameras[1])}
+    assert set(entry_files(report, 0)) == {
+        meta.data_file_of(0),
+        meta.data_file_of(2),
+        meta.video_file_of(0, d.cameras[1]),
+        meta.video_file_of(2, d.cameras[1]),
+    }
     assert len(entry_files(report, 1)) == d.episodes * (1 + len(d.cameras))  # v2.1: a file per episode and camera
     assert report.entries[2].status == "skipped" and entry_files(report, 2) == []

@@ -18,9 +18,9 @@ from episodic.format.errors import MixtureStartupError
 from episodic.mixture import MixtureSpec, load_spec, preflight, prepare
 from episodic.mixture.startup import handover
 from episodic.mixture.startup.handover import handover_dir, read_report, remove_report, spec_digest, write_report
-from episodic.testing.synthetic import mixture_spec
 from episodic.storage.cache import copy_dir
 from episodic.storage.copies import metadata_fingerprint
+from episodic.testing.synthetic import mixture_spec
 
 SPEC = {
     "weighting": {"rule": "temperature", "alpha": 0.5, "size": "episodes"},
@@ -28,10 +28,19 @@ SPEC = {
     "delta_timestamps": {"action": [0.0, 0.1], "state": [0.0]},
     "roles": {"state": "observation.state", "action": "action"},
     "entries": [
-        {"source": "lerobot/a", "revision": "v1", "roles": {"front": "observation.images.up",
-                                                             "wrist": "observation.images.side"}, "weight": 2.0},
-        {"source": "s3://bucket/b", "name": "b", "episodes": [0, 1], "storage_options": {"anon": True, "x": 1},
-         "delta_timestamps": {"state": [0.0], "action": [0.0, 0.05]}},
+        {
+            "source": "lerobot/a",
+            "revision": "v1",
+            "roles": {"front": "observation.images.up", "wrist": "observation.images.side"},
+            "weight": 2.0,
+        },
+        {
+            "source": "s3://bucket/b",
+            "name": "b",
+            "episodes": [0, 1],
+            "storage_options": {"anon": True, "x": 1},
+            "delta_timestamps": {"state": [0.0], "action": [0.0, 0.05]},
+        },
     ],
 }
 
@@ -178,16 +187,25 @@ def test_a_hostile_hand_over_file_is_refused_and_runs_nothing(synthetic, served,
     refused(tampered(held, lambda h: h["entries"][2].update(share=1.5)), r"field 'share' must be a number in")
     refused(tampered(held, lambda h: h["entries"][2].update(status="fine")), r"field 'status' must be one of")
     refused(tampered(held, lambda h: h["entries"][2]["camera_shapes"].update(x=[1, 2])), "field 'camera_shapes'")
-    refused(tampered(held, lambda h: h["entries"][2]["cameras"].update(x={"__class__": "os.system"})),
-            "field 'cameras'")
+    refused(
+        tampered(held, lambda h: h["entries"][2]["cameras"].update(x={"__class__": "os.system"})), "field 'cameras'"
+    )
     refused(tampered(held, lambda h: h["entries"][2].update(shell="rm -rf")), r"unknown field\(s\) \['shell'\]")
     refused(tampered(held, lambda h: h["entries"][2].update(name="other")), "not those of the spec's entry 2")
-    refused(tampered(held, lambda h: h["problems"].append({"entry": 9, "name": "", "field": "", "message": "",
-                                                             "severity": "error", "suggestions": []})),
-            "field 'entry' is 9, the spec has 4 entries")
+    refused(
+        tampered(
+            held,
+            lambda h: h["problems"].append(
+                {"entry": 9, "name": "", "field": "", "message": "", "severity": "error", "suggestions": []}
+            ),
+        ),
+        "field 'entry' is 9, the spec has 4 entries",
+    )
     refused(tampered(held, lambda h: h["roots"].__setitem__(0, "/etc")), "entry 0 .*not where this rank finds")
-    refused(tampered(held, lambda h: h["roots"].__setitem__(1, str(synthetic[1].path))),
-            "entry 1 .*not where this rank finds")  # the HTTP entry's data elsewhere than its copy
+    refused(
+        tampered(held, lambda h: h["roots"].__setitem__(1, str(synthetic[1].path))),
+        "entry 1 .*not where this rank finds",
+    )  # the HTTP entry's data elsewhere than its copy
     refused(tampered(held, lambda h: h["roots"].__setitem__(1, 5)), "entry 1 .*must be a directory and a metadata")
     refused(tampered(held, lambda h: h["fingerprints"].__setitem__(3, "0" * 64)), "entry 3 .*not the metadata that")
     monkeypatch.setattr(handover, "MAX_BYTES", 1000)

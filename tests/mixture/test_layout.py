@@ -70,8 +70,8 @@ def test_one_camera_size_needs_no_image_size(synthetic):
 
 
 def _doc_examples() -> dict[str, str]:
-    """The spec examples as the docs print them: the first ```yaml block of docs/mixtures.md and the ``::`` block
-    of the `episodic.mixture.checking.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
+    """The spec examples as the docs print them: the first ```yaml block of docs/mixtures.md and the ``::`` block of the
+    `episodic.mixture.checking.spec` docstring, read from the files (so the docs cannot drift from what loads)."""
     import re
     from pathlib import Path
 
@@ -95,10 +95,26 @@ def doc_datasets(tmp_path_factory):
     from episodic.demo import write_demo_dataset
 
     base = tmp_path_factory.mktemp("docs")
-    so101 = write_demo_dataset(base / "so101", num_episodes=8, min_length=8, max_length=12, height=32, width=48,
-                               cameras=("observation.images.up", "observation.images.side"), progress=False)
-    koch = write_demo_dataset(base / "koch", num_episodes=4, min_length=8, max_length=12, height=32, width=48,
-                              cameras=("observation.images.top",), progress=False)
+    so101 = write_demo_dataset(
+        base / "so101",
+        num_episodes=8,
+        min_length=8,
+        max_length=12,
+        height=32,
+        width=48,
+        cameras=("observation.images.up", "observation.images.side"),
+        progress=False,
+    )
+    koch = write_demo_dataset(
+        base / "koch",
+        num_episodes=4,
+        min_length=8,
+        max_length=12,
+        height=32,
+        width=48,
+        cameras=("observation.images.top",),
+        progress=False,
+    )
     return [str(so101), str(koch)]
 
 

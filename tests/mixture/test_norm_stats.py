@@ -26,12 +26,14 @@ def test_entry_stats_are_mapped_selected_and_padded(synthetic):
     for e, stats in zip(layout.entries, per_entry):
         meta = report.metadata[e.index]
         raw = meta.stats[e.state_key]
-        sel = np.asarray(e.state_indices if e.state_indices is not None else range(meta.info.features[e.state_key].shape[0]))
+        sel = np.asarray(
+            e.state_indices if e.state_indices is not None else range(meta.info.features[e.state_key].shape[0])
+        )
         s = stats["observation.state"]
         for name in ("mean", "std", "min", "max", "q01", "q99"):
             assert s[name].shape == (D,)
-            assert np.array_equal(s[name][:len(sel)], np.asarray(raw[name], dtype=np.float64)[sel]), (e.name, name)
-            assert (s[name][len(sel):] == PAD_STATS[name]).all()
+            assert np.array_equal(s[name][: len(sel)], np.asarray(raw[name], dtype=np.float64)[sel]), (e.name, name)
+            assert (s[name][len(sel) :] == PAD_STATS[name]).all()
         assert int(s["count"][0]) == meta.total_frames
         for role, key in e.cameras.items():
             assert np.array_equal(stats[camera_key(role)]["mean"], meta.stats[key]["mean"])
@@ -63,14 +65,20 @@ def test_pooled_stats_equal_the_stats_of_the_pooled_data(synthetic):
             assert np.isclose(s["std"][j], x.std(), rtol=1e-5, atol=1e-6), (g, j)
             assert np.isclose(s["min"][j], x.min()) and np.isclose(s["max"][j], x.max())
             # quantiles: the count-weighted mean of the entries' quantiles (the stated approximation)
-            parts = [(pe["observation.state"], int(pe["observation.state"]["count"][0])) for e, pe in
-                     zip(layout.entries, per_entry) if e.group == g and e.state_dim > j]
+            parts = [
+                (pe["observation.state"], int(pe["observation.state"]["count"][0]))
+                for e, pe in zip(layout.entries, per_entry)
+                if e.group == g and e.state_dim > j
+            ]
             want = sum(p["q50"][j] * n for p, n in parts) / sum(n for _, n in parts)
             assert np.isclose(s["q50"][j], want)
         # cameras: pooled over the entries that have the role, count-weighted means
         for role in layout.cameras:
-            have = [(pe[camera_key(role)], int(pe[camera_key(role)]["count"][0])) for e, pe in
-                    zip(layout.entries, per_entry) if e.group == g and role in e.cameras]
+            have = [
+                (pe[camera_key(role)], int(pe[camera_key(role)]["count"][0]))
+                for e, pe in zip(layout.entries, per_entry)
+                if e.group == g and role in e.cameras
+            ]
             if have:
                 want = sum(p["mean"] * n for p, n in have) / sum(n for _, n in have)
                 assert np.allclose(pooled[g][camera_key(role)]["mean"], want)
@@ -90,8 +98,12 @@ def _rows(d, key, episodes=None, indices=None):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.concat_tables([pq.read_table(p, columns=[key, "episode_index", "index"])
-                              for p in sorted(Path(d.path, "data").rglob("*.parquet"))])
+    table = pa.concat_tables(
+        [
+            pq.read_table(p, columns=[key, "episode_index", "index"])
+            for p in sorted(Path(d.path, "data").rglob("*.parquet"))
+        ]
+    )
     eps = table.column("episode_index").to_numpy()
     order = np.argsort(table.column("index").to_numpy(), kind="stable")
     keep = order[np.isin(eps[order], episodes)] if episodes is not None else order
@@ -125,17 +137,21 @@ def test_entry_stats_come_from_the_data_where_stats_json_does_not_describe_the_s
     for e, st, raw in zip(layout.entries, per_entry, spec["entries"]):
         d = synthetic[e.index]
         subset = "episodes" in raw and e.index != 4 or "exclude_episodes" in raw
-        assert st.origin == {**{camera_key(r): "stats.json" for r in e.cameras},
-                             "observation.state": "data" if subset else "stats.json",
-                             "action": "data" if subset else "stats.json"}, e.name
+        assert st.origin == {
+            **{camera_key(r): "stats.json" for r in e.cameras},
+            "observation.state": "data" if subset else "stats.json",
+            "action": "data" if subset else "stats.json",
+        }, e.name
         if not subset:  # stats.json, as before (the whole dataset's)
             want = np.asarray(report.metadata[e.index].stats["action"]["mean"], dtype=np.float64)
             sel = e.action_indices if e.action_indices is not None else slice(None)
-            assert np.array_equal(st["action"]["mean"][:e.action_dim], want[sel])
+            assert np.array_equal(st["action"]["mean"][: e.action_dim], want[sel])
             continue
         eps = _selected(d, raw)
-        for shared, key, indices, dim in (("observation.state", e.state_key, e.state_indices, D),
-                                          ("action", "action", e.action_indices, A)):
+        for shared, key, indices, dim in (
+            ("observation.state", e.state_key, e.state_indices, D),
+            ("action", "action", e.action_indices, A),
+        ):
             x = _rows(d, key, eps, indices)
             s = st[shared]
             n = x.shape[1]
@@ -165,10 +181,19 @@ def test_pooled_stats_from_the_data_equal_numpy_on_the_pooled_rows(synthetic, tm
         pooled = pooled_stats(layout, per_entry, group_of)
         for g, stats in pooled.items():
             members = [e for e in layout.entries if (group_of or (lambda x: x.group))(e) == g]
-            for shared, key_of, idx_of in (("observation.state", lambda e: e.state_key, lambda e: e.state_indices),
-                                           ("action", lambda e: "action", lambda e: e.action_indices)):
-                cols = [_rows(synthetic[e.index], key_of(e), _selected(synthetic[e.index], spec["entries"][e.index]),
-                              idx_of(e)) for e in members]
+            for shared, key_of, idx_of in (
+                ("observation.state", lambda e: e.state_key, lambda e: e.state_indices),
+                ("action", lambda e: "action", lambda e: e.action_indices),
+            ):
+                cols = [
+                    _rows(
+                        synthetic[e.index],
+                        key_of(e),
+                        _selected(synthetic[e.index], spec["entries"][e.index]),
+                        idx_of(e),
+                    )
+                    for e in members
+                ]
                 s = stats[shared]
                 for j in range(len(s["mean"])):
                     real = [c[:, j] for c in cols if c.shape[1] > j]
@@ -194,7 +219,7 @@ def test_mixture_dataset_normalises_with_the_computed_statistics(synthetic, tmp_
     first = ds.entry_stats()
     assert first[2].origin["action"] == "data" and not first[2].cached
     x = _rows(synthetic[2], "action", [0, 1])
-    assert np.array_equal(first[2]["action"]["q10"][:x.shape[1]], np.quantile(x, 0.1, axis=0))
+    assert np.array_equal(first[2]["action"]["q10"][: x.shape[1]], np.quantile(x, 0.1, axis=0))
     second = ds.entry_stats()
     assert second[2].cached == ("observation.state", "action") and second[3].cached
     assert np.array_equal(first[2]["action"]["mean"], second[2]["action"]["mean"])

@@ -18,8 +18,9 @@ def test_training_config_with_ref_mapping_and_weights(tmp_path, synthetic):
     mix.update(weights=[1.0, 2.0, 3.0, 4.0], action_freq=30.0)
     (tmp_path / "refs").mkdir()
     (tmp_path / "refs/mixture.json").write_text(json.dumps(mix))
-    (tmp_path / "train.json").write_text(json.dumps({"dataset_mixture": {"$ref": "refs/mixture.json"},
-                                                     "batch_size": 8, "policy": {"type": "pi05"}}))
+    (tmp_path / "train.json").write_text(
+        json.dumps({"dataset_mixture": {"$ref": "refs/mixture.json"}, "batch_size": 8, "policy": {"type": "pi05"}})
+    )
     spec = MixtureSpec.from_file(tmp_path / "train.json")
     assert spec.weighting.rule == "explicit" and [e.weight for e in spec.entries] == [1.0, 2.0, 3.0, 4.0]
     first = synthetic[0]
@@ -57,19 +58,32 @@ def test_a_stray_quote_in_a_camera_key_is_reported_with_the_key_it_meant(synthet
     typo = [p for p in problems if p.entry == 3]
     assert len(typo) == 1 and typo[0].field == "roles.camera0" and typo[0].suggestions[0] == meant
     assert any(p.entry == 1 and p.field == "episodes" for p in problems)  # reported together
-    assert f"{meant}\"" in str(err.value) and "closest" in str(err.value)
+    assert f'{meant}"' in str(err.value) and "closest" in str(err.value)
 
 
 def test_opentau_problems():
-    bad = {"datasets": [{"vqa": "clevr"}, {"repo_id": "a/b", "data_features_name_mapping": {"camra0": "x"}},
-                        {"repo_id": "a/c", "episode": [1]}, {}], "weights": [1, 2], "acton_freq": 3}
+    bad = {
+        "datasets": [
+            {"vqa": "clevr"},
+            {"repo_id": "a/b", "data_features_name_mapping": {"camra0": "x"}},
+            {"repo_id": "a/c", "episode": [1]},
+            {},
+        ],
+        "weights": [1, 2],
+        "acton_freq": 3,
+    }
     with pytest.raises(MixtureSpecError) as err:
         MixtureSpec.from_dict(bad)
     text = "\n".join(err.value.problems)
-    for want in ["'vqa' datasets are not LeRobot datasets", "'camra0' is not one of OpenTau's standard names",
-                 "did you mean 'camera0'", "unknown field 'episode' (did you mean 'episodes'",
-                 "datasets[3]: field 'repo_id' must be a non-empty string", "one weight per dataset (4)",
-                 "unknown field 'acton_freq' (did you mean 'action_freq'"]:
+    for want in [
+        "'vqa' datasets are not LeRobot datasets",
+        "'camra0' is not one of OpenTau's standard names",
+        "did you mean 'camera0'",
+        "unknown field 'episode' (did you mean 'episodes'",
+        "datasets[3]: field 'repo_id' must be a non-empty string",
+        "one weight per dataset (4)",
+        "unknown field 'acton_freq' (did you mean 'action_freq'",
+    ]:
         assert want in text, want
 
 
@@ -96,8 +110,9 @@ def test_a_root_without_a_copy_fetches_the_hub_metadata_there(synthetic, tmp_pat
 
 def test_commit_sha_revisions_are_kept():
     sha = "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b"
-    spec = MixtureSpec.from_dict({"datasets": [{"repo_id": "org/ds", "revision": sha},
-                                               {"repo_id": "org/ds", "revision": "v3.0"}]})
+    spec = MixtureSpec.from_dict(
+        {"datasets": [{"repo_id": "org/ds", "revision": sha}, {"repo_id": "org/ds", "revision": "v3.0"}]}
+    )
     assert [e.revision for e in spec.entries] == [sha, "v3.0"]
 
 
@@ -154,8 +169,9 @@ def _check_report(report: dict, used, server, n: int) -> None:
         if i not in BROKEN:
             assert entry["name"] == f"org/ds{i:03d}" and entry["frames"] == used[i].frames
     paths = [path for _, path, _ in server.requests]
-    assert all(p.startswith("/ds") and p.split("/")[2] == "meta" for p in paths), \
-        sorted({p for p in paths if p.split("/")[2:3] != ["meta"]})[:10]  # no data/, no videos/, no Hub API
+    assert all(p.startswith("/ds") and p.split("/")[2] == "meta" for p in paths), sorted(
+        {p for p in paths if p.split("/")[2:3] != ["meta"]}
+    )[:10]  # no data/, no videos/, no Hub API
     assert {p.split("/")[1] for p in paths} == {f"ds{i:03d}" for i in range(n)}
 
 
@@ -166,6 +182,7 @@ def test_url_roots_are_read_from_there_never_from_the_hub(synthetic, tmp_path, m
     import huggingface_hub.constants
 
     from episodic.cli import main
+
     from support import FaultServer
 
     monkeypatch.setenv("EPISODIC_RETRY_WINDOW", "1")  # the old code asked the Hub: fail fast there
@@ -194,12 +211,31 @@ def test_400_url_roots_are_checked_within_10_s(synthetic, tmp_path):
     with FaultServer(tmp_path / "www") as server:
         config, used = _served_config(synthetic, tmp_path / "www", server, 400)
         (tmp_path / "opentau.json").write_text(json.dumps(config))
-        env = dict(os.environ, HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"), EPISODIC_CACHE=str(tmp_path / "c"),
-                   PYTHONPATH=os.pathsep.join(sys.path))
+        env = dict(
+            os.environ,
+            HF_ENDPOINT=server.url,
+            HF_HOME=str(tmp_path / "hf"),
+            EPISODIC_CACHE=str(tmp_path / "c"),
+            PYTHONPATH=os.pathsep.join(sys.path),
+        )
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "episodic.cli", "mixture", "check", str(tmp_path / "opentau.json"),
-                              "-q", "--json", str(tmp_path / "r.json")], env=env, capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "episodic.cli",
+                "mixture",
+                "check",
+                str(tmp_path / "opentau.json"),
+                "-q",
+                "--json",
+                str(tmp_path / "r.json"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         took = time.monotonic() - t0
     assert out.returncode == 1, out.stderr[-3000:]
     _check_report(json.loads((tmp_path / "r.json").read_text()), used, server, 400)

@@ -14,26 +14,36 @@ from episodic import EpisodicDataset
 from episodic.format.errors import MissingFileError, MixturePreflightError
 from episodic.mixture import MixtureSpec, build_sampler, preflight
 from episodic.mixture.checking import entry_sources as fetch_module
-from episodic.testing.synthetic import mixture_spec
 from episodic.mixture.checking.weights import raw_weights, shares
+from episodic.testing.synthetic import mixture_spec
 
 
 def test_facts_of_every_entry(synthetic):
-    spec = MixtureSpec.from_dict(mixture_spec(synthetic, weighting={"rule": "temperature", "alpha": 0.5},
-                                              delta_timestamps={"action": [0.0, 0.1], "state": [-0.1, 0.0]}))
+    spec = MixtureSpec.from_dict(
+        mixture_spec(
+            synthetic,
+            weighting={"rule": "temperature", "alpha": 0.5},
+            delta_timestamps={"action": [0.0, 0.1], "state": [-0.1, 0.0]},
+        )
+    )
     report = preflight(spec, concurrency=4)
     assert report.ok, report.message()
     assert {d.version for d in synthetic} == {"v2.1", "v3.0"}
     for d, rep in zip(synthetic, report.entries):
-        assert (rep.name, rep.version, rep.fps, rep.episodes, rep.frames) == (d.name, d.version, d.fps, d.episodes,
-                                                                            d.frames)
+        assert (rep.name, rep.version, rep.fps, rep.episodes, rep.frames) == (
+            d.name,
+            d.version,
+            d.fps,
+            d.episodes,
+            d.frames,
+        )
         assert rep.cameras == {k.rsplit(".", 1)[-1]: k for k in d.cameras}
         assert all(len(s) == 3 and s[2] == 3 for s in rep.camera_shapes.values())
         assert (rep.state_key, rep.state_dim, rep.action_dim) == (d.state_key, d.state_dim, d.action_dim)
         assert rep.delta_offsets["action"] == (0, round(0.1 * d.fps))  # each entry's own fps
         assert rep.status == "ok" and rep.robot_type == d.robot_type
     frames = np.array([d.frames for d in synthetic], dtype=float)
-    assert np.allclose(report.shares, frames ** 0.5 / (frames ** 0.5).sum())
+    assert np.allclose(report.shares, frames**0.5 / (frames**0.5).sum())
     shifted = [p for p in report.warnings if p.field == "delta_timestamps"]  # 0.1 s is not on a 15 or 25 fps grid
     assert len(shifted) == (any(d.fps in (15, 25) for d in synthetic))
     table = report.table()
@@ -45,8 +55,12 @@ def test_facts_of_every_entry(synthetic):
 
 
 def broken_spec(synthetic, tmp_path):
-    mix = mixture_spec(synthetic, delta_timestamps={"action": [0.0, 0.02], "gripper_cam": [0.0]},
-                       delta_rounding="exact", max_state_dim=13)
+    mix = mixture_spec(
+        synthetic,
+        delta_timestamps={"action": [0.0, 0.02], "gripper_cam": [0.0]},
+        delta_rounding="exact",
+        max_state_dim=13,
+    )
     e = mix["entries"]
     key = synthetic[2].cameras[0]
     e[2]["roles"][key.rsplit(".", 1)[-1]] = key + '"'  # an unknown camera key
@@ -69,7 +83,10 @@ def test_every_problem_of_every_entry_at_once(synthetic, tmp_path):
     key = synthetic[2].cameras[0]
     cam = by[(2, f"roles.{key.rsplit('.', 1)[-1]}")]
     assert key + '"' in cam.message and cam.suggestions[0] == key
-    assert "out of range [50]" in by[(3, "episodes")].message and "out of range [77]" in by[(3, "exclude_episodes")].message
+    assert (
+        "out of range [50]" in by[(3, "episodes")].message
+        and "out of range [77]" in by[(3, "exclude_episodes")].message
+    )
     assert "[99] out of range" in by[(4, "state_indices")].message
     assert "no_such_dataset" in by[(5, "source")].message and "not found" in by[(5, "source")].message
     assert "must be a 1-d numeric vector" in by[(6, "roles.state")].message
@@ -170,10 +187,13 @@ def test_hub_entries_use_the_local_copy_or_fetch_only_metadata(synthetic, tmp_pa
 
     monkeypatch.setattr("episodic.storage.hub.download", download)
     mix = mixture_spec(synthetic[:1])
-    mix["entries"] += [{"source": "org/cached", "roles": mix["entries"][0]["roles"] | {}},
-                       {"source": "org/missing", "revision": "0123456789abcdef0123456789abcdef01234567"}]
+    mix["entries"] += [
+        {"source": "org/cached", "roles": mix["entries"][0]["roles"] | {}},
+        {"source": "org/missing", "revision": "0123456789abcdef0123456789abcdef01234567"},
+    ]
     mix["entries"][1]["roles"] = {k.rsplit(".", 1)[-1]: k for k in synthetic[1].cameras} | {
-        "state": synthetic[1].state_key}
+        "state": synthetic[1].state_key
+    }
     report = preflight(MixtureSpec.from_dict(mix), on_error="skip")
     assert report.entries[1].status == "ok" and report.entries[1].frames == synthetic[1].frames
     assert report.entries[2].status == "skipped" and "not found on the Hub" in report.problems_of(2)[0].message

@@ -26,7 +26,11 @@ def test_preflight_of_400_entries(tmp_path):
         preflight(tmp_path / "mix.json")
     seconds = time.perf_counter() - t0
     errors = err.value.report.errors
-    assert sorted((p.entry, p.field) for p in errors) == [(12, "episodes"), (250, "roles.state"), (377, "roles.camera0")]
+    assert sorted((p.entry, p.field) for p in errors) == [
+        (12, "episodes"),
+        (250, "roles.state"),
+        (377, "roles.camera0"),
+    ]
     print(f"\npreflight of 400 entries: {seconds:.2f} s")
     assert seconds < 10
     mix["datasets"][377]["data_features_name_mapping"]["camera0"] = mapping["camera0"][:-1]

@@ -19,11 +19,17 @@ def test_includes_chain_merge_and_resolve_relative_to_their_file(tmp_path):
     write(tmp_path / "parts/datasets.json", [{"repo_id": "a/b"}, {"$ref": "more/one.json", "revision": "v1"}])
     write(tmp_path / "parts/more/one.json", {"repo_id": "c/d", "episodes": [1]})
     write(tmp_path / "mix.json", {"datasets": {"$ref": "parts/datasets.json"}, "weights": [1, 2]})
-    top = write(tmp_path / "train.json", {"dataset_mixture": {"$ref": "mix.json", "weights": [3, 4], "x": {"y": 1}},
-                                          "seed": 0})
-    assert resolve_refs(top) == {"dataset_mixture": {"datasets": [{"repo_id": "a/b"},
-                                                                  {"repo_id": "c/d", "episodes": [1], "revision": "v1"}],
-                                                     "weights": [3, 4], "x": {"y": 1}}, "seed": 0}
+    top = write(
+        tmp_path / "train.json", {"dataset_mixture": {"$ref": "mix.json", "weights": [3, 4], "x": {"y": 1}}, "seed": 0}
+    )
+    assert resolve_refs(top) == {
+        "dataset_mixture": {
+            "datasets": [{"repo_id": "a/b"}, {"repo_id": "c/d", "episodes": [1], "revision": "v1"}],
+            "weights": [3, 4],
+            "x": {"y": 1},
+        },
+        "seed": 0,
+    }
 
 
 def test_yaml_includes(tmp_path):
@@ -70,8 +76,12 @@ def test_cycles_missing_files_bad_refs_and_bad_merges(tmp_path):
 def alias_bomb(levels: int = 9, fan: int = 10) -> str:
     """A small YAML spec whose one entry's storage_options hold `levels` levels of `fan` aliases each: fan**levels
     values once expanded (10**9 for the defaults, from about 500 bytes)."""
-    lines = ["entries:", "  - source: /tmp/nowhere", "    storage_options:",
-             "      l0: &l0 [" + ",".join(["lol"] * fan) + "]"]
+    lines = [
+        "entries:",
+        "  - source: /tmp/nowhere",
+        "    storage_options:",
+        "      l0: &l0 [" + ",".join(["lol"] * fan) + "]",
+    ]
     for k in range(1, levels):
         lines.append(f"      l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * fan) + "]")
     return "\n".join(lines) + "\n"
@@ -112,11 +122,14 @@ def test_repeated_yaml_nodes_stay_shared(tmp_path):
     million values expanded, from aliases) loads without being rebuilt value by value."""
     pytest.importorskip("yaml")
     write(tmp_path / "opts.json", {"anon": True})
-    spec = write(tmp_path / "mix.yaml", "roles: &r {front: observation.images.top}\n"
-                                        "entries:\n"
-                                        "  - {source: /tmp/a, roles: *r, storage_options: {$ref: opts.json}}\n"
-                                        "  - {source: /tmp/b, roles: *r, storage_options: {$ref: opts.json}}\n"
-                                        "  - {source: /tmp/c, roles: *r}\n")
+    spec = write(
+        tmp_path / "mix.yaml",
+        "roles: &r {front: observation.images.top}\n"
+        "entries:\n"
+        "  - {source: /tmp/a, roles: *r, storage_options: {$ref: opts.json}}\n"
+        "  - {source: /tmp/b, roles: *r, storage_options: {$ref: opts.json}}\n"
+        "  - {source: /tmp/c, roles: *r}\n",
+    )
     got = resolve_refs(spec)
     assert got["entries"][0]["roles"] == {"front": "observation.images.top"}
     assert got["entries"][0]["roles"] is got["entries"][1]["roles"] is got["entries"][2]["roles"] is got["roles"]
@@ -132,13 +145,21 @@ def test_a_spec_nested_too_deep_is_a_spec_error_not_a_recursion_error(tmp_path):
     an include: MixtureSpecError naming the file and the bound."""
     for levels in (100_000, 150):
         deep = "[" * levels + "]" * levels
-        for name, text in ((f"deep{levels}.json", '{"entries": [{"source": "/x", "storage_options": {"a": %s}}]}'),
-                           (f"deep{levels}.yaml", "entries: [{source: /x, storage_options: {a: %s}}]\n")):
+        for name, text in (
+            (f"deep{levels}.json", '{"entries": [{"source": "/x", "storage_options": {"a": %s}}]}'),
+            (f"deep{levels}.yaml", "entries: [{source: /x, storage_options: {a: %s}}]\n"),
+        ):
             spec = write(tmp_path / name, text % deep)
             with pytest.raises(MixtureSpecError, match=f"{spec}: nested deeper than {MAX_NESTING} levels"):
                 resolve_refs(spec)
     write(tmp_path / "part.json", json.loads("[" * 60 + "]" * 60))
-    top = write(tmp_path / "top.json", {"entries": [{"source": "/x", "storage_options": {"a": json.loads(
-        "[" * 50 + '{"$ref": "part.json"}' + "]" * 50)}}]})
+    top = write(
+        tmp_path / "top.json",
+        {
+            "entries": [
+                {"source": "/x", "storage_options": {"a": json.loads("[" * 50 + '{"$ref": "part.json"}' + "]" * 50)}}
+            ]
+        },
+    )
     with pytest.raises(MixtureSpecError, match=f"nested deeper than {MAX_NESTING} levels"):
         resolve_refs(top)

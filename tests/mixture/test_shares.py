@@ -10,6 +10,7 @@ from episodic.cli import main
 from episodic.mixture import build_sampler, preflight
 from episodic.mixture.shares import order_counts, share_table
 from episodic.testing.synthetic import mixture_spec
+
 from support import assert_picture, read_png
 
 
@@ -43,8 +44,23 @@ def test_order_counts_follow_the_weights(synthetic):
 def test_mixture_shares_command(synthetic, tmp_path, capsys):
     (tmp_path / "mix.json").write_text(json.dumps(mixture_spec(synthetic)))
     png, out = tmp_path / "shares.png", tmp_path / "shares.json"
-    assert main(["mixture", "shares", str(tmp_path / "mix.json"), "--samples", "5000", "-o", str(png), "--json",
-                 str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "mixture",
+                "shares",
+                str(tmp_path / "mix.json"),
+                "--samples",
+                "5000",
+                "-o",
+                str(png),
+                "--json",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     groups = {d.robot_type for d in synthetic}
     assert all(g in text for g in groups) and "largest |realised - target|" in text

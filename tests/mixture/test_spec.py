@@ -16,12 +16,23 @@ FULL = {
     "samples_per_epoch": 1000,
     "max_state_dim": 14,
     "entries": [
-        {"source": "lerobot/svla_so101_pickplace", "revision": "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b",
-         "roles": {"front": "observation.images.up", "wrist": "observation.images.side"}, "exclude_episodes": [3, 7],
-         "weight": 2.0},
-        {"source": "s3://bucket/koch", "name": "koch", "episodes": [0, 1, 2], "state_indices": [0, 1, 2],
-         "tolerance_s": 0.01, "delta_timestamps": {"action": [0.0, 0.05]}, "group": "koch",
-         "storage_options": {"anon": True}},
+        {
+            "source": "lerobot/svla_so101_pickplace",
+            "revision": "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b",
+            "roles": {"front": "observation.images.up", "wrist": "observation.images.side"},
+            "exclude_episodes": [3, 7],
+            "weight": 2.0,
+        },
+        {
+            "source": "s3://bucket/koch",
+            "name": "koch",
+            "episodes": [0, 1, 2],
+            "state_indices": [0, 1, 2],
+            "tolerance_s": 0.01,
+            "delta_timestamps": {"action": [0.0, 0.05]},
+            "group": "koch",
+            "storage_options": {"anon": True},
+        },
         "lerobot/svla_so101_pickplace",
         {"source": "/data/local_ds", "roles": {"state": None, "task": "task"}},
     ],
@@ -39,8 +50,12 @@ def test_full_spec_from_json_and_yaml(tmp_path):
     assert a.name == "lerobot/svla_so101_pickplace" and c.name == "lerobot/svla_so101_pickplace#2"  # same repo twice
     assert a.revision.startswith("3c8e") and a.exclude_episodes == (3, 7) and a.weight == 2.0
     assert b.name == "koch" and b.episodes == (0, 1, 2) and b.state_indices == (0, 1, 2)
-    assert spec.entry_roles(a) == {"state": "observation.state", "action": "action", "front": "observation.images.up",
-                                   "wrist": "observation.images.side"}
+    assert spec.entry_roles(a) == {
+        "state": "observation.state",
+        "action": "action",
+        "front": "observation.images.up",
+        "wrist": "observation.images.side",
+    }
     assert spec.entry_roles(d) == {"action": "action", "task": "task"}  # null removes a default role
     assert spec.entry_delta_timestamps(b) == {"action": (0.0, 0.05)} and spec.entry_tolerance_s(b) == 0.01
     assert spec.entry_delta_timestamps(a) == {"action": (0.0, 0.1), "state": (0.0,)}
@@ -49,9 +64,15 @@ def test_full_spec_from_json_and_yaml(tmp_path):
 
 
 def test_objects_and_load_spec():
-    spec = MixtureSpec.build([MixtureEntry("org/a", weight=1), MixtureEntry("org/a", episodes=[2, 0], weight=2),
-                              MixtureEntry("org/b", name="org/a#2", weight=0)], weighting=Weighting("explicit"),
-                             delta_timestamps={"action": [0, 0.1]})
+    spec = MixtureSpec.build(
+        [
+            MixtureEntry("org/a", weight=1),
+            MixtureEntry("org/a", episodes=[2, 0], weight=2),
+            MixtureEntry("org/b", name="org/a#2", weight=0),
+        ],
+        weighting=Weighting("explicit"),
+        delta_timestamps={"action": [0, 0.1]},
+    )
     assert [e.name for e in spec.entries] == ["org/a", "org/a#3", "org/a#2"]
     assert spec.entries[1].episodes == (2, 0)
     assert load_spec(spec) is spec
@@ -59,22 +80,40 @@ def test_objects_and_load_spec():
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    raw = {"weighting": {"rule": "temprature", "alpha": 2}, "on_error": "ignore", "tolerance": 1,
-           "entries": [{"source": "a/b", "weigth": 1},
-                       {"source": "a/c", "episodes": [1, -2], "roles": {"3d": "x", "wrist": ""}},
-                       {"name": "nameless"},
-                       {"source": "a/d", "delta_timestamps": {"action": [0, float("nan")]}, "state_indices": [1, 1]},
-                       {"source": "a/e", "name": "dup"}, {"source": "a/f", "name": "dup"}, 7]}
+    raw = {
+        "weighting": {"rule": "temprature", "alpha": 2},
+        "on_error": "ignore",
+        "tolerance": 1,
+        "entries": [
+            {"source": "a/b", "weigth": 1},
+            {"source": "a/c", "episodes": [1, -2], "roles": {"3d": "x", "wrist": ""}},
+            {"name": "nameless"},
+            {"source": "a/d", "delta_timestamps": {"action": [0, float("nan")]}, "state_indices": [1, 1]},
+            {"source": "a/e", "name": "dup"},
+            {"source": "a/f", "name": "dup"},
+            7,
+        ],
+    }
     (tmp_path / "bad.json").write_text(json.dumps(raw).replace("NaN", "NaN"))
     with pytest.raises(MixtureSpecError) as err:
         MixtureSpec.from_file(tmp_path / "bad.json")
     msg, problems = str(err.value), err.value.problems
     assert str(tmp_path / "bad.json") in msg
-    expected = ["'temprature' is not one of", "did you mean 'temperature'", "'on_error' must be one of",
-                "unknown field 'tolerance' (did you mean 'tolerance_s'", "entries[0] (a/b): unknown field 'weigth' "
-                "(did you mean 'weight'", "entries[1] (a/c): field 'episodes'", "role '3d'", "role 'wrist' must map",
-                "entries[2] (nameless): missing field 'source'", "delta_timestamps['action']", "'state_indices' repeats",
-                "repeated: 'dup'", "entries[6]: an entry must be an object"]
+    expected = [
+        "'temprature' is not one of",
+        "did you mean 'temperature'",
+        "'on_error' must be one of",
+        "unknown field 'tolerance' (did you mean 'tolerance_s'",
+        "entries[0] (a/b): unknown field 'weigth' (did you mean 'weight'",
+        "entries[1] (a/c): field 'episodes'",
+        "role '3d'",
+        "role 'wrist' must map",
+        "entries[2] (nameless): missing field 'source'",
+        "delta_timestamps['action']",
+        "'state_indices' repeats",
+        "repeated: 'dup'",
+        "entries[6]: an entry must be an object",
+    ]
     for text in expected:
         assert any(text in p for p in problems), (text, problems)
     assert isinstance(err.value, EpisodicError) and len(problems) == 12
@@ -111,21 +150,33 @@ def test_unreadable_and_malformed_files(tmp_path):
         MixtureSpec.from_file(tmp_path / "l.json")
 
 
-SHAS = ["3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b", "1e10a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b3c8", "0" * 40,
-        "deadbeef" * 5]
+SHAS = [
+    "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b",
+    "1e10a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b3c8",
+    "0" * 40,
+    "deadbeef" * 5,
+]
 
 
 def test_commit_sha_revisions_load_from_yaml_written_by_hand(tmp_path):
     """Written unquoted, as people write them: hex SHAs stay text (also '1e10...' and all-letter ones); a SHA that
     is all digits becomes a YAML number, which is named with the fix (quote it), not a crash."""
     pytest.importorskip("yaml")
-    text = "entries:\n" + "".join(f"  - {{source: org/ds, name: n{i}, revision: {sha}}}\n" for i, sha in enumerate(SHAS[:2]))
-    text += f"  - {{source: org/ds, name: quoted, revision: \"{SHAS[2]}\"}}\n  - {{source: org/ds, name: letters, revision: {SHAS[3]}}}\n"
+    text = "entries:\n" + "".join(
+        f"  - {{source: org/ds, name: n{i}, revision: {sha}}}\n" for i, sha in enumerate(SHAS[:2])
+    )
+    text += f'  - {{source: org/ds, name: quoted, revision: "{SHAS[2]}"}}\n'
+    text += f"  - {{source: org/ds, name: letters, revision: {SHAS[3]}}}\n"
     (tmp_path / "m.yaml").write_text(text)
     assert [e.revision for e in MixtureSpec.from_file(tmp_path / "m.yaml").entries] == SHAS
-    (tmp_path / "n.yaml").write_text("entries:\n  - {source: org/ds, revision: 1234567890123456789012345678901234567890}\n")
-    with pytest.raises(MixtureSpecError, match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
-                                               r"number 1234567890123456789012345678901234567890: quote it"):
+    (tmp_path / "n.yaml").write_text(
+        "entries:\n  - {source: org/ds, revision: 1234567890123456789012345678901234567890}\n"
+    )
+    with pytest.raises(
+        MixtureSpecError,
+        match=r"field 'revision' must be a tag, branch or commit SHA \(text\), got the "
+        r"number 1234567890123456789012345678901234567890: quote it",
+    ):
         MixtureSpec.from_file(tmp_path / "n.yaml")
 
 
@@ -138,25 +189,48 @@ def test_on_unknown_task_is_checked_and_kept():
         MixtureSpec.from_dict({"entries": ["a/b"], "on_unknown_task": "ignore"})
 
 
-@pytest.mark.parametrize("raw, pattern", [
-    ({"entries": [{"source": "a/b", "episodes": [0, 2 ** 70]}]},
-     r"entries\[0\] \(a/b\): field 'episodes' holds 1 value\(s\) above 2\*\*62 - 1.*first: 1180591620717411303424"),
-    ({"entries": [{"source": "a/b", "exclude_episodes": [2 ** 64]}]},
-     r"entries\[0\] \(a/b\): field 'exclude_episodes' holds 1 value\(s\) above 2\*\*62 - 1"),
-    ({"entries": [{"source": "a/b", "state_indices": [0, 2 ** 63]}]}, r"entries\[0\] \(a/b\): field 'state_indices'"),
-    ({"entries": [{"source": "a/b", "delta_timestamps": {"action": [0.0, 1e300]}}]},
-     r"entries\[0\] \(a/b\): delta_timestamps\['action'\] holds 1e\+300 s: window times must lie within \+-1e\+06 s"),
-    ({"entries": ["a/b"], "delta_timestamps": {"state": [-1e300]}},
-     r"<dict>: delta_timestamps\['state'\] holds -1e\+300 s"),
-])
+@pytest.mark.parametrize(
+    "raw, pattern",
+    [
+        (
+            {"entries": [{"source": "a/b", "episodes": [0, 2**70]}]},
+            r"entries\[0\] \(a/b\): field 'episodes' holds 1 value\(s\) above 2\*\*62 - 1"
+            r".*first: 1180591620717411303424",
+        ),
+        (
+            {"entries": [{"source": "a/b", "exclude_episodes": [2**64]}]},
+            r"entries\[0\] \(a/b\): field 'exclude_episodes' holds 1 value\(s\) above 2\*\*62 - 1",
+        ),
+        ({"entries": [{"source": "a/b", "state_indices": [0, 2**63]}]}, r"entries\[0\] \(a/b\): field 'state_indices'"),
+        (
+            {"entries": [{"source": "a/b", "delta_timestamps": {"action": [0.0, 1e300]}}]},
+            r"entries\[0\] \(a/b\): delta_timestamps\['action'\] holds 1e\+300 s: "
+            r"window times must lie within \+-1e\+06 s",
+        ),
+        (
+            {"entries": ["a/b"], "delta_timestamps": {"state": [-1e300]}},
+            r"<dict>: delta_timestamps\['state'\] holds -1e\+300 s",
+        ),
+    ],
+)
 def test_huge_indices_and_windows_are_refused_by_the_spec_checks(raw, pattern):
     """Values that pass 'an int >= 0' / 'a finite number' but overflow int64 frame arithmetic later (an
     OverflowError in preflight) are refused here, naming the entry and the field."""
     with pytest.raises(MixtureSpecError, match=pattern):
         MixtureSpec.from_dict(raw)
     # the largest values allowed still load
-    MixtureSpec.from_dict({"entries": [{"source": "a/b", "episodes": [2 ** 62 - 1], "exclude_episodes": [2 ** 62 - 1],
-                                        "delta_timestamps": {"action": [-1e6, 1e6]}}]})
+    MixtureSpec.from_dict(
+        {
+            "entries": [
+                {
+                    "source": "a/b",
+                    "episodes": [2**62 - 1],
+                    "exclude_episodes": [2**62 - 1],
+                    "delta_timestamps": {"action": [-1e6, 1e6]},
+                }
+            ]
+        }
+    )
 
 
 def test_a_url_root_is_refused_naming_the_field():
@@ -164,8 +238,10 @@ def test_a_url_root_is_refused_naming_the_field():
     into a directory named after it) is a problem of the entry (OpenTau configs read such a root as the source)."""
     with pytest.raises(MixtureSpecError) as err:
         MixtureSpec.from_dict({"entries": [{"source": "org/ds", "root": "http://127.0.0.1:1/ds"}]})
-    assert err.value.problems == ["<dict>: entries[0] (org/ds): field 'root' is a local copy of a Hub dataset, got the "
-                                  "URL 'http://127.0.0.1:1/ds': a dataset read from a URL is the entry's 'source'"]
+    assert err.value.problems == [
+        "<dict>: entries[0] (org/ds): field 'root' is a local copy of a Hub dataset, got the "
+        "URL 'http://127.0.0.1:1/ds': a dataset read from a URL is the entry's 'source'"
+    ]
 
 
 @pytest.mark.timeout(60)
@@ -187,7 +263,8 @@ def test_200000_entries_without_a_quadratic_blow_up():
     assert names[n // 2 + 1] == "/data/d1#3" and names[-1] == "/data/d1#2"
     assert seconds < 20
     with pytest.raises(MixtureSpecError, match="entry names must be unique, repeated: 'twice'"):
-        MixtureSpec.from_dict({"entries": entries[:10] + [{"source": "/z", "name": "twice"},
-                                                          {"source": "/w", "name": "twice"}]})
+        MixtureSpec.from_dict(
+            {"entries": entries[:10] + [{"source": "/z", "name": "twice"}, {"source": "/w", "name": "twice"}]}
+        )
     with pytest.raises(MixtureSpecError, match=r"'state_indices' repeats indices \[3\]"):
         MixtureSpec.from_dict({"entries": [{"source": "/z", "state_indices": list(range(n)) + [3]}]})

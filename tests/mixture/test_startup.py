@@ -71,8 +71,19 @@ def test_torchrun_spec_given_to_prepare_metadata_read_once_per_node(synthetic, s
     local copy is written from the bytes preflight read); both ranks get the same report, read from local files."""
     spec = http_spec(synthetic, served)
     need, never = expected(synthetic, spec)
-    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
-                             "--late-rank", 1, "--late-s", 3))
+    output = finish(
+        torchrun(
+            tmp_path / "out",
+            write_spec(tmp_path, spec),
+            tmp_path / "cache",
+            2,
+            "--spec-in-prepare",
+            "--late-rank",
+            1,
+            "--late-s",
+            3,
+        )
+    )
     r0, r1 = records(tmp_path / "out", 2)
     assert r0["ok"] and r1["ok"], output[-4000:]
     meta = meta_requests(served)
@@ -96,8 +107,10 @@ def test_torchrun_spec_given_to_prepare_metadata_read_once_per_node(synthetic, s
         for rel in ("meta/info.json", "meta/stats.json"):
             assert (Path(root) / rel).read_bytes() == (Path(d.path) / rel).read_bytes()
     assert not list((tmp_path / "cache" / "startup").iterdir())  # the hand-over file is gone
-    print(f"prepare seconds: rank 0 {r0['seconds']:.2f} (preflight {r0['preflight_seconds']:.2f}), "
-          f"rank 1 {r1['seconds']:.2f}")
+    print(
+        f"prepare seconds: rank 0 {r0['seconds']:.2f} (preflight {r0['preflight_seconds']:.2f}), "
+        f"rank 1 {r1['seconds']:.2f}"
+    )
 
 
 def mistyped(spec: dict) -> tuple[dict, str]:
@@ -117,8 +130,9 @@ def test_torchrun_a_rank_given_another_spec_fails_every_rank_at_once(synthetic, 
     good = write_spec(tmp_path, spec)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(mistyped(spec)[0]))
-    output = finish(torchrun(tmp_path / "out", good, tmp_path / "cache", 2, "--spec-in-prepare", "--other-spec",
-                             f"1:{bad}"))
+    output = finish(
+        torchrun(tmp_path / "out", good, tmp_path / "cache", 2, "--spec-in-prepare", "--other-spec", f"1:{bad}")
+    )
     r0, r1 = records(tmp_path / "out", 2)
     assert not r0["ok"] and not r1["ok"], output[-4000:]
     assert r0["message"] == r1["message"]
@@ -135,8 +149,7 @@ def test_torchrun_a_failing_preflight_fails_every_rank_at_once(synthetic, served
     download thread) fails; the error reaches rank 1 in the outcomes and both raise at once, naming rank 0, the
     entry and the role."""
     spec, role = mistyped(http_spec(synthetic, served))
-    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2,
-                             "--spec-in-prepare"))
+    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare"))
     r0, r1 = records(tmp_path / "out", 2)
     assert not r0["ok"] and not r1["ok"], output[-4000:]
     assert r0["message"] == r1["message"]
@@ -158,8 +171,24 @@ def test_torchrun_several_start_ups_in_one_job_one_rank_late(synthetic, served, 
     its own prefix: every one works on both ranks, none waits for a time limit (15 s here), and the later ones
     fetch nothing (the copies are there)."""
     spec = http_spec(synthetic, served)
-    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
-                             "--timeout-s", 15, "--again", 3, "--late-rank", 1, "--again-late-s", 1.5), timeout=110)
+    output = finish(
+        torchrun(
+            tmp_path / "out",
+            write_spec(tmp_path, spec),
+            tmp_path / "cache",
+            2,
+            "--spec-in-prepare",
+            "--timeout-s",
+            15,
+            "--again",
+            3,
+            "--late-rank",
+            1,
+            "--again-late-s",
+            1.5,
+        ),
+        timeout=110,
+    )
     r0, r1 = records(tmp_path / "out", 2)
     assert r0["ok"] and r1["ok"], output[-4000:]
     for k, (a, b) in enumerate(zip(r0["again"], r1["again"])):
@@ -175,8 +204,16 @@ def test_torchrun_a_tampered_hand_over_file_fails_every_rank_and_runs_no_code(sy
     that would create a file when loaded (whoever can write the hand-over directory). Rank 1 refuses it (the
     hand-over is JSON, checked field by field): both ranks raise, naming rank 1 and the file, and no code ran."""
     spec = http_spec(synthetic, served)
-    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
-                             "--tamper-handover"))
+    output = finish(
+        torchrun(
+            tmp_path / "out",
+            write_spec(tmp_path, spec),
+            tmp_path / "cache",
+            2,
+            "--spec-in-prepare",
+            "--tamper-handover",
+        )
+    )
     r0, r1 = records(tmp_path / "out", 2)
     assert not list((tmp_path / "out").glob("code-ran-*")), "the payload ran"
     assert not r0["ok"] and not r1["ok"], output[-4000:]
@@ -193,8 +230,25 @@ def test_torchrun_a_rank_past_the_time_limit_for_a_later_start_up_fails_both_in_
     3 s (not a wait for the store's own 30-minute limit), and rank 1, coming later, finds rank 0 gone and gives up
     after 3 s too; both name the group and the time limit."""
     spec = http_spec(synthetic, served)
-    output = finish(torchrun(tmp_path / "out", write_spec(tmp_path, spec), tmp_path / "cache", 2, "--spec-in-prepare",
-                             "--timeout-s", 3, "--poll-s", 0.2, "--again", 1, "--late-rank", 1, "--again-late-s", 8))
+    output = finish(
+        torchrun(
+            tmp_path / "out",
+            write_spec(tmp_path, spec),
+            tmp_path / "cache",
+            2,
+            "--spec-in-prepare",
+            "--timeout-s",
+            3,
+            "--poll-s",
+            0.2,
+            "--again",
+            1,
+            "--late-rank",
+            1,
+            "--again-late-s",
+            8,
+        )
+    )
     r0, r1 = records(tmp_path / "out", 2)
     assert r0["ok"] and r1["ok"], output[-4000:]
     for r in (r0, r1):

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.slow
 
 
 def _rows(path, key, episodes, indices):
-    table = pa.concat_tables([pq.read_table(p, columns=[key, "episode_index"])
-                              for p in sorted(Path(path, "data").rglob("*.parquet"))])
+    table = pa.concat_tables(
+        [pq.read_table(p, columns=[key, "episode_index"]) for p in sorted(Path(path, "data").rglob("*.parquet"))]
+    )
     keep = np.isin(table.column("episode_index").to_numpy(), episodes)
     x = np.stack(table.column(key).to_numpy(zero_copy_only=False)[keep]).astype(np.float64)
     return x if indices is None else x[:, indices]
@@ -45,10 +46,17 @@ def test_statistics_of_400_entries_computed_then_cached(tmp_path):
     for g, stats in first["groups"].items():
         members = [i for i, e in enumerate(first["entries"]) if e["group"] == g]
         for shared, key_of, dim in (("action", lambda d: "action", 0), ("observation.state", lambda d: d.state_key, 2)):
-            x = np.concatenate([_rows(datasets[i].path, key_of(datasets[i]),
-                                      [0, 1] if i % 5 == 1 else np.arange(datasets[i].episodes),
-                                      [4, 2, 0] if i % 7 == 3 and shared != "action" else None)[:, dim]
-                                for i in members])
+            x = np.concatenate(
+                [
+                    _rows(
+                        datasets[i].path,
+                        key_of(datasets[i]),
+                        [0, 1] if i % 5 == 1 else np.arange(datasets[i].episodes),
+                        [4, 2, 0] if i % 7 == 3 and shared != "action" else None,
+                    )[:, dim]
+                    for i in members
+                ]
+            )
             s = stats[shared]
             assert np.isclose(s["mean"][dim], x.mean(), rtol=1e-12) and np.isclose(s["std"][dim], x.std(), rtol=1e-9)
             assert s["min"][dim] == x.min() and s["max"][dim] == x.max()
@@ -69,5 +77,7 @@ def test_statistics_of_400_entries_computed_then_cached(tmp_path):
             assert all(np.array_equal(a["stats"][key][n], b["stats"][key][n]) for n in a["stats"][key])
     for g in first["groups"]:
         assert np.array_equal(first["groups"][g]["action"]["q99"], second["groups"][g]["action"]["q99"])
-    print(f"\n400 entries, {first['frames']} frames: first run {cold:.2f} s (statistics {first['seconds']:.2f} s), "
-          f"cached run {cached:.2f} s (statistics {second['seconds']:.2f} s)")
+    print(
+        f"\n400 entries, {first['frames']} frames: first run {cold:.2f} s (statistics {first['seconds']:.2f} s), "
+        f"cached run {cached:.2f} s (statistics {second['seconds']:.2f} s)"
+    )

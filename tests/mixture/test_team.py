@@ -12,6 +12,7 @@ import time
 import pytest
 
 from episodic.mixture.startup.team import Team, leaders
+
 from startup_helpers import expected, finish, http_spec, plain_ranks, records, write_spec
 
 pytest.importorskip("aiohttp")
@@ -47,8 +48,15 @@ def test_a_dead_downloading_rank_is_an_error_not_a_hang(synthetic, served, tmp_p
     spec = http_spec(synthetic, served)
     need, _ = expected(synthetic, spec)
     served.fault_paths, served.faults, served.sleep_s = set(need), ["sleep"] * len(need), 60.0  # data GETs hang
-    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0],
-                        "--timeout-s", 8, local_rank=False)
+    procs = plain_ranks(
+        tmp_path / "out",
+        write_spec(tmp_path, spec),
+        [tmp_path / "cache"] * 2,
+        [0, 0],
+        "--timeout-s",
+        8,
+        local_rank=False,
+    )
     try:
         deadline = time.monotonic() + 60
         while not any("/meta/" not in p for m, p, _ in served.requests):  # preflight is done, a data fetch began
@@ -104,8 +112,14 @@ def test_a_shared_cache_is_filled_once_in_all(synthetic, served, tmp_path):
     the mixture and downloads, each file once, and hands its report to the other node through the shared cache."""
     spec = http_spec(synthetic, served)
     need, _ = expected(synthetic, spec)
-    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "shared"] * 2, [0, 1],
-                        "--shared-cache", "--spec-in-prepare")
+    procs = plain_ranks(
+        tmp_path / "out",
+        write_spec(tmp_path, spec),
+        [tmp_path / "shared"] * 2,
+        [0, 1],
+        "--shared-cache",
+        "--spec-in-prepare",
+    )
     outputs = [finish(p) for p in procs]
     recs = records(tmp_path / "out", 2)
     assert all(r["ok"] for r in recs), outputs[0][-3000:]
@@ -123,8 +137,9 @@ def test_a_report_that_cannot_be_handed_over_fails_every_rank(synthetic, served,
     spec = http_spec(synthetic, served)
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "startup").write_text("not a directory")
-    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0],
-                        "--spec-in-prepare")
+    procs = plain_ranks(
+        tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0], "--spec-in-prepare"
+    )
     outputs = [finish(p) for p in procs]
     r0, r1 = records(tmp_path / "out", 2)
     assert not r0["ok"] and not r1["ok"], outputs[0][-3000:]
@@ -141,8 +156,18 @@ def test_a_rank_that_never_comes_is_an_error_within_the_time_limit(synthetic, se
     """Rank 1 is alive but 20 s late, the limit 4 s: rank 0 (which downloaded at once) gives up on it after about
     4 s; rank 1, when it comes, finds nobody and fails too. Neither hangs."""
     spec = http_spec(synthetic, served)
-    procs = plain_ranks(tmp_path / "out", write_spec(tmp_path, spec), [tmp_path / "cache"] * 2, [0, 0],
-                        "--timeout-s", 4, "--late-rank", 1, "--late-s", 20)
+    procs = plain_ranks(
+        tmp_path / "out",
+        write_spec(tmp_path, spec),
+        [tmp_path / "cache"] * 2,
+        [0, 0],
+        "--timeout-s",
+        4,
+        "--late-rank",
+        1,
+        "--late-s",
+        20,
+    )
     outputs = [finish(p) for p in procs]
     r0, r1 = records(tmp_path / "out", 2)
     assert not r0["ok"] and not r1["ok"], outputs[0][-3000:]

@@ -15,20 +15,25 @@ def spec(rule, alpha=1.0, size="frames", weights=(None, None, 2.0, None)):
     return MixtureSpec.build(entries, weighting=Weighting(rule, alpha, size))
 
 
-@pytest.mark.parametrize("rule, want", [
-    ("frames", [100, 400, 1800, 0]),
-    ("episodes", [1, 4, 6, 0]),
-    ("uniform", [1, 1, 2, 1]),
-])
+@pytest.mark.parametrize(
+    "rule, want",
+    [
+        ("frames", [100, 400, 1800, 0]),
+        ("episodes", [1, 4, 6, 0]),
+        ("uniform", [1, 1, 2, 1]),
+    ],
+)
 def test_size_rules_times_the_entry_weight(rule, want):
     assert np.allclose(raw_weights(spec(rule), FRAMES, EPISODES), want)
 
 
 def test_temperature_between_uniform_and_proportional():
     assert np.allclose(raw_weights(spec("temperature", 0.5), FRAMES, EPISODES), [10, 20, 60, 0])
-    assert np.allclose(raw_weights(spec("temperature", 0.5, "episodes"), FRAMES, EPISODES), [1, 2, 2 * 3 ** 0.5, 0])
+    assert np.allclose(raw_weights(spec("temperature", 0.5, "episodes"), FRAMES, EPISODES), [1, 2, 2 * 3**0.5, 0])
     assert np.allclose(raw_weights(spec("temperature", 0.0), FRAMES, EPISODES), [1, 1, 2, 1])
-    assert np.allclose(raw_weights(spec("temperature", 1.0), FRAMES, EPISODES), raw_weights(spec("frames"), FRAMES, EPISODES))
+    assert np.allclose(
+        raw_weights(spec("temperature", 1.0), FRAMES, EPISODES), raw_weights(spec("frames"), FRAMES, EPISODES)
+    )
 
 
 def test_explicit_weights_alone():

@@ -38,11 +38,24 @@ def sampler():
 def torchrun(out, nproc, *args, nnodes=1, node_rank=0, port=None):
     out.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nnodes={nnodes}", f"--node_rank={node_rank}", f"--nproc_per_node={nproc}",
-        "--master_addr=127.0.0.1", f"--master_port={port or free_port()}",
-        str(WORKER), "--out", str(out), "--episodes", str(EPISODES), "--batch-size", str(BATCH),
-        "--seed", str(SEED), *map(str, args),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--node_rank={node_rank}",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port or free_port()}",
+        str(WORKER),
+        "--out",
+        str(out),
+        "--episodes",
+        str(EPISODES),
+        "--batch-size",
+        str(BATCH),
+        "--seed",
+        str(SEED),
+        *map(str, args),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -43,8 +43,14 @@ def test_greedy_bound_and_partition_over_random_inputs():
     for _ in range(300):
         n, consumers = int(rng.integers(0, 40)), int(rng.integers(1, 12))
         counts = rng.integers(0, 50, n)
-        plans = plan_episodes(counts, consumers, int(rng.integers(1 << 40)), int(rng.integers(5)),
-                              int(rng.integers(4)), bool(rng.integers(2)))
+        plans = plan_episodes(
+            counts,
+            consumers,
+            int(rng.integers(1 << 40)),
+            int(rng.integers(5)),
+            int(rng.integers(4)),
+            bool(rng.integers(2)),
+        )
         assert len(plans) == consumers
         assert sorted(np.concatenate(plans).tolist()) == list(range(n))
         loads = [int(counts[p].sum()) for p in plans]

@@ -25,8 +25,9 @@ def _episodes(n: int, seed: int) -> tuple[np.ndarray, list[str]]:
     return eps.astype(np.int64), tasks
 
 
-@pytest.mark.parametrize("n, fraction", [(1, 0.5), (2, 0.01), (3, 0.1), (10, 0.1), (37, 0.2), (200, 0.05),
-                                         (200, 0.5), (64, 0.99)])
+@pytest.mark.parametrize(
+    "n, fraction", [(1, 0.5), (2, 0.01), (3, 0.1), (10, 0.1), (37, 0.2), (200, 0.05), (200, 0.5), (64, 0.99)]
+)
 def test_stratified_sides_are_disjoint_cover_and_follow_the_stated_counts(n, fraction):
     eps, tasks = _episodes(n, n)
     train, held = split_episodes(EvalSplit(fraction, seed=3), eps, tasks)
@@ -72,8 +73,8 @@ def _lerobot_reference(episodes: list[int], first_tasks: list[str], fraction: fl
     train, held = [], []
     for members in by_task.values():
         k = math.ceil(len(members) * fraction)
-        train += members[:len(members) - k]
-        held += members[len(members) - k:]
+        train += members[: len(members) - k]
+        held += members[len(members) - k :]
     return sorted(train), sorted(held)
 
 
@@ -103,8 +104,9 @@ def test_bad_options_are_named_all_at_once():
     assert EvalSplit.of(EvalSplit(0.2).to_dict()) == EvalSplit(0.2)
 
 
-@pytest.mark.parametrize("topology", [Topology(1, 1, 0, 5), Topology(1, 2, 2, 4), Topology(2, 2, 3, 3),
-                                      Topology(1, 3, 1, 7, drop_last=True)])
+@pytest.mark.parametrize(
+    "topology", [Topology(1, 1, 0, 5), Topology(1, 2, 2, 4), Topology(2, 2, 3, 3), Topology(1, 3, 1, 7, drop_last=True)]
+)
 def test_no_topology_reaches_a_held_out_episode(topology):
     # episodes of 4..12 frames, laid side by side as a dataset's rows
     lengths = np.random.default_rng(0).integers(4, 13, 30)

@@ -10,15 +10,15 @@ from episodic.order.mixture_quota import QUOTA_BOUND, TOTAL_UNITS, QuotaTree, mu
 
 def test_muldiv_is_exact_beyond_int64_products():
     rng = np.random.default_rng(0)
-    m = rng.integers(0, 2 ** 52, 20000)
-    b = rng.integers(1, 2 ** 40, 20000)
-    a = rng.integers(0, 2 ** 62, 20000) % (b + 1)
-    h = rng.integers(0, 2 ** 62, 20000) % b
+    m = rng.integers(0, 2**52, 20000)
+    b = rng.integers(1, 2**40, 20000)
+    a = rng.integers(0, 2**62, 20000) % (b + 1)
+    h = rng.integers(0, 2**62, 20000) % b
     got = muldiv(m, a, b, h)
     want = [(int(x) * int(y) + int(z)) // int(w) for x, y, z, w in zip(m, a, h, b)]
     assert got.tolist() == want
-    edge = np.array([0, 1, 2 ** 52 - 1], dtype=np.int64)
-    full = np.full(3, 2 ** 32)
+    edge = np.array([0, 1, 2**52 - 1], dtype=np.int64)
+    full = np.full(3, 2**32)
     assert muldiv(edge, full, full, full - 1).tolist() == edge.tolist()
 
 
@@ -46,7 +46,7 @@ def prefix_deviation(tree: QuotaTree, m: int) -> float:
 
 @pytest.mark.parametrize("case", ["lognormal", "one_heavy", "tiny_shares", "geometric", "uniform", "two"])
 def test_every_prefix_is_within_the_bound(case):
-    rng = np.random.default_rng(hash(case) % 2 ** 32)
+    rng = np.random.default_rng(hash(case) % 2**32)
     weights = {
         "lognormal": rng.lognormal(0, 3, 300),
         "one_heavy": np.r_[1e6, np.ones(200)],
@@ -64,7 +64,7 @@ def test_every_prefix_is_within_the_bound(case):
 def test_bound_holds_far_into_the_sequence():
     tree = QuotaTree.build(quantize(np.random.default_rng(3).lognormal(0, 2, 64)), 5)
     t = tree.total
-    for m in [2 ** 40 + 12345, 3 * 10 ** 12, 2 ** 50 - 1]:
+    for m in [2**40 + 12345, 3 * 10**12, 2**50 - 1]:
         c = tree.counts(m)
         assert c.sum() == m
         dev = np.abs(c.astype(object) * t - np.asarray(tree.units.tolist(), dtype=object) * m)  # exact integers

@@ -77,10 +77,9 @@ def test_each_pass_over_an_entry_draws_every_frame_once():
         n = len(s.entries[e])
         kept = s.entries[e].frame_at(np.arange(n))
         for k in range(got.size // n):
-            assert np.array_equal(np.sort(got[k * n:(k + 1) * n]), np.sort(kept))
+            assert np.array_equal(np.sort(got[k * n : (k + 1) * n]), np.sort(kept))
         if got.size >= 2 * n:
-            assert not np.array_equal(got[:n], got[n:2 * n])  # each pass is a new permutation
-
+            assert not np.array_equal(got[:n], got[n : 2 * n])  # each pass is a new permutation
 
 
 def test_small_entries_by_cached_tables_are_the_keyed_permutations(monkeypatch):
@@ -95,20 +94,24 @@ def test_small_entries_by_cached_tables_are_the_keyed_permutations(monkeypatch):
     names = [f"org/ds{i}" for i in range(len(entries))]
     for cache_frames in (1 << 20, 100):
         monkeypatch.setattr(ms, "_TABLE_CACHE_FRAMES", cache_frames)
-        s = MixtureSampler(entries, rng.lognormal(0, 1, len(entries)).tolist(), names, seed=7,
-                           samples_per_epoch=3000)
+        s = MixtureSampler(entries, rng.lognormal(0, 1, len(entries)).tolist(), names, seed=7, samples_per_epoch=3000)
         for epoch in (0, 3):
             for positions in (np.arange(3000), rng.integers(0, 3000, 64)):
                 entry, draw = s.draws_at(positions, epoch)
                 n = s.frames[entry]
-                want = np.array([permute(int(d % k), int(k), ms.entry_key(7, names[e]), int(d // k))
-                                 for e, d, k in zip(entry, draw, n)])
+                want = np.array(
+                    [
+                        permute(int(d % k), int(k), ms.entry_key(7, names[e]), int(d // k))
+                        for e, d, k in zip(entry, draw, n)
+                    ]
+                )
                 kept = s.kept_base[entry] + want
                 slot = np.searchsorted(s._cum_end, kept, side="right")
                 assert np.array_equal(s.locate(positions, epoch)[1], s._offset[slot] + kept)
         assert s._tables and s._tabled_values == sum(len(t) for t in s._tables.values())
         assert s._tabled_values <= max(cache_frames, max(len(t) for t in s._tables.values()))
         assert all(s.frames[e] <= ms._TABLE_MAX_FRAMES for _, e, _ in s._tables)
+
 
 def test_unshuffled_entries_come_in_order():
     s = make(3, shuffle=False, weights=[1, 1, 2])
@@ -167,9 +170,11 @@ def test_exact_resume_at_every_step_of_a_small_mixture():
 def test_elastic_resume_is_exactly_once():
     s = make(6, seed=4)
     rng = np.random.default_rng(0)
-    for trial in range(12):
-        topos = [Topology(int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(0, 4)),
-                          int(rng.integers(1, 6))) for _ in range(4)]
+    for _trial in range(12):
+        topos = [
+            Topology(int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(0, 4)), int(rng.integers(1, 6)))
+            for _ in range(4)
+        ]
         stops = np.sort(rng.choice(np.arange(1, 15), 3, replace=False))
         sim = simulate(s, topos[0], events=list(zip(stops.tolist(), topos[1:])), batch_sampler=MixtureBatchSampler)
         got = sim.indices(0)
@@ -232,7 +237,9 @@ def test_real_dataloader_with_workers_resumes_on_another_batch_size():
     state = json.loads(json.dumps(loader.state_dict()))
     bs2 = MixtureBatchSampler(make(5, seed=6), 7, rank=0, world_size=1)
     bs2.load_state_dict(state)
-    for batch in TrackedLoader(torch.utils.data.DataLoader(_Identity(s.num_indices), batch_sampler=bs2, num_workers=2), bs2):
+    for batch in TrackedLoader(
+        torch.utils.data.DataLoader(_Identity(s.num_indices), batch_sampler=bs2, num_workers=2), bs2
+    ):
         got += batch.tolist()
     n = len(s)
     assert np.array_equal(got[:n], s.indices_at(np.arange(n), 0))

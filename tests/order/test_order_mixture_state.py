@@ -5,7 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from episodic.order import QUOTA_BOUND, EpisodeFrames, MixtureBatchSampler, MixtureSampler, MixtureState, SpecChangeError
+from episodic.order import (
+    QUOTA_BOUND,
+    EpisodeFrames,
+    MixtureBatchSampler,
+    MixtureSampler,
+    MixtureState,
+    SpecChangeError,
+)
 
 
 def frames(lengths, start=0):
@@ -117,10 +124,15 @@ def test_epoch_length_change_ends_the_epoch_when_already_past_it():
 def test_state_format_is_validated():
     good = sampler({"a": 1}).mixture_state()
     assert MixtureState.from_dict(json.loads(json.dumps(good))).to_dict() == good
-    for bad, field in [({**good, "epoch": -1}, "epoch"), ({**good, "samples_per_epoch": 0}, "samples_per_epoch"),
-                       ({**good, "entries": []}, "entries"), ({**good, "entries": [["a", 1, 2]]}, r"entries\[0\]"),
-                       ({**good, "entries": [["a", -1, 2, 0]]}, r"entries\[0\]"), ({**good, "skipped": "x"}, "skipped"),
-                       ({**good, "entries": [["a", 1, 2, 0], ["a", 1, 2, 0]]}, "unique")]:
+    for bad, field in [
+        ({**good, "epoch": -1}, "epoch"),
+        ({**good, "samples_per_epoch": 0}, "samples_per_epoch"),
+        ({**good, "entries": []}, "entries"),
+        ({**good, "entries": [["a", 1, 2]]}, r"entries\[0\]"),
+        ({**good, "entries": [["a", -1, 2, 0]]}, r"entries\[0\]"),
+        ({**good, "skipped": "x"}, "skipped"),
+        ({**good, "entries": [["a", 1, 2, 0], ["a", 1, 2, 0]]}, "unique"),
+    ]:
         with pytest.raises(ValueError, match=field):
             MixtureState.from_dict(bad)
 

@@ -1,4 +1,5 @@
-"""The streaming order of a mixture: whole episodes per epoch, budgets kept over epochs, exactly once on any topology."""
+"""The streaming order of a mixture: whole episodes per epoch, budgets kept over epochs, exactly once on any
+topology."""
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def test_each_pass_over_an_entry_streams_every_episode_once():
         seq = np.concatenate([x.episode[x.entry == i] for x in slots])
         k = s.entries[i].episodes.size
         for p in range(seq.size // k):
-            assert np.array_equal(np.sort(seq[p * k:(p + 1) * k]), s.entries[i].episodes)
+            assert np.array_equal(np.sort(seq[p * k : (p + 1) * k]), s.entries[i].episodes)
 
 
 def test_pure_and_seeded():
@@ -52,7 +53,7 @@ def test_pure_and_seeded():
         seq = np.concatenate([x.episode[x.entry == i] for x in slots])
         k = plain.entries[i].episodes.size
         for p in range(seq.size // k):
-            assert np.array_equal(seq[p * k:(p + 1) * k], plain.entries[i].episodes)
+            assert np.array_equal(seq[p * k : (p + 1) * k], plain.entries[i].episodes)
 
 
 def test_streaming_plan_on_slots_is_exactly_once_under_elastic_restarts():
@@ -61,8 +62,13 @@ def test_streaming_plan_on_slots_is_exactly_once_under_elastic_restarts():
     want = sorted((slot, f) for slot, n in lengths.items() for f in range(n))
     rng = np.random.default_rng(1)
     for trial in range(6):
-        runs = [(Topology(1, int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 5))),
-                 int(rng.integers(1, 6))) for _ in range(2)]
+        runs = [
+            (
+                Topology(1, int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 5))),
+                int(rng.integers(1, 6)),
+            )
+            for _ in range(2)
+        ]
         runs.append((Topology(1, int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 5))), None))
         sim = simulate_stream(lengths, runs, seed=5, epoch=2, pool_size=4, shuffle=True)
         got = sorted(map(tuple, sim.items().tolist()))

@@ -184,9 +184,11 @@ def test_permute_lanes_equals_permute_lane_by_lane():
     from episodic.order.permutation import permute_lanes
 
     rng = np.random.default_rng(0)
-    n = np.concatenate([rng.integers(1, 40, 300), rng.integers(1, 5000, 300), rng.integers(1, 2 ** 40, 300), [1, 2, 4, 5]])
+    n = np.concatenate(
+        [rng.integers(1, 40, 300), rng.integers(1, 5000, 300), rng.integers(1, 2**40, 300), [1, 2, 4, 5]]
+    )
     x = (rng.random(n.size) * n).astype(np.int64)
-    seed = rng.integers(0, 2 ** 63, n.size)
+    seed = rng.integers(0, 2**63, n.size)
     epoch = rng.integers(-5, 50, n.size)  # negative epochs too (taken modulo 2**64, like permute)
     want = [permute(int(a), int(b), int(c), int(d)) for a, b, c, d in zip(x, n, seed, epoch)]
     assert permute_lanes(x, n, seed, epoch).tolist() == want

@@ -8,8 +8,9 @@ import pytest
 from episodic.order import PoolOrder, consumer_rng
 
 
-def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generator | None,
-                   shuffle: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def consumer_order(
+    counts: Sequence[int], pool_size: int, rng: np.random.Generator | None, shuffle: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The whole order of `PoolOrder` at once (for analysis and tests): (k, j, admit), admit[k] being the
     item position at which list episode k entered the pool."""
     order = PoolOrder(counts, pool_size, rng, shuffle)
@@ -19,7 +20,7 @@ def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generat
         k, j = order.take(1)
         ks.append(k)
         js.append(j)
-        admit[seen:order.admitted] = order.pos
+        admit[seen : order.admitted] = order.pos
         seen = order.admitted
     k = np.concatenate(ks) if ks else np.empty(0, np.int64)
     return k, (np.concatenate(js) if js else np.empty(0, np.int64)), admit
@@ -28,18 +29,22 @@ def consumer_order(counts: Sequence[int], pool_size: int, rng: np.random.Generat
 # Reference sequences produced by the implementation of the released streaming format (before the order
 # code moved to episodic.order). They pin the order that saved resume states refer to: do not regenerate.
 PINNED = [
-    (([5, 0, 3, 7, 4], 2, 11, True),
-     [0, 0, 0, 0, 2, 0, 3, 3, 3, 3, 2, 2, 3, 4, 3, 4, 4, 4, 3],
-     [2, 1, 0, 4, 2, 3, 4, 5, 0, 1, 0, 1, 2, 0, 6, 2, 3, 1, 3]),
-    (([5, 0, 3, 7, 4], 1, 11, True),
-     [0, 0, 0, 0, 0, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4],
-     [2, 1, 0, 4, 3, 2, 0, 1, 4, 5, 0, 1, 2, 6, 3, 0, 2, 3, 1]),
-    (([4, 2, 0, 3], 2, None, False),
-     [0, 0, 0, 0, 1, 1, 3, 3, 3],
-     [0, 1, 2, 3, 0, 1, 0, 1, 2]),
+    (
+        ([5, 0, 3, 7, 4], 2, 11, True),
+        [0, 0, 0, 0, 2, 0, 3, 3, 3, 3, 2, 2, 3, 4, 3, 4, 4, 4, 3],
+        [2, 1, 0, 4, 2, 3, 4, 5, 0, 1, 0, 1, 2, 0, 6, 2, 3, 1, 3],
+    ),
+    (
+        ([5, 0, 3, 7, 4], 1, 11, True),
+        [0, 0, 0, 0, 0, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4],
+        [2, 1, 0, 4, 3, 2, 0, 1, 4, 5, 0, 1, 2, 6, 3, 0, 2, 3, 1],
+    ),
+    (([4, 2, 0, 3], 2, None, False), [0, 0, 0, 0, 1, 1, 3, 3, 3], [0, 1, 2, 3, 0, 1, 0, 1, 2]),
 ]
-PINNED_CONSUMER = ([1, 0, 0, 1, 1, 3, 1, 1, 1, 1, 0, 1, 0, 0, 0, 4, 4, 4, 4, 4, 4, 3, 4, 3, 4, 3, 1],
-                   [1, 1, 2, 4, 8, 3, 7, 0, 3, 2, 5, 6, 4, 0, 3, 7, 4, 3, 1, 0, 5, 1, 6, 0, 2, 2, 5])
+PINNED_CONSUMER = (
+    [1, 0, 0, 1, 1, 3, 1, 1, 1, 1, 0, 1, 0, 0, 0, 4, 4, 4, 4, 4, 4, 3, 4, 3, 4, 3, 1],
+    [1, 1, 2, 4, 8, 3, 7, 0, 3, 2, 5, 6, 4, 0, 3, 7, 4, 3, 1, 0, 5, 1, 6, 0, 2, 2, 5],
+)
 
 
 @pytest.mark.parametrize("args,k,j", PINNED)

@@ -48,8 +48,12 @@ def test_exactly_once_coverage_world_1_to_8_workers_0_to_4(num_frames):
     sampler = uneven_sampler(num_frames)
     all_frames = np.sort(sampler.indices_at(np.arange(num_frames), 0))
     for world, workers, batch in itertools.product(range(1, 9), range(0, 5), (1, 3)):
-        topo = Topology(nodes=1 if world % 2 else 2, ranks_per_node=world if world % 2 else world // 2,
-                        workers=workers, batch_size=batch)
+        topo = Topology(
+            nodes=1 if world % 2 else 2,
+            ranks_per_node=world if world % 2 else world // 2,
+            workers=workers,
+            batch_size=batch,
+        )
         sim = simulate(sampler, topo)
         gb = world * batch
         steps = -(-num_frames // gb)
@@ -58,7 +62,7 @@ def test_exactly_once_coverage_world_1_to_8_workers_0_to_4(num_frames):
         check_epoch_is_global_prefix(sim, sampler, 0)
         padded = steps * gb - num_frames
         assert np.unique(sim.indices(0)).size == num_frames
-        assert np.array_equal(np.sort(sim.indices(0)[: num_frames]), all_frames)
+        assert np.array_equal(np.sort(sim.indices(0)[:num_frames]), all_frames)
         assert padded < gb or num_frames < gb
         # per rank disjointness within the un-padded part and per-step blocks
         for b in sim.batches:
@@ -88,7 +92,10 @@ def test_resume_at_every_step_same_topology_is_identical():
     topo = Topology(nodes=1, ranks_per_node=3, workers=2, batch_size=2)
     ref = simulate(sampler, topo, epochs=2)
     total_steps = max(b.step for b in ref.batches) + 1
-    key = lambda sim: [(b.step, b.epoch, b.rank, b.indices.tolist()) for b in sim.batches]
+
+    def key(sim):
+        return [(b.step, b.epoch, b.rank, b.indices.tolist()) for b in sim.batches]
+
     for stop in range(1, total_steps):
         resumed = simulate(sampler, topo, [(stop, topo)], epochs=2)
         assert key(resumed) == key(ref), f"stream differs after a restart at step {stop}"
@@ -116,7 +123,9 @@ def test_resume_on_a_different_topology_is_exactly_once(chain):
         got = sim.indices(epoch)
         # padding only at the very end, and never more than one global batch
         assert np.unique(got).size == len(sampler)
-        assert got.size - len(sampler) < max(t.world_size * t.batch_size for t in [chain[0]] + [e[1] for e in chain[1:]])
+        assert got.size - len(sampler) < max(
+            t.world_size * t.batch_size for t in [chain[0]] + [e[1] for e in chain[1:]]
+        )
 
 
 def test_hundreds_of_random_topology_chains():
@@ -125,8 +134,9 @@ def test_hundreds_of_random_topology_chains():
         sampler = uneven_sampler(int(rng.integers(1, 80)), seed=trial)
 
         def topo():
-            return Topology(int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(0, 4)),
-                            int(rng.integers(1, 6)))
+            return Topology(
+                int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(0, 4)), int(rng.integers(1, 6))
+            )
 
         stops = np.sort(rng.choice(np.arange(1, 30), int(rng.integers(0, 4)), replace=False))
         events = [(int(s), topo()) for s in stops]
@@ -220,6 +230,10 @@ def test_real_dataloader_matches_the_simulator_and_resumes(workers):
         assert [g[:, 0].tolist() for g in got] == [e.indices.tolist() for e in expected]
         # the worker of each batch restarts its round-robin at the resume, like the simulator's restart
         workers_seen = [int(g[0, 1]) for g in got]
-        assert workers_seen == [-1] * len(got) if not workers else workers_seen[:stop] == [s % workers for s in range(stop)]
+        assert (
+            workers_seen == [-1] * len(got)
+            if not workers
+            else workers_seen[:stop] == [s % workers for s in range(stop)]
+        )
         seen += [g[:, 0] for g in got]
     assert np.unique(torch.cat(seen).numpy()).size == len(sampler)

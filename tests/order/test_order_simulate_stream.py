@@ -16,8 +16,12 @@ def random_lengths(rng) -> dict[int, int]:
 
 
 def random_topology(rng) -> Topology:
-    return Topology(nodes=int(rng.integers(1, 3)), ranks_per_node=int(rng.integers(1, 4)),
-                    workers=int(rng.integers(0, 4)), batch_size=int(rng.integers(1, 7)))
+    return Topology(
+        nodes=int(rng.integers(1, 3)),
+        ranks_per_node=int(rng.integers(1, 4)),
+        workers=int(rng.integers(0, 4)),
+        batch_size=int(rng.integers(1, 7)),
+    )
 
 
 def random_runs(rng) -> list:
@@ -65,8 +69,9 @@ def test_result_does_not_depend_on_how_orders_are_taken():
         ref = simulate_stream(lengths, runs, **kw)
         for take in (1, 5, 10**6, rng.integers(1, 9, 7).tolist()):
             sim = simulate_stream(lengths, runs, take_size=take, **kw)
-            assert [(b.step, b.rank, b.worker, b.consumer, b.episodes.tolist(), b.frames.tolist()) for b in sim.batches] \
-                == [(b.step, b.rank, b.worker, b.consumer, b.episodes.tolist(), b.frames.tolist()) for b in ref.batches]
+            assert [
+                (b.step, b.rank, b.worker, b.consumer, b.episodes.tolist(), b.frames.tolist()) for b in sim.batches
+            ] == [(b.step, b.rank, b.worker, b.consumer, b.episodes.tolist(), b.frames.tolist()) for b in ref.batches]
             assert sim.states == ref.states
 
 
@@ -80,8 +85,10 @@ def test_restart_on_the_same_topology_continues_batch_for_batch():
         stopped = simulate_stream(lengths, [(topo, k), (topo, k), (topo, None)], **kw)
         assert all(s["history"] == [] for s in stopped.states[:2])  # one segment throughout
         want = per_rank(whole, 0)
-        got = {r: per_rank(stopped, 0).get(r, []) + per_rank(stopped, 1).get(r, []) + per_rank(stopped, 2).get(r, [])
-               for r in want}
+        got = {
+            r: per_rank(stopped, 0).get(r, []) + per_rank(stopped, 1).get(r, []) + per_rank(stopped, 2).get(r, [])
+            for r in want
+        }
         assert got == want
 
 
@@ -96,8 +103,9 @@ def test_stopped_runs_consume_what_remaining_after_leaves_out():
         kw = dict(seed=int(rng.integers(1 << 40)), epoch=2, pool_size=int(rng.integers(1, 4)), shuffle=True)
         sim = simulate_stream(lengths, runs, **kw)
         state = sim.states[-1]
-        history = state["history"] + [[state["world_size"], state["num_workers"], state["batch_size"],
-                                        state["batches_consumed"]]]
+        history = state["history"] + [
+            [state["world_size"], state["num_workers"], state["batch_size"], state["batches_consumed"]]
+        ]
         left = remaining_after(lengths, history, kw["seed"], kw["epoch"], kw["pool_size"], True)
         unconsumed = sorted((e, int(f)) for e, fs in left.items() for f in fs)
         got = handed_out(sim)
@@ -117,8 +125,13 @@ def test_bad_runs_are_refused():
 
 
 # ------------------------------------------------------------------------------------ against the dataset
-RUNS = [(Topology(1, 2, 2, 5), 2), (Topology(1, 2, 2, 5), 1), (Topology(1, 1, 0, 7), 2), (Topology(1, 3, 1, 4), 1),
-        (Topology(1, 2, 0, 6), None)]  # the second run continues the first one's segment
+RUNS = [
+    (Topology(1, 2, 2, 5), 2),
+    (Topology(1, 2, 2, 5), 1),
+    (Topology(1, 1, 0, 7), 2),
+    (Topology(1, 3, 1, 4), 1),
+    (Topology(1, 2, 0, 6), None),
+]  # the second run continues the first one's segment
 
 
 def test_simulation_matches_the_streaming_dataset(multifile_root):
@@ -155,4 +168,6 @@ def test_simulation_matches_the_streaming_dataset(multifile_root):
             assert ds.state_dict() == saved  # identical on every rank
         assert saved == sim.states[run]
         state = saved
-    assert sorted(i for b in sim.batches for i in (start[b.episodes] + b.frames).tolist()) == list(range(sum(lengths.values())))
+    assert sorted(i for b in sim.batches for i in (start[b.episodes] + b.frames).tolist()) == list(
+        range(sum(lengths.values()))
+    )

@@ -2,8 +2,7 @@
 
 import numpy as np
 
-from episodic.order import consumer_rng, segment_seed
-from episodic.order import permutation
+from episodic.order import consumer_rng, permutation, segment_seed
 
 
 def test_splitmix_constants_are_shared_and_unchanged():
@@ -17,8 +16,12 @@ def test_splitmix_constants_are_shared_and_unchanged():
 
 def test_segment_seed_is_pinned():
     # These values pin the order of the released resume-state format: do not regenerate them.
-    assert [segment_seed(5, g) for g in range(4)] == [5, 15451190668643881506, 10792295388090873819,
-                                                      6133400107537866132]
+    assert [segment_seed(5, g) for g in range(4)] == [
+        5,
+        15451190668643881506,
+        10792295388090873819,
+        6133400107537866132,
+    ]
     assert segment_seed(2**64 + 9, 2) == 1054922444255012911
     assert segment_seed(2**64 + 9, 0) == 2**64 + 9  # segment 0 keeps the seed as given (permute reduces it)
 

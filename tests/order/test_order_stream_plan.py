@@ -23,17 +23,41 @@ LENGTHS = {0: 12, 2: 7, 3: 15, 5: 9, 8: 4, 9: 1}
 # moved to episodic.order), seed 5, epoch 1, pool 2. They pin which frames a saved resume state still has
 # to emit: do not regenerate them.
 PINNED_REMAINING = [
-    ([[2, 2, 3, 2]],
-     {0: [0, 2, 3, 4, 5, 6, 8, 9, 10, 11], 2: [0, 2, 3, 5], 3: [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14],
-      5: [0, 1, 2, 5, 6, 7], 8: [0, 1, 2, 3], 9: []}),
-    ([[2, 2, 3, 2], [1, 0, 2, 4]],
-     {0: [2, 5, 11], 2: [2, 3, 5], 3: [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14], 5: [0, 1, 2, 5, 6, 7],
-      8: [0, 1, 2, 3], 9: []}),
-    ([[2, 2, 3, 2], [1, 0, 2, 4], [3, 1, 1, 2]],
-     {0: [2, 5, 11], 2: [3, 5], 3: [0, 2, 4, 5, 7, 8, 9, 10, 11, 14], 5: [1, 5, 6, 7], 8: [1, 2, 3], 9: []}),
+    (
+        [[2, 2, 3, 2]],
+        {
+            0: [0, 2, 3, 4, 5, 6, 8, 9, 10, 11],
+            2: [0, 2, 3, 5],
+            3: [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14],
+            5: [0, 1, 2, 5, 6, 7],
+            8: [0, 1, 2, 3],
+            9: [],
+        },
+    ),
+    (
+        [[2, 2, 3, 2], [1, 0, 2, 4]],
+        {
+            0: [2, 5, 11],
+            2: [2, 3, 5],
+            3: [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14],
+            5: [0, 1, 2, 5, 6, 7],
+            8: [0, 1, 2, 3],
+            9: [],
+        },
+    ),
+    (
+        [[2, 2, 3, 2], [1, 0, 2, 4], [3, 1, 1, 2]],
+        {0: [2, 5, 11], 2: [3, 5], 3: [0, 2, 4, 5, 7, 8, 9, 10, 11, 14], 5: [1, 5, 6, 7], 8: [1, 2, 3], 9: []},
+    ),
 ]
-PINNED_UNSHUFFLED = {0: [], 2: [], 3: [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], 5: [0, 1, 2, 3, 4, 5, 6, 7, 8],
-                     8: [0, 1, 2, 3], 9: [0]}
+PINNED_UNSHUFFLED = {
+    0: [],
+    2: [],
+    3: [5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+    5: [0, 1, 2, 3, 4, 5, 6, 7, 8],
+    8: [0, 1, 2, 3],
+    9: [0],
+}
 # a larger case, pinned by digest: (remaining, plan of the next segment, every consumer's whole order)
 PINNED_DIGESTS = ("d6332a0ba95dbdad", "c9e4b8debd1f41ee", "b93782eb1d42e5f3")
 
@@ -64,8 +88,11 @@ def test_larger_case_is_pinned_by_digest():
         k, j = PoolOrder([len(rem[int(e)]) for e in eps], 8, consumer_rng(99, 4, 3, c)).take(10**9)
         ks.append(eps[k].tolist())
         js.append(j.tolist())
-    got = (digest({str(e): v for e, v in as_lists(rem).items()}),
-           digest([cand.tolist(), [p.tolist() for p in plans], frames]), digest([ks, js]))
+    got = (
+        digest({str(e): v for e, v in as_lists(rem).items()}),
+        digest([cand.tolist(), [p.tolist() for p in plans], frames]),
+        digest([ks, js]),
+    )
     assert got == PINNED_DIGESTS
 
 
@@ -86,15 +113,19 @@ def test_each_closed_segment_removes_what_its_ranks_consumed():
         lengths = {int(e): int(rng.integers(0, 20)) for e in rng.choice(40, int(rng.integers(1, 12)), replace=False)}
         history, prev = [], remaining_after(lengths, [], 1, 0, 3, True)
         for _ in range(int(rng.integers(1, 4))):
-            ws, nw, bs, k = (int(rng.integers(1, 4)), int(rng.integers(0, 3)), int(rng.integers(1, 6)),
-                             int(rng.integers(0, 6)))
+            ws, nw, bs, k = (
+                int(rng.integers(1, 4)),
+                int(rng.integers(0, 3)),
+                int(rng.integers(1, 6)),
+                int(rng.integers(0, 6)),
+            )
             _, _, frames = segment_plan(prev, ws, max(nw, 1), 1, 0, len(history), True)
             history.append([ws, nw, bs, k])
             now = remaining_after(lengths, history, 1, 0, 3, True)
             n = max(nw, 1)
             taken = 0
             for r in range(ws):
-                per_worker = frames[r * n:(r + 1) * n]
+                per_worker = frames[r * n : (r + 1) * n]
                 nb = [-(-f // bs) for f in per_worker]
                 order = [w for i in range(max(nb, default=0)) for w in range(n) if i < nb[w]][:k]
                 taken += sum(min(order.count(w) * bs, f) for w, f in enumerate(per_worker))

@@ -16,6 +16,7 @@ import pytest
 from episodic.counters import Counters
 from episodic.storage import FetchPolicy, FileCache
 from episodic.storage.fetch import timeout_options
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")
@@ -146,9 +147,16 @@ print("ok", evicted)
 def test_processes_sharing_one_bounded_cache(tmp_path):
     with FaultServer(files=_files(8)) as srv:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        procs = [subprocess.Popen([sys.executable, "-c", _WORKER, srv.url, str(tmp_path), str(seed)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for seed in range(3)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _WORKER, srv.url, str(tmp_path), str(seed)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for seed in range(3)
+        ]
         outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 and out.startswith("ok ") for p, (out, _) in zip(procs, outs)), outs
     assert sum(int(out.split()[1]) for out, _ in outs) > 0  # the bound was enforced while they ran

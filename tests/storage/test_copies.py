@@ -14,6 +14,7 @@ from episodic.format import DatasetFormatError, load_metadata
 from episodic.storage import FetchPolicy, open_source
 from episodic.storage.cache import copy_dir
 from episodic.storage.copies import DatasetCopy, metadata_fingerprint
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")
@@ -32,8 +33,12 @@ def remote(small_root, tmp_path):
 
 def _files(root) -> list[str]:
     meta = load_metadata(LocalFileSystem(), str(root))
-    return list(dict.fromkeys([meta.data_file_of(e) for e in range(meta.total_episodes)] +
-                              [meta.video_file_of(e, k) for e in range(meta.total_episodes) for k in meta.video_keys]))
+    return list(
+        dict.fromkeys(
+            [meta.data_file_of(e) for e in range(meta.total_episodes)]
+            + [meta.video_file_of(e, k) for e in range(meta.total_episodes) for k in meta.video_keys]
+        )
+    )
 
 
 def test_fetched_once_then_present_without_a_request(remote, tmp_path):

@@ -13,6 +13,7 @@ from episodic.format import FetchError
 from episodic.storage import FetchPolicy, with_retries
 from episodic.storage.failures import RETRY, classify, describe, unanswered
 from episodic.storage.fetch import file_size, timeout_options
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")
@@ -52,6 +53,7 @@ def test_a_hung_server_reads_timed_out():
 def test_name_resolution_and_the_host_of_a_description():
     """A failure to resolve a name (as aiohttp and httpx raise it: a gaierror inside), reported for the host given
     apart from a description (what Hub calls pass)."""
+
     def unresolvable():
         try:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
@@ -59,11 +61,14 @@ def test_name_resolution_and_the_host_of_a_description():
             raise FileNotFoundError("An error happened while trying to locate the files on the Hub") from e
 
     with pytest.raises(FetchError) as info:
-        with_retries(unresolvable, "hub dataset 'a/b' (revision main)", FetchPolicy(retry_window_s=0),
-                     host="https://hub.invalid")
-    assert str(info.value) == ("hub dataset 'a/b' (revision main) (host https://hub.invalid): cannot fetch after 1 "
-                               "attempt in 0.0 s (last: name resolution failed (gaierror: [Errno -2] Name or service "
-                               "not known))")
+        with_retries(
+            unresolvable, "hub dataset 'a/b' (revision main)", FetchPolicy(retry_window_s=0), host="https://hub.invalid"
+        )
+    assert str(info.value) == (
+        "hub dataset 'a/b' (revision main) (host https://hub.invalid): cannot fetch after 1 "
+        "attempt in 0.0 s (last: name resolution failed (gaierror: [Errno -2] Name or service "
+        "not known))"
+    )
 
 
 def test_answers_are_not_silence():

@@ -14,15 +14,23 @@ import fsspec
 import numpy as np
 import pytest
 
+from episodic.counters import Counters
 from episodic.demo import write_demo_dataset
 from episodic.format import DatasetFormatError, EpisodicError, FetchError, MissingFileError, load_metadata
-from episodic.counters import Counters
 from episodic.storage import FetchPolicy, open_source, reopen, with_retries
 from episodic.storage.cache import FileCache
+from episodic.storage.fetch import (
+    RangesIgnored,
+    fetch_bytes,
+    fetch_to_file,
+    file_size,
+    host_delay,
+    timeout_options,
+    version_token,
+)
 from episodic.storage.hosts import HOSTS
-from episodic.storage.fetch import (RangesIgnored, fetch_bytes, fetch_to_file, file_size, host_delay, timeout_options,
-                                   version_token)
 from episodic.tabular import load_columns
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")
@@ -89,7 +97,7 @@ def test_retry_after_as_an_http_date(server):
     stats = Counters()
     t0 = time.perf_counter()
     assert _fetch(server, stats=stats) == PAYLOAD
-    (t429, *_), = server.answered(429)
+    ((t429, *_),) = server.answered(429)
     t200 = min(t for t, *_ in server.answered(200))
     assert stats.retries == 1 and 0.9 <= t200 - t429 and time.perf_counter() - t0 < 3.5
 
@@ -99,8 +107,11 @@ def test_retry_after_past_the_retry_window_fails_at_once(server):
     server.faults, server.retry_after = ["429"], "10"
     policy = FetchPolicy(backoff_s=0.001, max_backoff_s=0.001, retry_window_s=2, timeout_s=10)
     t0 = time.perf_counter()
-    with pytest.raises(FetchError, match=r"/f\.bin: the server asks to retry after 10\.0 s, past the end of the "
-                                         r"retry window \(\d\.\d s left of 2 s; attempt 1: .*429") as info:
+    with pytest.raises(
+        FetchError,
+        match=r"/f\.bin: the server asks to retry after 10\.0 s, past the end of the "
+        r"retry window \(\d\.\d s left of 2 s; attempt 1: .*429",
+    ) as info:
         _fetch(server, policy)
     assert time.perf_counter() - t0 < 1.0 and info.value.attempts == 1 and len(server.requests) == 1
     assert host_delay(server.url + "/other") > 9  # the host stays held: the next fetch from it waits
@@ -160,7 +171,10 @@ def test_a_request_past_the_timeout_is_retried(server):
 
 
 def test_size_is_retried_when_fsspec_reports_a_failed_head_as_not_found(server):
-    server.faults, server.fault_methods = ["503", "503"], {"GET", "HEAD"}  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
+    server.faults, server.fault_methods = (
+        ["503", "503"],
+        {"GET", "HEAD"},
+    )  # fsspec: HEAD 503, GET 503 -> FileNotFoundError
     stats = Counters()
     url = server.url + "/f.bin"
     assert file_size(_http(), url, url, FAST, stats) == len(PAYLOAD)
@@ -217,10 +231,17 @@ def test_programming_errors_are_never_retried(error):
     assert info.value is error and len(calls) == 1
 
 
-@pytest.mark.parametrize("error, retried", [
-    (TimeoutError(), True), (ConnectionRefusedError(), True), (ConnectionResetError(), True), (OSError(5, "EIO"), True),
-    (PermissionError(13, "denied"), False), (IsADirectoryError(21, "dir"), False),
-])
+@pytest.mark.parametrize(
+    "error, retried",
+    [
+        (TimeoutError(), True),
+        (ConnectionRefusedError(), True),
+        (ConnectionResetError(), True),
+        (OSError(5, "EIO"), True),
+        (PermissionError(13, "denied"), False),
+        (IsADirectoryError(21, "dir"), False),
+    ],
+)
 def test_which_os_errors_are_transient(error, retried):
     calls, stats = [], Counters()
 
@@ -269,8 +290,16 @@ def test_backoff_is_capped_exponential_with_full_jitter():
 # ------------------------------------------------------------------------------------------ sources
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
-    return write_demo_dataset(tmp_path_factory.mktemp("fetch") / "ds", num_episodes=4, min_length=10, max_length=20,
-                              height=48, width=64, progress=False, data_files_size_in_mb=0.004)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("fetch") / "ds",
+        num_episodes=4,
+        min_length=10,
+        max_length=20,
+        height=48,
+        width=64,
+        progress=False,
+        data_files_size_in_mb=0.004,
+    )
 
 
 def _serve_dataset(server, root) -> str:
@@ -337,7 +366,9 @@ def test_retries_stop_at_the_window_not_a_count():
 
     policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=0.4)
     t0 = time.monotonic()
-    with pytest.raises(FetchError, match=r"http://x/y: cannot fetch after \d+ attempts in (\d+\.\d) s .*refused") as info:
+    with pytest.raises(
+        FetchError, match=r"http://x/y: cannot fetch after \d+ attempts in (\d+\.\d) s .*refused"
+    ) as info:
         with_retries(refused, "http://x/y", policy)
     # the message states the seconds spent: the window, or a little more on a loaded machine
     assert 0.4 <= float(re.search(r"in (\d+\.\d) s", str(info.value)).group(1)) < 3
@@ -425,12 +456,21 @@ def test_errors_of_huggingface_hubs_http_client_are_classified():
             if e is not None:
                 raise e
             return b"ok"
+
         return call
 
-    status = lambda code: httpx.HTTPStatusError(str(code), request=request, response=httpx.Response(code, request=request))  # noqa: E731
+    def status(code):
+        return httpx.HTTPStatusError(str(code), request=request, response=httpx.Response(code, request=request))
+
     stats = Counters()
-    got = with_retries(failing(httpx.ConnectError("refused", request=request), httpx.ReadTimeout("slow", request=request),
-                               status(503)), "hf://x", FAST, stats)
+    got = with_retries(
+        failing(
+            httpx.ConnectError("refused", request=request), httpx.ReadTimeout("slow", request=request), status(503)
+        ),
+        "hf://x",
+        FAST,
+        stats,
+    )
     assert got == b"ok" and stats.retries == 3
     with pytest.raises(MissingFileError):
         with_retries(failing(status(404)), "hf://x", FAST)
@@ -454,8 +494,15 @@ def test_s3_range_past_the_end_is_refused_at_once(s3_env):
     stats = Counters()
     source = open_source("s3://data/small", policy=FAST)
     with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: refused, not retried") as info:
-        fetch_bytes(source.fs, source.path("meta/info.json"), source.url("meta/info.json"), FAST, stats,
-                    start=10**6, end=10**6 + 10)  # 416, which s3fs turns into OSError(EINVAL)
+        fetch_bytes(
+            source.fs,
+            source.path("meta/info.json"),
+            source.url("meta/info.json"),
+            FAST,
+            stats,
+            start=10**6,
+            end=10**6 + 10,
+        )  # 416, which s3fs turns into OSError(EINVAL)
     assert info.value.attempts == 1 and stats.retries == 0
 
 
@@ -473,7 +520,10 @@ def test_s3_unreachable_endpoint_is_retried_then_names_the_url(s3_env, monkeypat
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's own retries off: the policy's count alone
     source = open_source("s3://data/small", policy=FAST, cache=FileCache(tmp_path))
-    with pytest.raises(FetchError, match=r"s3://data/small/meta/info\.json: cannot fetch after 5 attempts .*"
-                                         r"\(last: connection refused \(EndpointConnectionError"):
+    with pytest.raises(
+        FetchError,
+        match=r"s3://data/small/meta/info\.json: cannot fetch after 5 attempts .*"
+        r"\(last: connection refused \(EndpointConnectionError",
+    ):
         source.read_bytes("meta/info.json")
     assert source.cache.stats.retries == 4

@@ -16,6 +16,7 @@ from episodic.format import FetchError
 from episodic.storage import FetchPolicy
 from episodic.storage.fetch import fetch_bytes, timeout_options, with_retries
 from episodic.storage.hosts import HOSTS, host_key
+
 from support import FaultServer
 
 pytest.importorskip("aiohttp")
@@ -40,8 +41,11 @@ def _get(server: FaultServer, path: str = "/f0.bin", policy: FetchPolicy = POLIC
 def test_a_dead_host_costs_one_window_not_one_per_request(server):
     server.kill()
     t0 = time.monotonic()
-    with pytest.raises(FetchError, match=rf"{server.url}/f0\.bin: cannot fetch after \d+ attempts in .*"
-                                         rf"\(last: connection refused \(ClientConnectorError: .*127\.0\.0\.1"):
+    with pytest.raises(
+        FetchError,
+        match=rf"{server.url}/f0\.bin: cannot fetch after \d+ attempts in .*"
+        rf"\(last: connection refused \(ClientConnectorError: .*127\.0\.0\.1",
+    ):
         _get(server)
     first = time.monotonic() - t0
     assert POLICY.retry_window_s <= first < POLICY.worst_case_s + 2
@@ -49,8 +53,10 @@ def test_a_dead_host_costs_one_window_not_one_per_request(server):
     for i in range(1, 20):  # one window each before: 19 s
         with pytest.raises(FetchError) as info:
             _get(server, f"/f{i}.bin")
-        assert str(info.value).startswith(f"{server.url}/f{i}.bin: not asked: {server.url} is down: no answer for a "
-                                          f"whole retry window (1 s; last: connection refused (")
+        assert str(info.value).startswith(
+            f"{server.url}/f{i}.bin: not asked: {server.url} is down: no answer for a "
+            f"whole retry window (1 s; last: connection refused ("
+        )
         assert info.value.url == f"{server.url}/f{i}.bin" and info.value.attempts == 0
     assert time.monotonic() - t1 < POLICY.retry_window_s
 

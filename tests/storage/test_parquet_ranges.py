@@ -7,18 +7,32 @@ import io
 
 import fsspec
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from episodic.demo import write_demo_dataset
-from episodic.storage.ranges import (RangeFile, open_for_read, open_ranged, parquet_footer_length,
-                                     read_tail, row_group_spans)
+from episodic.storage.ranges import (
+    RangeFile,
+    open_for_read,
+    open_ranged,
+    parquet_footer_length,
+    read_tail,
+    row_group_spans,
+)
 
 
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory):
-    root = write_demo_dataset(tmp_path_factory.mktemp("pq") / "ds", num_episodes=5, min_length=10, max_length=20,
-                              height=48, width=64, progress=False)
+    root = write_demo_dataset(
+        tmp_path_factory.mktemp("pq") / "ds",
+        num_episodes=5,
+        min_length=10,
+        max_length=20,
+        height=48,
+        width=64,
+        progress=False,
+    )
     return sorted(root.glob("data/*/*.parquet"))[0]
 
 
@@ -66,8 +80,8 @@ def test_row_group_spans_hold_everything_a_row_group_read_needs(data_file):
         kept[s:e] = data[s:e]
     doctored = pq.ParquetFile(io.BytesIO(bytes(kept)))
     assert doctored.read_row_groups([1, 3]).equals(pf.read_row_groups([1, 3]))
-    with pytest.raises(Exception):  # and not row group 0: its bytes are gone
-        assert doctored.read_row_groups([0]).equals(pf.read_row_groups([0]))
+    with pytest.raises((OSError, pa.ArrowException)):  # and not row group 0: its bytes are gone (a read error)
+        doctored.read_row_groups([0])
     # through a RangeFile the spans are fetched in one round of requests, exactly
     fetch = _Remote(data)
     rf = open_ranged(fetch, len(data), (footer, data[footer:]))
@@ -78,5 +92,6 @@ def test_row_group_spans_hold_everything_a_row_group_read_needs(data_file):
 def test_open_for_read_of_a_local_file_is_the_file(data_file):
     with open_for_read(fsspec.filesystem("file"), str(data_file)) as f:
         assert not isinstance(f, RangeFile)
-        assert np.array_equal(pq.ParquetFile(f).read().column("index").to_numpy(),
-                              pq.read_table(data_file).column("index").to_numpy())
+        assert np.array_equal(
+            pq.ParquetFile(f).read().column("index").to_numpy(), pq.read_table(data_file).column("index").to_numpy()
+        )

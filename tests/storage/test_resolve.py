@@ -28,8 +28,13 @@ def test_local_directory(small_root, tmp_path):
 
 def test_url_keeps_location_options_and_policy(http_root, small_root, tmp_path):
     policy = FetchPolicy(retries=2, backoff_s=0.001, max_backoff_s=0.001)
-    src = resolve_source("ignored/when-root-is-a-url", http_root, storage_options={"headers": {"X-A": "1"}},
-                         cache_dir=str(tmp_path), policy=policy)
+    src = resolve_source(
+        "ignored/when-root-is-a-url",
+        http_root,
+        storage_options={"headers": {"X-A": "1"}},
+        cache_dir=str(tmp_path),
+        policy=policy,
+    )
     assert not src.is_local and src.location == http_root and src.storage_options == {"headers": {"X-A": "1"}}
     assert src.policy is policy and src.cache.policy is policy
     meta = src.load_metadata()
@@ -43,8 +48,15 @@ def _child(src, out) -> None:
 
     fresh = reopen(src)
     # fsspec's asynchronous filesystems remember the process that made them (and refuse other processes)
-    out.put((src.fs._pid == os.getpid(), fresh.fs._pid == os.getpid(), fresh.location,
-             src.read_bytes("meta/info.json"), fresh.read_bytes("meta/info.json")))
+    out.put(
+        (
+            src.fs._pid == os.getpid(),
+            fresh.fs._pid == os.getpid(),
+            fresh.location,
+            src.read_bytes("meta/info.json"),
+            fresh.read_bytes("meta/info.json"),
+        )
+    )
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -77,8 +89,23 @@ def test_revisions_never_share_a_download_directory(monkeypatch, tmp_path):
     """Each revision (tags, branches, commit SHAs, refs/pr/N, names that are also dataset folders) gets its own
     directory, none inside another's dataset (HF_LEROBOT_HOME used to ignore the revision)."""
     sha = "3c8e1d0a9b5f4e2a1c0d9e8f7a6b5c4d3e2f1a0b"
-    revisions = [None, "main", "v3.0", "v2.1", sha, sha.upper(), "refs/pr/1", "refs/pr/10", "refs", "refs_pr_1",
-                 "data", "meta", "videos", "feature/x", "feature_x"]
+    revisions = [
+        None,
+        "main",
+        "v3.0",
+        "v2.1",
+        sha,
+        sha.upper(),
+        "refs/pr/1",
+        "refs/pr/10",
+        "refs",
+        "refs_pr_1",
+        "data",
+        "meta",
+        "videos",
+        "feature/x",
+        "feature_x",
+    ]
     for home in (None, tmp_path / "lerobot"):
         if home is None:
             monkeypatch.delenv("HF_LEROBOT_HOME", raising=False)

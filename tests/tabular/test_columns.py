@@ -25,7 +25,7 @@ class CountingFile(io.FileIO):
 
     def _note(self, start: int, n: int) -> None:
         mask = CountingFile.touched.setdefault(self.name, np.zeros(os.path.getsize(self.name), bool))
-        mask[start:start + n] = True
+        mask[start : start + n] = True
 
     def read(self, size=-1):
         start = self.tell()
@@ -60,17 +60,25 @@ def _rewrite(root, row_groups) -> str:
 def tabular_root(tmp_path_factory):
     """30 episodes of 100-140 frames, no camera: one data file of about 650 kB (well past the 64 kB pyarrow reads
     at the end of a file for its footer)."""
-    return write_demo_dataset(tmp_path_factory.mktemp("tabular") / "ds", num_episodes=30, min_length=100,
-                              max_length=140, cameras=(), progress=False)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("tabular") / "ds",
+        num_episodes=30,
+        min_length=100,
+        max_length=140,
+        cameras=(),
+        progress=False,
+    )
 
 
 @pytest.mark.parametrize("layout", ["two episodes each", "97 rows each", "one for all"])
 def test_only_the_row_groups_holding_the_episodes_are_read(tabular_root, tmp_path, layout):
     root = tmp_path / "ds"
     shutil.copytree(tabular_root, root)
-    rules = {"two episodes each": lambda lengths: [int(a + b) for a, b in zip(lengths[::2], lengths[1::2])],
-             "97 rows each": lambda lengths: [97] * (int(lengths.sum()) // 97) + [int(lengths.sum()) % 97],
-             "one for all": lambda lengths: [int(lengths.sum())]}
+    rules = {
+        "two episodes each": lambda lengths: [int(a + b) for a, b in zip(lengths[::2], lengths[1::2])],
+        "97 rows each": lambda lengths: [97] * (int(lengths.sum()) // 97) + [int(lengths.sum()) % 97],
+        "one for all": lambda lengths: [int(lengths.sum())],
+    }
     path = _rewrite(root, rules[layout])
     meta = load_metadata(LocalFileSystem(), str(root))
     names = ["observation.state", "action", "index"]

@@ -32,12 +32,21 @@ def _columns() -> Columns:
     """Two episodes of 5 and 4 rows at 10 fps: numbers, text, images and the bookkeeping columns."""
     lengths = [5, 4]
     frame = np.concatenate([np.arange(n) for n in lengths])
-    return Columns(episodes=np.asarray([3, 8]), starts=np.asarray([0, 5, 9]), arrays={
-        "timestamp": (frame / 10).astype(np.float32), "frame_index": frame, "index": np.arange(9) + 100,
-        "episode_index": np.repeat([3, 8], lengths), "task_index": np.asarray([0, 0, 1, 1, 1, 2, 2, 2, 2]),
-        "x": np.arange(9, dtype=np.float32)[:, None] * np.asarray([[1.0, -2.0]], np.float32),
-        "k": np.arange(9, dtype=np.int64) * 10, "text": np.asarray([f"t{i}" for i in range(9)], dtype=object)},
-        images={"img": [bytes([i]) for i in range(9)]})
+    return Columns(
+        episodes=np.asarray([3, 8]),
+        starts=np.asarray([0, 5, 9]),
+        arrays={
+            "timestamp": (frame / 10).astype(np.float32),
+            "frame_index": frame,
+            "index": np.arange(9) + 100,
+            "episode_index": np.repeat([3, 8], lengths),
+            "task_index": np.asarray([0, 0, 1, 1, 1, 2, 2, 2, 2]),
+            "x": np.arange(9, dtype=np.float32)[:, None] * np.asarray([[1.0, -2.0]], np.float32),
+            "k": np.arange(9, dtype=np.int64) * 10,
+            "text": np.asarray([f"t{i}" for i in range(9)], dtype=object),
+        },
+        images={"img": [bytes([i]) for i in range(9)]},
+    )
 
 
 def test_every_rule_against_fractions():
@@ -55,8 +64,10 @@ def test_every_rule_against_fractions():
         assert out.arrays["task_index"][r] == cols.arrays["task_index"][near]
         assert out.arrays["k"][r] == cols.arrays["k"][prev]
         assert out.arrays["text"][r] == cols.arrays["text"][near] and out.images["img"][r] == cols.images["img"][near]
-        want = np.interp(j / 15, np.arange(4 + (e == 0)) / 10, cols.arrays["x"][src:src + 4 + (e == 0), 0])
-        assert abs(out.arrays["x"][r, 0] - want) < 1e-6 and out.arrays["x"][r, 1] == np.float32(-2 * out.arrays["x"][r, 0])
+        want = np.interp(j / 15, np.arange(4 + (e == 0)) / 10, cols.arrays["x"][src : src + 4 + (e == 0), 0])
+        assert abs(out.arrays["x"][r, 0] - want) < 1e-6 and out.arrays["x"][r, 1] == np.float32(
+            -2 * out.arrays["x"][r, 0]
+        )
         assert out.frame_times[r] == cols.arrays["timestamp"][near]
     assert out.arrays["x"].dtype == np.float32 and out.arrays["k"].dtype == np.int64
 

@@ -16,8 +16,11 @@ from episodic.storage import open_source
 from episodic.tabular.column_stats import StatsJob, compute_stats, numeric_keys
 from episodic.writer import DatasetWriter
 
-FEATURES = {"observation.state": {"dtype": "float32", "shape": [14]}, "action": {"dtype": "float32", "shape": [7]},
-            "observation.effort": {"dtype": "int16", "shape": [2, 3]}}
+FEATURES = {
+    "observation.state": {"dtype": "float32", "shape": [14]},
+    "action": {"dtype": "float32", "shape": [7]},
+    "observation.effort": {"dtype": "int16", "shape": [2, 3]},
+}
 
 
 def write_dataset(root: Path, seed: int, episodes: int = 9, nan_at: tuple[int, int, int] | None = None) -> list[dict]:
@@ -27,9 +30,11 @@ def write_dataset(root: Path, seed: int, episodes: int = 9, nan_at: tuple[int, i
     with DatasetWriter(root, fps=30, features=FEATURES, data_files_size_in_mb=0.02, overwrite=True) as w:
         for e in range(episodes):
             n = int(rng.integers(40, 160))
-            ep = {"observation.state": rng.normal(e, 1 + e, (n, 14)).astype(np.float32),
-                  "action": (rng.standard_t(2, (n, 7)) * 10).astype(np.float32),
-                  "observation.effort": rng.integers(-300, 300, (n, 2, 3)).astype(np.int16)}
+            ep = {
+                "observation.state": rng.normal(e, 1 + e, (n, 14)).astype(np.float32),
+                "action": (rng.standard_t(2, (n, 7)) * 10).astype(np.float32),
+                "observation.effort": rng.integers(-300, 300, (n, 2, 3)).astype(np.int16),
+            }
             if nan_at is not None and nan_at[0] == e:
                 ep["action"][nan_at[1], nan_at[2]] = np.nan
             written.append(ep)
@@ -46,14 +51,18 @@ def dataset(tmp_path):
 def _job(root, keys=None, episodes=None, label=""):
     source = open_source(root)
     meta = source.load_metadata()
-    return StatsJob(source, meta, tuple(keys or numeric_keys(meta)), None if episodes is None else np.asarray(episodes),
-                    label)
+    return StatsJob(
+        source, meta, tuple(keys or numeric_keys(meta)), None if episodes is None else np.asarray(episodes), label
+    )
 
 
 def _check_against_numpy(result, written, episodes, keys=("observation.state", "action", "observation.effort")):
     for key in keys:
-        x = np.concatenate([written[e][key] for e in episodes]).astype(np.float64).reshape(-1, int(np.prod(
-            written[0][key].shape[1:])))
+        x = (
+            np.concatenate([written[e][key] for e in episodes])
+            .astype(np.float64)
+            .reshape(-1, int(np.prod(written[0][key].shape[1:])))
+        )
         s = result.keys[key].stats
         np.testing.assert_allclose(s["mean"], x.mean(0), rtol=1e-12, atol=1e-12, err_msg=key)
         np.testing.assert_allclose(s["std"], x.std(0), rtol=1e-12, atol=1e-12, err_msg=key)
@@ -158,8 +167,11 @@ def test_keys_computed_later_join_their_selection(dataset, tmp_path):
 def test_non_finite_values_are_named_by_file_episode_frame_and_dimension(tmp_path):
     root = tmp_path / "ds"
     write_dataset(root, seed=3, episodes=4, nan_at=(2, 5, 3))
-    with pytest.raises(DatasetFormatError, match=r"\.parquet: episode 2: column 'action' at frame 5, dimension 3 is "
-                                                 r"nan"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"\.parquet: episode 2: column 'action' at frame 5, dimension 3 is "
+        r"nan",
+    ):
         compute_stats([_job(root, ["action"])], cache=False)
     # the other episodes are fine
     assert compute_stats([_job(root, ["action"], [0, 1, 3])], cache=False)[0].frames > 0
@@ -214,8 +226,11 @@ def test_a_daemonic_caller_computes_in_its_own_process(dataset):
     got = queue.get(timeout=60)
     p.join(60)
     assert p.exitcode == 0
-    assert np.allclose(got, [written[0]["action"][:, 0].astype(np.float64).mean(),
-                             written[1]["action"][:, 0].astype(np.float64).mean()], rtol=1e-12)
+    assert np.allclose(
+        got,
+        [written[0]["action"][:, 0].astype(np.float64).mean(), written[1]["action"][:, 0].astype(np.float64).mean()],
+        rtol=1e-12,
+    )
 
 
 def test_unwritable_cache_and_bad_selections(dataset, tmp_path, caplog):

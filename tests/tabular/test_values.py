@@ -61,13 +61,22 @@ def test_dtypes_convert_without_loss():
 def test_check_rows():
     eps, frame = np.array([4, 4, 5]), np.array([0, 1, 0])
     first = np.array([10, 10, 12])
-    good = {"index": np.array([10, 11, 12]), "timestamp": np.array([0, 1 / 30, 0], np.float32),
-            "task_index": np.array([0, 0, 1]), "frame_index": np.array([0, 1, 0])}
+    good = {
+        "index": np.array([10, 11, 12]),
+        "timestamp": np.array([0, 1 / 30, 0], np.float32),
+        "task_index": np.array([0, 0, 1]),
+        "frame_index": np.array([0, 1, 0]),
+    }
     problems = ProblemList(strict=False)
     check_rows("f", eps, frame, first, good, 2, problems, fps=30)
     assert problems.items == []
-    bad = {**good, "index": np.array([10, 12, 12]), "timestamp": np.array([0, np.nan, 0.5], np.float32),
-           "task_index": np.array([0, 2, -1]), "frame_index": np.array([0, 1, 1])}
+    bad = {
+        **good,
+        "index": np.array([10, 12, 12]),
+        "timestamp": np.array([0, np.nan, 0.5], np.float32),
+        "task_index": np.array([0, 2, -1]),
+        "frame_index": np.array([0, 1, 1]),
+    }
     check_rows("f", eps, frame, first, bad, 2, problems, fps=30)
     text = "\n".join(problems.items)
     assert "f: episode 4: column 'index' at frame 1 is 12, expected 11" in text

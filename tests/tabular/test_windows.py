@@ -70,5 +70,5 @@ def test_window_rows_with_each_rows_own_offsets_equals_one_row_at_a_time():
         offsets = np.sort(rng.integers(-6, 7, size=(12, 3)), axis=1)
         q, pad = window_rows(rows, starts[ep], ends[ep], offsets)
         for b in range(12):
-            qb, pb = window_rows(rows[b:b + 1], starts[ep][b:b + 1], ends[ep][b:b + 1], offsets[b])
+            qb, pb = window_rows(rows[b : b + 1], starts[ep][b : b + 1], ends[ep][b : b + 1], offsets[b])
             assert q[b].tolist() == qb[0].tolist() and pad[b].tolist() == pb[0].tolist()

@@ -30,8 +30,12 @@ def test_without_a_gpu_it_says_so_and_why():
         path = H264 / cam["file"]
         with av.open(str(path)) as c:  # the facts are the file's, as PyAV reads them
             cc = c.streams.video[0].codec_context
-            assert (cam["codec"], cam["pix_fmt"], cam["width"], cam["height"]) == ("h264", cc.format.name, cc.width,
-                                                                                   cc.height)
+            assert (cam["codec"], cam["pix_fmt"], cam["width"], cam["height"]) == (
+                "h264",
+                cc.format.name,
+                cc.width,
+                cc.height,
+            )
         assert cam["decode"]["cpu (PyAV)"]["ms"] > 0  # one frame decoded, timed
         assert cam["cuda"].startswith("refused:")
 

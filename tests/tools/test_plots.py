@@ -44,10 +44,14 @@ def no_matplotlib(tmp_path_factory):
     """run(args, cwd) -> CompletedProcess of the `episodic` console script, matplotlib unimportable."""
     site = tmp_path_factory.mktemp("no_matplotlib")
     (site / "sitecustomize.py").write_text(_BLOCKER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           "EPISODIC_PROGRESS": "0"}
-    probe = subprocess.run([sys.executable, "-c", "import matplotlib"], env=env, capture_output=True, text=True,
-                           timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "EPISODIC_PROGRESS": "0",
+    }
+    probe = subprocess.run(
+        [sys.executable, "-c", "import matplotlib"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert probe.returncode != 0 and "ModuleNotFoundError: No module named 'matplotlib'" in probe.stderr
     script = Path(sys.executable).with_name("episodic")
     assert script.exists(), f"no console script at {script}: install episodic into this environment (pip install -e .)"
@@ -81,8 +85,9 @@ def _first_draws(spec: Path, samples: int, seed: int) -> np.ndarray:
 
 def test_mixture_shares_writes_table_and_json_without_matplotlib(synthetic, tmp_path, no_matplotlib):
     spec, out = _write_spec(synthetic, tmp_path / "mix.json"), tmp_path / "shares.json"
-    r = no_matplotlib(["mixture", "shares", str(spec), "--samples", "300", "--seed", "2", "--json", str(out), "-q"],
-                      tmp_path)
+    r = no_matplotlib(
+        ["mixture", "shares", str(spec), "--samples", "300", "--seed", "2", "--json", str(out), "-q"], tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0].startswith("episodic mixture shares: ")
     _one_line_note(r.stderr)
@@ -95,8 +100,9 @@ def test_mixture_shares_writes_table_and_json_without_matplotlib(synthetic, tmp_
 
 def test_mixture_shares_asked_for_png_exits_1_after_writing_json(synthetic, tmp_path, no_matplotlib):
     spec, out, png = _write_spec(synthetic, tmp_path / "mix.json"), tmp_path / "shares.json", tmp_path / "s.png"
-    r = no_matplotlib(["mixture", "shares", str(spec), "--samples", "500", "-o", str(png), "--json", str(out), "-q"],
-                      tmp_path)
+    r = no_matplotlib(
+        ["mixture", "shares", str(spec), "--samples", "500", "-o", str(png), "--json", str(out), "-q"], tmp_path
+    )
     assert r.returncode == 1, r.stderr
     _one_line_note(r.stderr)
     assert json.loads(out.read_text())["items"] == 500 and not png.exists()
@@ -131,8 +137,26 @@ def test_show_asked_for_png_exits_1_without_matplotlib(small_root, tmp_path, no_
 
 def test_bench_summarize_prints_the_table_without_matplotlib(small_root, tmp_path, no_matplotlib):
     res = tmp_path / "r.json"
-    assert main(["bench", str(small_root), "--batches", "2", "--warmup", "1", "--batch-size", "8", "--cameras", "none",
-                 "--json", str(res), "-q"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(small_root),
+                "--batches",
+                "2",
+                "--warmup",
+                "1",
+                "--batch-size",
+                "8",
+                "--cameras",
+                "none",
+                "--json",
+                str(res),
+                "-q",
+            ]
+        )
+        == 0
+    )
     r = no_matplotlib(["bench-summarize", str(res)], tmp_path)
     assert r.returncode == 0, r.stderr
     _one_line_note(r.stderr)

@@ -18,8 +18,7 @@ import torch
 from episodic.cli import main
 from episodic.datasets import EpisodicDataset
 from episodic.demo import write_demo_dataset
-from episodic.format.errors import (DatasetFormatError, ExistingDirectoryError, WriterInputError,
-                                    WriterLockedError)
+from episodic.format.errors import DatasetFormatError, ExistingDirectoryError, WriterInputError, WriterLockedError
 from episodic.tools import reencode as R
 from episodic.writer.lock import DirectoryLock
 
@@ -31,13 +30,24 @@ MEAN_ABS_BOUND = 8.0
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     """An AV1 dataset by episodic's writer: 6 episodes, 2 cameras (48x64), 2 video files per camera."""
-    return write_demo_dataset(tmp_path_factory.mktemp("re") / "src", num_episodes=6, min_length=12, max_length=30,
-                              height=48, width=64, progress=False, video_files_size_in_mb=0.01)
+    return write_demo_dataset(
+        tmp_path_factory.mktemp("re") / "src",
+        num_episodes=6,
+        min_length=12,
+        max_length=30,
+        height=48,
+        width=64,
+        progress=False,
+        video_files_size_in_mb=0.01,
+    )
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _pyav_frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -150,8 +160,9 @@ def test_resume_with_other_settings_is_refused(source, tmp_path, monkeypatch):
 def test_second_run_at_once_is_refused(source, tmp_path):
     dst = tmp_path / "c"
     (dst / R.WORK_DIR).mkdir(parents=True)
-    (dst / R.WORK_DIR / R.SETTINGS).write_text(json.dumps(R._settings(str(source.resolve()), "h264", 2, 30,
-                                                                       "yuv420p", None)))
+    (dst / R.WORK_DIR / R.SETTINGS).write_text(
+        json.dumps(R._settings(str(source.resolve()), "h264", 2, 30, "yuv420p", None))
+    )
     lock = DirectoryLock.acquire(str(dst / R.WORK_DIR / "lock"), str(dst))
     try:
         with pytest.raises(WriterLockedError, match="another writer"):
@@ -170,8 +181,9 @@ def test_refusals_before_anything_is_written(source, tmp_path):
         R.reencode(source, foreign, vcodec="h264")
     assert sorted(os.listdir(foreign)) == ["notes.txt"]
     with pytest.raises(WriterInputError, match="observation.images.*too narrow for HEVC"):
-        narrow = write_demo_dataset(tmp_path / "narrow", num_episodes=1, min_length=4, max_length=4, height=32,
-                                    width=32, progress=False)
+        narrow = write_demo_dataset(
+            tmp_path / "narrow", num_episodes=1, min_length=4, max_length=4, height=32, width=32, progress=False
+        )
         R.reencode(narrow, tmp_path / "n", vcodec="hevc")
     assert not (tmp_path / "n").exists()
     with pytest.raises(DatasetFormatError, match="not a directory"):
@@ -200,8 +212,12 @@ def test_frames_off_the_fps_grid_are_refused(source, tmp_path, copy_of):
 
 def test_cli(source, tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert main(["reencode", str(source), str(tmp_path / "c"), "--vcodec", "hevc", "--crf", "28", "--json",
-                 str(out), "-q"]) == 0
+    assert (
+        main(
+            ["reencode", str(source), str(tmp_path / "c"), "--vcodec", "hevc", "--crf", "28", "--json", str(out), "-q"]
+        )
+        == 0
+    )
     assert "4 video file(s) re-encoded to hevc" in capsys.readouterr().out
     record = json.loads(out.read_text())
     assert (record["vcodec"], record["crf"], record["files_encoded"]) == ("hevc", 28, 4)

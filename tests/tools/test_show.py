@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 from episodic.cli import main
+
 from support import assert_picture as _assert_not_blank, read_png as _png
 
 

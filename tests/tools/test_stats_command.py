@@ -22,8 +22,9 @@ def _own_cache(tmp_path, monkeypatch):
 
 
 def _rows(root, key, episodes):
-    table = pa.concat_tables([pq.read_table(p, columns=[key, "episode_index"])
-                              for p in sorted(Path(root, "data").rglob("*.parquet"))])
+    table = pa.concat_tables(
+        [pq.read_table(p, columns=[key, "episode_index"]) for p in sorted(Path(root, "data").rglob("*.parquet"))]
+    )
     keep = np.isin(table.column("episode_index").to_numpy(), episodes)
     x = table.column(key).to_numpy(zero_copy_only=False)[keep]
     return np.stack(x).astype(np.float64) if x.dtype == object else x.astype(np.float64)[:, None]
@@ -35,8 +36,15 @@ def test_dataset_statistics_json_and_cache(multifile_root, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "5 episodes" in text and "computed" in text and "frames/s" in text
     got = json.loads(out.read_text())
-    assert set(got["stats"]) == {"observation.state", "action", "timestamp", "frame_index", "episode_index", "index",
-                                 "task_index"}
+    assert set(got["stats"]) == {
+        "observation.state",
+        "action",
+        "timestamp",
+        "frame_index",
+        "episode_index",
+        "index",
+        "task_index",
+    }
     for key in ("observation.state", "action", "timestamp"):
         x = _rows(multifile_root, key, [0, 2, 3, 4, 9])
         s = {n: np.asarray(v) for n, v in got["stats"][key].items()}
@@ -80,8 +88,12 @@ def test_mixture_statistics_per_entry_and_group_then_cached(synthetic, tmp_path,
     assert np.array_equal(first["stats"]["observation.state"]["q90"][:2], np.quantile(x, 0.9, axis=0))
     assert got["entries"][0]["episodes"] == 2 and got["entries"][0]["origin"]["action"] == "data"
     # the one group: every entry's action rows, dimension 0
-    x = np.concatenate([_rows(d.path, "action", [0, 1] if i == 0 else np.arange(d.episodes))[:, 0]
-                        for i, d in enumerate(synthetic[:6])])
+    x = np.concatenate(
+        [
+            _rows(d.path, "action", [0, 1] if i == 0 else np.arange(d.episodes))[:, 0]
+            for i, d in enumerate(synthetic[:6])
+        ]
+    )
     pooled = got["groups"]["all"]["action"]
     assert np.isclose(pooled["mean"][0], x.mean(), rtol=1e-12) and pooled["q01"][0] == np.quantile(x, 0.01)
     assert main(["stats", str(path), "-q"]) == 0

@@ -109,8 +109,9 @@ def test_frame_index_nearest_equals_a_brute_force_argmin():
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 17):
         times = np.sort(rng.choice(np.arange(200) / 30.0, size=n, replace=False))
-        index = FrameIndex(pts=np.arange(n), times=times, keyframe_of=np.zeros(n, np.int64), time_base=Fraction(1, 30),
-                           fps=30.0)
+        index = FrameIndex(
+            pts=np.arange(n), times=times, keyframe_of=np.zeros(n, np.int64), time_base=Fraction(1, 30), fps=30.0
+        )
         queries = np.concatenate([rng.uniform(-1, 8, size=200), times, times + 1e-9, times - 1e-9])
         pick, dist = index.nearest(queries)
         d = np.abs(times[None, :] - queries[:, None])
@@ -119,7 +120,7 @@ def test_frame_index_nearest_equals_a_brute_force_argmin():
         # a few times at once take the Python path: the same frames and distances as the vectorised one
         for size in (1, 2, 5, 8):
             for lo in range(0, len(queries) - size, 7):
-                few_pick, few_dist = index.nearest(queries[lo:lo + size])
+                few_pick, few_dist = index.nearest(queries[lo : lo + size])
                 assert few_pick.dtype == np.int64 and few_dist.dtype == np.float64
-                assert few_pick.tolist() == pick[lo:lo + size].tolist()
-                assert few_dist.tolist() == dist[lo:lo + size].tolist()
+                assert few_pick.tolist() == pick[lo : lo + size].tolist()
+                assert few_dist.tolist() == dist[lo : lo + size].tolist()

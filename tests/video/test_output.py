@@ -51,8 +51,9 @@ def test_float_frames_equal_torch_conversion(noise_video):
 
 
 def test_float_conversion_of_every_byte_value_is_bit_identical():
-    frame = av.VideoFrame.from_ndarray(np.arange(256 * 3, dtype=np.uint16).reshape(16, 48, 1).repeat(3, 2).astype(np.uint8),
-                                       format="rgb24")
+    frame = av.VideoFrame.from_ndarray(
+        np.arange(256 * 3, dtype=np.uint16).reshape(16, 48, 1).repeat(3, 2).astype(np.uint8), format="rgb24"
+    )
     from av.video.reformatter import VideoReformatter
 
     got = np.empty((3, 16, 48), np.float32)
@@ -120,10 +121,11 @@ def test_every_width_and_pixel_format_equals_pyav_rgb24(fmt):
                 continue
             frame = _random_frame(fmt, h, w, seed=h * 1000 + w)
             want = frame.to_ndarray(format="rgb24")
-            for out, expected in ((FrameOutput(), want.transpose(2, 0, 1)),
-                                  (FrameOutput(dtype="float32"),
-                                   (torch.from_numpy(want).permute(2, 0, 1).float() / 255).numpy()),
-                                  (FrameOutput(channels_first=False), want)):
+            for out, expected in (
+                (FrameOutput(), want.transpose(2, 0, 1)),
+                (FrameOutput(dtype="float32"), (torch.from_numpy(want).permute(2, 0, 1).float() / 255).numpy()),
+                (FrameOutput(channels_first=False), want),
+            ):
                 dest = np.full(out.shape((h, w)), 7, np.uint8 if out.dtype == "uint8" else np.float32)  # stale pixels
                 write_frame(frame, dest, out, reformatter)
                 assert np.array_equal(dest, expected), (fmt, h, w, out)

@@ -51,13 +51,15 @@ def test_stats_match_numpy(small_root):
 
 def test_rotation_into_files_and_chunks(multifile_root):
     data = sorted(p.relative_to(multifile_root).as_posix() for p in multifile_root.glob("data/*/*.parquet"))
-    videos = sorted(p.relative_to(multifile_root).as_posix() for p in multifile_root.glob("videos/observation.images.top/*/*.mp4"))
+    videos = sorted(
+        p.relative_to(multifile_root).as_posix() for p in multifile_root.glob("videos/observation.images.top/*/*.mp4")
+    )
     assert len(data) >= 4 and {p.split("/")[1] for p in data} >= {"chunk-000", "chunk-001"}
     assert all(int(p.split("file-")[1][:3]) < 3 for p in data)  # chunks_size=3
     assert len(videos) >= 3
     ds = EpisodicDataset(multifile_root)
     eps = ds.meta.episodes
-    for key, cam in eps.cameras.items():  # episodes of one file follow each other in time, starting at 0
+    for cam in eps.cameras.values():  # episodes of one file follow each other in time, starting at 0
         for fid in range(len(cam.files)):
             owners = np.flatnonzero(cam.file_id == fid)
             assert cam.from_ts[owners[0]] == 0
@@ -66,8 +68,18 @@ def test_rotation_into_files_and_chunks(multifile_root):
 
 @pytest.mark.parametrize("vcodec, info_codec", [("h264", "h264"), ("hevc", "hevc")])
 def test_other_codecs_round_trip(tmp_path, vcodec, info_codec):
-    root = write_demo_dataset(tmp_path / vcodec, num_episodes=2, min_length=8, max_length=12, height=48, width=64,
-                              vcodec=vcodec, progress=False, gop=4, crf=20)
+    root = write_demo_dataset(
+        tmp_path / vcodec,
+        num_episodes=2,
+        min_length=8,
+        max_length=12,
+        height=48,
+        width=64,
+        vcodec=vcodec,
+        progress=False,
+        gop=4,
+        crf=20,
+    )
     info = json.loads((root / "meta/info.json").read_text())
     assert info["features"]["observation.images.top"]["info"]["video.codec"] == info_codec
     ds = EpisodicDataset(root, return_uint8=True)
@@ -96,8 +108,8 @@ def _assert_episodes(root, count: int, length: int = 10) -> None:
     for e in range(count):
         src = synthetic_episode(e, length + e, height=H, width=W)
         n = length + e
-        assert np.array_equal(batch["observation.state"][start:start + n].numpy(), src["observation.state"])
-        frames = batch["observation.images.top"][start:start + n].numpy().transpose(0, 2, 3, 1).astype(np.float64)
+        assert np.array_equal(batch["observation.state"][start : start + n].numpy(), src["observation.state"])
+        frames = batch["observation.images.top"][start : start + n].numpy().transpose(0, 2, 3, 1).astype(np.float64)
         assert np.abs(frames - src["observation.images.top"]).mean() < 6
         start += n
 
@@ -128,8 +140,9 @@ def test_abort_discard_removes_what_the_session_wrote(tmp_path):
 
 def test_reopen_continues_an_interrupted_session(tmp_path):
     root = tmp_path / "ds"
-    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.004, video_files_size_in_mb=0.006,
-                      chunks_size=2)
+    w = DatasetWriter(
+        root, fps=30, features=FEATS, data_files_size_in_mb=0.004, video_files_size_in_mb=0.006, chunks_size=2
+    )
     _write(w, range(3))
     w.abort()
     with pytest.raises(ExistingDirectoryError, match="interrupted writing session.*episodic repair"):
@@ -138,8 +151,15 @@ def test_reopen_continues_an_interrupted_session(tmp_path):
     assert w.recovery.episodes == 3 and w.recovery.frames == 10 + 11 + 12 and w.num_episodes == 3
     _write(w, range(3, 5))
     w.abort()
-    w = DatasetWriter(root, fps=30, features=FEATS, data_files_size_in_mb=0.004, video_files_size_in_mb=0.006,
-                      chunks_size=2, resume=True)  # the same settings, given again
+    w = DatasetWriter(
+        root,
+        fps=30,
+        features=FEATS,
+        data_files_size_in_mb=0.004,
+        video_files_size_in_mb=0.006,
+        chunks_size=2,
+        resume=True,
+    )  # the same settings, given again
     _write(w, range(5, 6))
     assert w.finalize() == str(root)
     _assert_episodes(root, 6)
@@ -323,8 +343,11 @@ def test_an_encoder_that_always_fails_leaves_the_episode_to_be_added_again(tmp_p
     _write(w, range(1))
     before = {f: (root / f).read_bytes() for f in _files(root)}
     failed = _failing_flush(monkeypatch, failures=None)
-    with pytest.raises(EncoderError, match=r"episode 1: camera 'observation.images.top': the av1 encoder failed on "
-                                           r"its 11 frames at each of 3 attempts .last: \w+: .*Invalid argument") as e:
+    with pytest.raises(
+        EncoderError,
+        match=r"episode 1: camera 'observation.images.top': the av1 encoder failed on "
+        r"its 11 frames at each of 3 attempts .last: \w+: .*Invalid argument",
+    ) as e:
         _write(w, range(1, 2))
     assert len(failed) == 3 and e.value.__cause__.errno == 22
     assert {f: (root / f).read_bytes() for f in _files(root)} == before  # nothing of episode 1 on disk

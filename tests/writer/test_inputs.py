@@ -41,20 +41,23 @@ def _episode(n: int = 10, **changes):
     return {k: v for k, v in ep.items() if v is not None}
 
 
-@pytest.mark.parametrize("task, match", [
-    (None, "must be a string or a sequence of 10 strings .one per frame., got NoneType"),
-    (7, "must be a string or a sequence"),
-    (b"pick", "must be a string or a sequence"),
-    ("", "non-empty"),
-    ("   ", "non-empty"),
-    ("pick\x1b[31m red", r"control character U\+001B"),
-    ("line\nbreak", r"control character U\+000A"),
-    ("tab\there", r"control character U\+0009"),
-    ("bad \ud800 surrogate", r"control character U\+D800"),
-    (["ok"] * 9, "9 task strings for 10 frames"),
-    (["ok"] * 9 + [3], "a task must be a str, got int"),
-    (["ok"] * 9 + ["bell\x07"], r"U\+0007"),
-])
+@pytest.mark.parametrize(
+    "task, match",
+    [
+        (None, "must be a string or a sequence of 10 strings .one per frame., got NoneType"),
+        (7, "must be a string or a sequence"),
+        (b"pick", "must be a string or a sequence"),
+        ("", "non-empty"),
+        ("   ", "non-empty"),
+        ("pick\x1b[31m red", r"control character U\+001B"),
+        ("line\nbreak", r"control character U\+000A"),
+        ("tab\there", r"control character U\+0009"),
+        ("bad \ud800 surrogate", r"control character U\+D800"),
+        (["ok"] * 9, "9 task strings for 10 frames"),
+        (["ok"] * 9 + [3], "a task must be a str, got int"),
+        (["ok"] * 9 + ["bell\x07"], r"U\+0007"),
+    ],
+)
 def test_bad_tasks_are_refused_before_anything_is_written(writer, task, match):
     before = _snapshot(writer.root)
     with pytest.raises(WriterInputError, match=match) as e:
@@ -64,19 +67,25 @@ def test_bad_tasks_are_refused_before_anything_is_written(writer, task, match):
     assert writer.add_episode(_episode(), task="second") == 1  # the writer goes on
 
 
-@pytest.mark.parametrize("changes, match", [
-    ({"observation.state": np.zeros((10, 13), np.float32)}, r"'observation.state': values of shape \(13,\) per frame"),
-    ({"observation.state": np.zeros((10, 14), np.complex64)}, "needs numbers"),
-    ({"observation.state": np.array([["a"] * 14] * 10)}, "needs numbers"),
-    ({"observation.state": [[0.0] * 14] * 9 + [[0.0] * 3]}, "not a regular array"),
-    ({"observation.state": np.float32(1.0)}, "one row per frame"),
-    ({"action": np.zeros((9, 14), np.float32)}, "same positive number of frames"),
-    ({"action": None}, r"missing features \['action'\]"),
-    ({"extra": np.zeros(10)}, r"unknown features \['extra'\]"),
-    ({"timestamp": np.zeros(10, np.float32)}, r"writes itself \['timestamp'\]"),
-    ({"observation.images.top": np.zeros((10, H, W, 3), np.float32)}, "uint8 frames"),
-    ({"observation.images.top": np.zeros((10, H, W - 2, 3), np.uint8)}, "uint8 frames of shape"),
-])
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        (
+            {"observation.state": np.zeros((10, 13), np.float32)},
+            r"'observation.state': values of shape \(13,\) per frame",
+        ),
+        ({"observation.state": np.zeros((10, 14), np.complex64)}, "needs numbers"),
+        ({"observation.state": np.array([["a"] * 14] * 10)}, "needs numbers"),
+        ({"observation.state": [[0.0] * 14] * 9 + [[0.0] * 3]}, "not a regular array"),
+        ({"observation.state": np.float32(1.0)}, "one row per frame"),
+        ({"action": np.zeros((9, 14), np.float32)}, "same positive number of frames"),
+        ({"action": None}, r"missing features \['action'\]"),
+        ({"extra": np.zeros(10)}, r"unknown features \['extra'\]"),
+        ({"timestamp": np.zeros(10, np.float32)}, r"writes itself \['timestamp'\]"),
+        ({"observation.images.top": np.zeros((10, H, W, 3), np.float32)}, "uint8 frames"),
+        ({"observation.images.top": np.zeros((10, H, W - 2, 3), np.uint8)}, "uint8 frames of shape"),
+    ],
+)
 def test_bad_episodes_are_refused_before_anything_is_written(writer, changes, match):
     before = _snapshot(writer.root)
     with pytest.raises(WriterInputError, match=match):
@@ -91,16 +100,26 @@ def test_empty_episode_is_refused(writer):
 
 
 def test_dtypes_are_checked_against_the_features(tmp_path):
-    feats = {"count": {"dtype": "int16", "shape": [1]}, "flag": {"dtype": "bool", "shape": [1]},
-             "pos": {"dtype": "float32", "shape": [2]}, "label": {"dtype": "string", "shape": [1]}}
+    feats = {
+        "count": {"dtype": "int16", "shape": [1]},
+        "flag": {"dtype": "bool", "shape": [1]},
+        "pos": {"dtype": "float32", "shape": [2]},
+        "label": {"dtype": "string", "shape": [1]},
+    }
     w = DatasetWriter(tmp_path / "ds", fps=10, features=feats)
-    good = {"count": np.arange(4, dtype=np.int64), "flag": np.array([True, False, True, True]),
-            "pos": np.ones((4, 2), np.float64), "label": ["a", "b", "c", "d"]}
-    for key, bad, match in [("count", np.array([0, 1, 2, 40000]), r"values in \[0, 40000\] do not fit int16"),
-                            ("count", np.zeros(4, np.float32), "float32 values cannot be stored as int16"),
-                            ("flag", np.array([0, 1, 1, 0]), "cannot be stored as bool"),
-                            ("label", ["a", "b", 3, "d"], "needs str values, got int"),
-                            ("label", np.array([1, 2, 3, 4]), "needs str values")]:
+    good = {
+        "count": np.arange(4, dtype=np.int64),
+        "flag": np.array([True, False, True, True]),
+        "pos": np.ones((4, 2), np.float64),
+        "label": ["a", "b", "c", "d"],
+    }
+    for key, bad, match in [
+        ("count", np.array([0, 1, 2, 40000]), r"values in \[0, 40000\] do not fit int16"),
+        ("count", np.zeros(4, np.float32), "float32 values cannot be stored as int16"),
+        ("flag", np.array([0, 1, 1, 0]), "cannot be stored as bool"),
+        ("label", ["a", "b", 3, "d"], "needs str values, got int"),
+        ("label", np.array([1, 2, 3, 4]), "needs str values"),
+    ]:
         with pytest.raises(WriterInputError, match=match):
             w.add_episode({**good, key: bad}, task="t")
     w.add_episode(good, task="t")  # int64 that fits int16, float64 into float32, str labels: accepted
@@ -112,37 +131,46 @@ def test_dtypes_are_checked_against_the_features(tmp_path):
     assert table.column("pos").to_pylist() == [[1.0, 1.0]] * 4
 
 
-@pytest.mark.parametrize("features, match", [
-    ({"task": {"dtype": "float32", "shape": [1]}}, "item key of the task string; rename the feature"),
-    ({"action_is_pad": {"dtype": "bool", "shape": [1]}}, "item keys of window pad masks; rename the feature"),
-    ({"a/b": {"dtype": "float32", "shape": [1]}}, "must not contain '/'"),
-    ({"": {"dtype": "float32", "shape": [1]}}, "non-empty strings"),
-    ({"x\x1b": {"dtype": "float32", "shape": [1]}}, "control character"),
-    ({"timestamp": {"dtype": "float64", "shape": [1]}}, "written by the writer as float32"),
-    ({"x": {"dtype": "float", "shape": [1]}}, "dtype 'float' is not one the writer stores"),
-    ({"x": {"dtype": "float32", "shape": [0]}}, "positive ints"),
-    ({"x": {"dtype": "float32", "shape": []}}, "must not be empty"),
-    ({"x": {"dtype": "string", "shape": [2]}}, "string feature has shape"),
-    ({"cam": {"dtype": "image", "shape": [8, 8, 3]}}, "use 'video'"),
-    ({"cam": {"dtype": "video", "shape": [8, 8, 1]}}, r"\[height, width, 3\]"),
-    ({"cam": {"dtype": "video", "shape": [8, 8]}}, "height, width, channels"),
-    ({"x": "float32"}, "expected a mapping"),
-    ({"x": {"dtype": "float32", "shape": [10 ** 12]}}, r"feature 'x': one frame of shape \[1000000000000\] float32 "
-                                                       r"is 4,000,000,000,000 bytes; .* at most 2,147,483,647 bytes"),
-    ({"x": {"dtype": "float64", "shape": [2 ** 15, 2 ** 15]}}, "feature 'x': one frame .* is 8,589,934,592 bytes"),
-    ({"x": {"dtype": "uint8", "shape": [2 ** 64]}}, r"feature 'x': one frame of shape \[18446744073709551616\]"),
-    ({"cam": {"dtype": "video", "shape": [100000, 100000, 3]}}, "feature 'cam': 100000x100000 frames are larger than "
-                                                                "FFmpeg encodes"),
-    ({}, "non-empty mapping"),
-])
+@pytest.mark.parametrize(
+    "features, match",
+    [
+        ({"task": {"dtype": "float32", "shape": [1]}}, "item key of the task string; rename the feature"),
+        ({"action_is_pad": {"dtype": "bool", "shape": [1]}}, "item keys of window pad masks; rename the feature"),
+        ({"a/b": {"dtype": "float32", "shape": [1]}}, "must not contain '/'"),
+        ({"": {"dtype": "float32", "shape": [1]}}, "non-empty strings"),
+        ({"x\x1b": {"dtype": "float32", "shape": [1]}}, "control character"),
+        ({"timestamp": {"dtype": "float64", "shape": [1]}}, "written by the writer as float32"),
+        ({"x": {"dtype": "float", "shape": [1]}}, "dtype 'float' is not one the writer stores"),
+        ({"x": {"dtype": "float32", "shape": [0]}}, "positive ints"),
+        ({"x": {"dtype": "float32", "shape": []}}, "must not be empty"),
+        ({"x": {"dtype": "string", "shape": [2]}}, "string feature has shape"),
+        ({"cam": {"dtype": "image", "shape": [8, 8, 3]}}, "use 'video'"),
+        ({"cam": {"dtype": "video", "shape": [8, 8, 1]}}, r"\[height, width, 3\]"),
+        ({"cam": {"dtype": "video", "shape": [8, 8]}}, "height, width, channels"),
+        ({"x": "float32"}, "expected a mapping"),
+        (
+            {"x": {"dtype": "float32", "shape": [10**12]}},
+            r"feature 'x': one frame of shape \[1000000000000\] float32 "
+            r"is 4,000,000,000,000 bytes; .* at most 2,147,483,647 bytes",
+        ),
+        ({"x": {"dtype": "float64", "shape": [2**15, 2**15]}}, "feature 'x': one frame .* is 8,589,934,592 bytes"),
+        ({"x": {"dtype": "uint8", "shape": [2**64]}}, r"feature 'x': one frame of shape \[18446744073709551616\]"),
+        (
+            {"cam": {"dtype": "video", "shape": [100000, 100000, 3]}},
+            "feature 'cam': 100000x100000 frames are larger than FFmpeg encodes",
+        ),
+        ({}, "non-empty mapping"),
+    ],
+)
 def test_bad_features_are_refused_before_the_directory_is_touched(tmp_path, features, match):
     with pytest.raises(WriterInputError, match=match):
         DatasetWriter(tmp_path / "ds", fps=30, features=features)
     assert not (tmp_path / "ds").exists()
 
 
-@pytest.mark.parametrize("width, height", [(20000, 13000), (20000, 13300), (30000, 8700), (30000, 8800),
-                                           (16384, 16000), (16384, 16512)])
+@pytest.mark.parametrize(
+    "width, height", [(20000, 13000), (20000, 13300), (30000, 8700), (30000, 8800), (16384, 16000), (16384, 16512)]
+)
 def test_the_camera_size_limit_is_ffmpegs(width, height):
     """A camera is refused as too large exactly when FFmpeg itself refuses the picture size (EINVAL from
     avcodec_open2, before any frame exists): the writer's check never turns away a size FFmpeg takes."""
@@ -176,16 +204,18 @@ def test_a_camera_the_encoder_refuses_is_probed_without_allocating_a_frame(tmp_p
     import subprocess
     import sys
 
-    code = ("import sys\n"
-            "from episodic import DatasetWriter\n"
-            "from episodic.format.errors import WriterInputError\n"
-            "try:\n"
-            f"    DatasetWriter({str(tmp_path / 'ds')!r}, fps=30, vcodec='h264', "
-            "features={'cam': {'dtype': 'video', 'shape': [8700, 30000, 3]}})\n"
-            "except WriterInputError as e:\n"
-            "    print('refused', e)\n"
-            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
-            "print('maxrss_kb', hwm)\n")  # this process's peak (ru_maxrss would count the forking parent's)
+    code = (
+        "import sys\n"
+        "from episodic import DatasetWriter\n"
+        "from episodic.format.errors import WriterInputError\n"
+        "try:\n"
+        f"    DatasetWriter({str(tmp_path / 'ds')!r}, fps=30, vcodec='h264', "
+        "features={'cam': {'dtype': 'video', 'shape': [8700, 30000, 3]}})\n"
+        "except WriterInputError as e:\n"
+        "    print('refused', e)\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+        "print('maxrss_kb', hwm)\n"
+    )  # this process's peak (ru_maxrss would count the forking parent's)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert "refused camera 'cam': h264 cannot encode 30000x8700" in out, out
     assert int(out.split("maxrss_kb")[1]) < 400 * 1024, out
@@ -203,20 +233,30 @@ def test_default_features_may_be_listed_as_they_are(tmp_path):
     assert len(EpisodicDataset(tmp_path / "ds")) == 3
 
 
-@pytest.mark.parametrize("vcodec, shape, match", [("h264", [47, 64, 3], "h264 cannot encode 64x47"),
-                                                  ("hevc", [8, 64, 3], "hevc cannot encode 64x8"),
-                                                  ("vp9", [48, 64, 3], "unknown video codec")])
+@pytest.mark.parametrize(
+    "vcodec, shape, match",
+    [
+        ("h264", [47, 64, 3], "h264 cannot encode 64x47"),
+        ("hevc", [8, 64, 3], "hevc cannot encode 64x8"),
+        ("vp9", [48, 64, 3], "unknown video codec"),
+    ],
+)
 def test_cameras_the_encoder_cannot_take_are_refused_when_the_writer_opens(tmp_path, vcodec, shape, match):
     with pytest.raises(WriterInputError, match=match):
         DatasetWriter(tmp_path / "ds", fps=30, vcodec=vcodec, features={"cam": {"dtype": "video", "shape": shape}})
     assert not (tmp_path / "ds").exists()
 
 
-@pytest.mark.parametrize("kwargs, match", [({"fps": 0}, "fps must be a positive integer"),
-                                           ({"fps": 29.97}, "fps must be a positive integer"),
-                                           ({"chunks_size": 0}, "chunks_size"),
-                                           ({"data_files_size_in_mb": -1}, "data_files_size_in_mb"),
-                                           ({"overwrite": True, "resume": True}, "exclude each other")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"fps": 0}, "fps must be a positive integer"),
+        ({"fps": 29.97}, "fps must be a positive integer"),
+        ({"chunks_size": 0}, "chunks_size"),
+        ({"data_files_size_in_mb": -1}, "data_files_size_in_mb"),
+        ({"overwrite": True, "resume": True}, "exclude each other"),
+    ],
+)
 def test_bad_options(tmp_path, kwargs, match):
     args = {"fps": 30, **kwargs}
     with pytest.raises(ValueError, match=match):

@@ -13,6 +13,7 @@ import pytest
 from episodic.format.errors import WriterSessionError
 from episodic.writer.remux import PacketRun, copy_runs, packet_table
 from episodic.writer.video import VideoFileWriter
+
 from support import FIXTURES
 
 AV1 = FIXTURES / "lerobot_multifile_av1/dataset/videos/observation.images.top/chunk-000/file-000.mp4"

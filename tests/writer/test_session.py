@@ -11,8 +11,17 @@ import pytest
 
 from episodic import DatasetWriter
 from episodic.format.errors import WriterSessionError
-from episodic.writer.session import (ABSENT, DATASET, EMPTY, FILE, FOREIGN, JOURNAL, SESSION, SESSION_DIR,
-                                     directory_state)
+from episodic.writer.session import (
+    ABSENT,
+    DATASET,
+    EMPTY,
+    FILE,
+    FOREIGN,
+    JOURNAL,
+    SESSION,
+    SESSION_DIR,
+    directory_state,
+)
 
 FEATS = {"action": {"dtype": "float32", "shape": [2]}}
 

@@ -78,7 +78,9 @@ def test_av1_frames_too_narrow_for_svt_are_refused_before_encoding(width, tmp_pa
     with pytest.raises(WriterInputError, match=rf"camera 'cam': {width}x32 frames are too narrow for AV1.*>= 32"):
         probe_encoder("cam", width, 32, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)
     probe_encoder("cam", 32, 16, 30, vcodec="av1", gop=2, crf=30, pix_fmt="yuv420p", preset=None)  # wide enough
-    with pytest.raises(WriterInputError, match=rf"{width}x32 frames are too narrow for AV1"):  # any stream, not only probes
+    with pytest.raises(
+        WriterInputError, match=rf"{width}x32 frames are too narrow for AV1"
+    ):  # any stream, not only probes
         VideoFileWriter(str(tmp_path / "narrow.mp4"), width, 32, 30, vcodec="av1")
     assert not list(tmp_path.iterdir())  # nothing left behind
 
@@ -127,17 +129,23 @@ with av.open(root + "/videos/observation.images.cam/chunk-000/file-000.mp4") as 
 """
 
 
-@pytest.mark.parametrize("vcodec, h, w, refused", [
-    ("hevc", 32, 40, "40x32 frames are too narrow for HEVC"),  # the heap corruption of issue 20, item 10
-    ("hevc", 32, 50, None),
-    ("av1", 16, 128, "128x16 frames are too flat for AV1"),  # SVT-AV1 never finished the flush (a hang)
-    ("av1", 16, 64, None),
-    ("av1", 25, 128, None),
-])
+@pytest.mark.parametrize(
+    "vcodec, h, w, refused",
+    [
+        ("hevc", 32, 40, "40x32 frames are too narrow for HEVC"),  # the heap corruption of issue 20, item 10
+        ("hevc", 32, 50, None),
+        ("av1", 16, 128, "128x16 frames are too flat for AV1"),  # SVT-AV1 never finished the flush (a hang)
+        ("av1", 16, 64, None),
+        ("av1", 25, 128, None),
+    ],
+)
 def test_cameras_an_encoder_cannot_take_are_refused_by_name_not_crashed_on(tmp_path, vcodec, h, w, refused):
     root = tmp_path / "ds"
-    done = _child(_RECORD.replace("sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])",
-                                  f"{str(root)!r}, {vcodec!r}, {h}, {w}"))
+    done = _child(
+        _RECORD.replace(
+            "sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])", f"{str(root)!r}, {vcodec!r}, {h}, {w}"
+        )
+    )
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr[-2000:])
     if refused:
         assert f"refused camera 'observation.images.cam': {refused}" in done.stdout, done.stdout
@@ -172,8 +180,12 @@ def test_x265_width_limit_is_where_valgrind_sees_the_overflow(width, overflows):
     writes past a heap block exactly for the widths the writer refuses."""
     from episodic.writer.video import X265_MIN_WIDTH
 
-    done = subprocess.run(["valgrind", "--error-limit=no", sys.executable, "-c", _X265_PLAIN, str(width)],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        ["valgrind", "--error-limit=no", sys.executable, "-c", _X265_PLAIN, str(width)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "encoded" in done.stdout, done.stderr[-2000:]
     assert ("Invalid write" in done.stderr) == overflows
     assert (width < X265_MIN_WIDTH) == overflows
@@ -202,28 +214,37 @@ def test_svt_av1_flat_frame_limit_is_where_the_encoder_fails(width, height):
 
     refused = height <= SVT_AV1_SHORT_HEIGHT and width > SVT_AV1_SHORT_MAX_WIDTH
     try:
-        done = subprocess.run([sys.executable, "-c", _SVT_FLUSH, str(width), str(height)], capture_output=True,
-                              text=True, timeout=20, env={**os.environ, "SVT_LOG": "1"})
+        done = subprocess.run(
+            [sys.executable, "-c", _SVT_FLUSH, str(width), str(height)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            env={**os.environ, "SVT_LOG": "1"},
+        )
         outcome = "flushed" if done.returncode == 0 and "flushed" in done.stdout else f"died ({done.returncode})"
     except subprocess.TimeoutExpired:
         outcome = "hangs"
     assert (outcome != "flushed") == refused, outcome
 
 
-@pytest.mark.parametrize("vcodec, gop, match", [
-    ("av1", 1, "gop=1 .every frame a key frame. is not written with AV1"),
-    ("h264", 0, "gop must be a positive integer"),
-    ("av1", -2, "gop must be a positive integer"),
-    ("hevc", "2", "gop must be a positive integer"),
-    ("h264", True, "gop must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "vcodec, gop, match",
+    [
+        ("av1", 1, "gop=1 .every frame a key frame. is not written with AV1"),
+        ("h264", 0, "gop must be a positive integer"),
+        ("av1", -2, "gop must be a positive integer"),
+        ("hevc", "2", "gop must be a positive integer"),
+        ("h264", True, "gop must be a positive integer"),
+    ],
+)
 def test_bad_gops_are_refused_before_encoding(tmp_path, vcodec, gop, match):
     from episodic import DatasetWriter
     from episodic.format.errors import WriterInputError
 
     with pytest.raises(WriterInputError, match=match):
-        DatasetWriter(tmp_path / "ds", fps=30, vcodec=vcodec, gop=gop,
-                      features={"cam": {"dtype": "video", "shape": [H, W, 3]}})
+        DatasetWriter(
+            tmp_path / "ds", fps=30, vcodec=vcodec, gop=gop, features={"cam": {"dtype": "video", "shape": [H, W, 3]}}
+        )
     with pytest.raises(WriterInputError, match=match):
         VideoFileWriter(str(tmp_path / "x.mp4"), W, H, 30, vcodec=vcodec, gop=gop)
     assert not list(tmp_path.iterdir())
@@ -262,23 +283,31 @@ def test_svt_av1_finishes_every_stream_at_gop_2():
     """The reference for refusing AV1 at gop=1: plain PyAV, two encoders at once (one per process), 150
     streams each; at gop=1 (every frame a key frame) SVT-AV1 was seen to hang in the flush after 8 to 52
     streams, at gop=2 (the writer's default) it must finish them all."""
-    procs = {gop: subprocess.Popen([sys.executable, "-c", _SVT_REPEAT, str(gop), "150"], stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, text=True, env={**os.environ, "SVT_LOG": "1"})
-             for gop in (1, 2)}
+    procs = {
+        gop: subprocess.Popen(
+            [sys.executable, "-c", _SVT_REPEAT, str(gop), "150"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "SVT_LOG": "1"},
+        )
+        for gop in (1, 2)
+    }
     done = {gop: (p.communicate(timeout=1200)[0].split() or ["0"])[-1] for gop, p in procs.items()}
     print(f"streams finished before a hang or the end: gop=1 {done[1]}, gop=2 {done[2]} of 150")
     assert done[2] == "150"
 
 
-def test_a_hung_flush_is_named_and_left_behind_not_waited_for(monkeypatch):
+def test_a_hung_encoder_is_named_and_left_behind_not_waited_for(monkeypatch):
     """A real hang: SVT-AV1 never returns from flushing a 424x16 stream (the writer refuses that size; here PyAV
-    is driven directly). `flush_encoder` gives up after EPISODIC_ENCODER_FLUSH_TIMEOUT, naming the file."""
+    is driven directly). `watched` gives up after EPISODIC_ENCODER_STALL_TIMEOUT without progress, naming the
+    file; work that ticks is never given up on, however long it takes."""
     import io
     import time
 
-    from episodic.writer.video import EncoderStalled, flush_encoder
+    from episodic.writer.encoder_watch import EncoderStalled, watched
 
-    monkeypatch.setenv("EPISODIC_ENCODER_FLUSH_TIMEOUT", "2")
+    monkeypatch.setenv("EPISODIC_ENCODER_STALL_TIMEOUT", "2")
     container = av.open(io.BytesIO(), mode="w", format="mp4")
     stream = container.add_stream("libsvtav1", rate=30, options={"g": "2", "preset": "10"})
     stream.width, stream.height, stream.pix_fmt = 424, 16, "yuv420p"
@@ -286,31 +315,48 @@ def test_a_hung_flush_is_named_and_left_behind_not_waited_for(monkeypatch):
     frame.pts = 0
     stream.encode(frame)
     t0 = time.monotonic()
-    with pytest.raises(EncoderStalled, match=r"hung.mp4: the encoder did not finish within 2 s"):
-        flush_encoder(stream, "hung.mp4")
+    with pytest.raises(EncoderStalled, match=r"hung.mp4: the encoder made no progress for 2 s"):
+        watched(lambda tick: stream.encode(None), "hung.mp4")
     assert 2 <= time.monotonic() - t0 < 10
 
+    def slow_but_going(tick):
+        for _ in range(6):
+            time.sleep(0.5)
+            tick()
+        return "done"
 
-def test_an_episode_whose_encoder_hangs_is_encoded_again(tmp_path, monkeypatch, caplog):
-    """The flush stalls on the first attempt (as SVT-AV1's did at random under load): the file is encoded again
-    by a fresh encoder and decodes to every frame; nothing of the first attempt is left."""
+    assert watched(slow_but_going, "slow.mp4") == "done"  # 3 s in all, never 2 s without progress
+    with pytest.raises(ZeroDivisionError):
+        watched(lambda tick: 1 / 0, "error.mp4")
+
+
+@pytest.mark.parametrize("where", ["add", "close"])
+def test_an_episode_whose_encoder_hangs_is_encoded_again(tmp_path, monkeypatch, caplog, where):
+    """The encoder stalls on the first attempt (as SVT-AV1's did at random under load, while encoding frames and
+    while flushing): the file is encoded again by a fresh encoder and decodes to every frame; nothing of the
+    first attempt is left, and its container is never closed under the stalled thread."""
     from episodic.writer import video
+    from episodic.writer.encoder_watch import EncoderStalled
 
-    real = video.flush_encoder
+    real = video.watched
     calls = []
 
-    def stall_once(stream, label):
+    def stall_once(work, label):
         calls.append(label)
-        if len(calls) == 1:
-            raise video.EncoderStalled(f"{label}: the encoder did not finish within 60 s")
-        return real(stream, label)
+        if len(calls) == (1 if where == "add" else 2):
+            raise EncoderStalled(f"{label}: the encoder made no progress for 60 s")
+        return real(work, label)
 
-    monkeypatch.setattr(video, "flush_encoder", stall_once)
+    closed = []
+    real_close = video.close_output
+    monkeypatch.setattr(video, "close_output", lambda *a: (closed.append(a), real_close(*a)))
+    monkeypatch.setattr(video, "watched", stall_once)
     frames = np.random.default_rng(0).integers(0, 256, (6, H, W, 3), dtype=np.uint8)
     path = str(tmp_path / "ep.mp4")
     with caplog.at_level("WARNING"):
         video.encode_file(path, frames, 30, vcodec="h264", label="episode 3")
-    assert len(calls) == 2 and "encoding the 6 frames again (attempt 2 of 3)" in caplog.text
+    assert "encoding the 6 frames again (attempt 2 of 3)" in caplog.text
     with av.open(path) as c:
         assert sum(1 for _ in c.decode(video=0)) == 6
     assert sorted(os.listdir(tmp_path)) == ["ep.mp4"]
+    assert not closed  # the stalled attempt's container left alone; the second finished normally

@@ -15,8 +15,15 @@ for _ in range(30):
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.codec_context.options = {"g": "2", "crf": "30", "bf": "0", "x265-params": "log-level=error"}
         for t in range(3):
-            img = ((np.arange(width)[None, :, None] * 5 + np.arange(height)[:, None, None] * 3 + t * 40
-                    + np.arange(3) * 70) % 256).astype(np.uint8)
+            img = (
+                (
+                    np.arange(width)[None, :, None] * 5
+                    + np.arange(height)[:, None, None] * 3
+                    + t * 40
+                    + np.arange(3) * 70
+                )
+                % 256
+            ).astype(np.uint8)
             for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():

@@ -6,12 +6,17 @@ as items for torch's DataLoader (`__getitem__`, `__getitems__`), or whole to a D
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .collate import Batch, TensorSharing, deliver, make_batch, unbatch
+
+if TYPE_CHECKING:
+    from ..counters import Counters
+    from .gpu_frames import GpuFrames
 
 
 def transformed_keys(ds) -> list[str]:
@@ -36,7 +41,15 @@ class BatchAccess:
     """Needs `build(indices, dtype) -> dict` (a placed batch), `camera_keys`, `return_uint8`,
     `image_transforms`, `counters` and `gpu` (a `gpu_frames.GpuFrames` with decode_device="cuda", else None)."""
 
-    gpu = None
+    build: Callable[[Sequence[int] | np.ndarray, str], dict]
+    camera_keys: Sequence[str]
+    return_uint8: bool
+    image_transforms: Callable | None
+    counters: Counters
+    gpu: GpuFrames | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError  # the dataset's
 
     def get_batch(self, indices: Sequence[int] | np.ndarray) -> dict:
         """One dict of batched tensors for these positions (text values are lists of strings)."""
@@ -48,8 +61,9 @@ class BatchAccess:
     def _batch(self, indices, sharing: TensorSharing | None = None) -> Batch:
         t0 = time.perf_counter()
         # frames for the GPU leave as uint8 (references, and image features a quarter of the bytes)
-        batch = make_batch(lambda dtype: self.build(indices, dtype), self.return_uint8 or self.gpu is not None,
-                           sharing=sharing)
+        batch = make_batch(
+            lambda dtype: self.build(indices, dtype), self.return_uint8 or self.gpu is not None, sharing=sharing
+        )
         self.counters.add(item_seconds=time.perf_counter() - t0, items_built=batch.size)
         return batch
 
@@ -61,8 +75,11 @@ class BatchAccess:
     def __getitems__(self, indices: Sequence[int]) -> Sequence[dict]:
         """Items for a DataLoader batch, built together (one decode pass per file)."""
         if self.gpu is not None:  # GPU frames are decoded here, in the main process (a worker refuses)
-            return unbatch(Batch(self.finish(self._batch(indices).collated(), transforms=False)),
-                           self.image_transforms, transformed_keys(self))
+            return unbatch(
+                Batch(self.finish(self._batch(indices).collated(), transforms=False)),
+                self.image_transforms,
+                transformed_keys(self),
+            )
         return unbatch(self._batch(indices), self.image_transforms, transformed_keys(self))
 
 

@@ -39,7 +39,7 @@ def own_storage(t: torch.Tensor) -> torch.Tensor:
     start, nbytes = t.storage_offset() * t.element_size(), t.numel() * t.element_size()
     if start == 0 and nbytes == storage.nbytes():
         return t
-    return torch.empty(0, dtype=t.dtype).set_(storage[start:start + nbytes], 0, t.shape, t.stride())
+    return torch.empty(0, dtype=t.dtype).set_(storage[start : start + nbytes], 0, t.shape, t.stride())
 
 
 class SlotBatch:
@@ -48,11 +48,14 @@ class SlotBatch:
 
     __slots__ = ("layout", "slot")
 
-    def __init__(self, slot: torch.Tensor, batch: "Batch"):
+    def __init__(self, slot: torch.Tensor, batch: Batch):
         self.slot = slot
-        self.layout = [(k, None, list(v), None) if isinstance(v, list) else
-                       (k, v.storage_offset() * v.element_size(), tuple(v.shape), v.numpy().dtype.str)
-                       for k, v in batch.tensors.items()]
+        self.layout = [
+            (k, None, list(v), None)
+            if isinstance(v, list)
+            else (k, v.storage_offset() * v.element_size(), tuple(v.shape), v.numpy().dtype.str)
+            for k, v in batch.tensors.items()
+        ]
 
     def __reduce__(self):
         return receive, (self.slot, self.layout)
@@ -94,12 +97,12 @@ class Batch:
             return SlotBatch(slot, self)
         return {k: list(v) if isinstance(v, list) else Own(v) for k, v in self.tensors.items()}
 
-    def item(self, b: int) -> "Item":
+    def item(self, b: int) -> Item:
         item = Item((k, v[b]) for k, v in self.tensors.items())
         item._batch, item._pos = self, b
         return item
 
-    def items(self) -> list["Item"]:
+    def items(self) -> list[Item]:
         """All items, with one unbind per key rather than one index per item."""
         cols = [(k, v if isinstance(v, list) else v.unbind(0)) for k, v in self.tensors.items()]
         out = []
@@ -114,6 +117,8 @@ class Item(dict):
     """One item (a plain dict of tensors) that remembers the batch it comes from."""
 
     __slots__ = ("_batch", "_pos")
+    _batch: Batch
+    _pos: int
 
 
 class ItemBatch(Sequence):
@@ -155,8 +160,9 @@ def collate_items(batch, *, collate_fn_map=None):
     """default_collate for Items: the whole batch they came from when they are exactly its items, in order."""
     source = batch.batch if isinstance(batch, ItemBatch) else batch[0]._batch
     if isinstance(batch, ItemBatch) or (
-            len(batch) == source.size and all(isinstance(x, Item) and x._batch is source and x._pos == i
-                                              for i, x in enumerate(batch))):
+        len(batch) == source.size
+        and all(isinstance(x, Item) and x._batch is source and x._pos == i for i, x in enumerate(batch))
+    ):
         return deliver(source)
     return runtime.collate_plain([dict(x) for x in batch], collate_fn_map=collate_fn_map)
 

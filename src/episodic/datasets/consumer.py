@@ -22,9 +22,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from fsspec.implementations.local import LocalFileSystem
@@ -59,31 +60,52 @@ class EntryReader:
     as `prefetch_until` says; `episode_rows(k)` waits for episode k's. Its `meta` and `source` are where frames
     are decoded from (a remote entry's: its private mirror)."""
 
-    def __init__(self, meta: DatasetMetadata, spec: ItemSpec, source: Source, options: StreamOptions,
-                 counters: Counters, decoders: DecoderCache, episodes: np.ndarray, mirror_base: str,
-                 tab_pool: ThreadPoolExecutor | None = None):
+    def __init__(
+        self,
+        meta: DatasetMetadata,
+        spec: ItemSpec,
+        source: Source,
+        options: StreamOptions,
+        counters: Counters,
+        decoders: DecoderCache,
+        episodes: np.ndarray,
+        mirror_base: str,
+        tab_pool: ThreadPoolExecutor | None = None,
+    ):
         self.spec, self.options, self.counters, self.decoders = spec, options, counters, decoders
         self.eps = episodes
         self.local = source.is_local
-        self.mirror = None
+        mirror = None
         if not self.local:
             os.makedirs(mirror_base, exist_ok=True)
-            self.mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
+            mirror = tempfile.mkdtemp(prefix="mirror-", dir=mirror_base)
+        self.mirror = mirror
         o = options
-        self.prefetcher = Prefetcher(source.fs, source.root, self.mirror, o.mirror_max_bytes, self.local,
-                                     threads=o.prefetch_threads, policy=o.fetch, stats=counters)
-        if self.local:
+        self.prefetcher = Prefetcher(
+            source.fs,
+            source.root,
+            self.mirror,
+            o.mirror_max_bytes,
+            self.local,
+            threads=o.prefetch_threads,
+            policy=o.fetch,
+            stats=counters,
+        )
+        if mirror is None:
             self.meta = self.remote_meta = meta
             self.source = source
         else:  # videos are decoded from the mirror; data files are read by range requests
-            self.meta = replace(meta, fs=LocalFileSystem(), root=self.mirror)
+            self.meta = replace(meta, fs=LocalFileSystem(), root=mirror)
             self.remote_meta = replace(meta, fs=source.fs, root=source.root)
-            self.source = Source(fs=LocalFileSystem(), root=self.mirror)
+            self.source = Source(fs=LocalFileSystem(), root=mirror)
         # the thread that reads rows ahead: the reader's own, or one its consumer shares among readers (a consumer
         # opens one reader per entry it draws from: a thread started and joined for each cost ~3 ms)
         self.own_pool = tab_pool is None
-        self.tab_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular") if self.own_pool \
-            else tab_pool
+        self.tab_pool = (
+            tab_pool
+            if tab_pool is not None
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix="episodic-tabular")
+        )
         self.blocks: dict[int, Future] = {}
         self.rows: dict[int, Columns] = {}  # list position -> the episode's rows, once admitted
         self.videos: dict[int, list[str]] = {}  # list position -> acquired video files
@@ -113,8 +135,10 @@ class EntryReader:
                 rels = [self.meta.video_file_of(ep, key) for key in self.spec.video_keys]
                 cams = [self.meta.episodes.cameras[key] for key in self.spec.video_keys]
                 self.videos[k] = rels
-                self.video_futs[k] = [self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
-                                      for r, c in zip(rels, cams)]
+                self.video_futs[k] = [
+                    self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
+                    for r, c in zip(rels, cams)
+                ]
 
     def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
         with self.counters.timer("tabular_seconds"):
@@ -126,8 +150,9 @@ class EntryReader:
                 cols = load_columns(self.meta, block_eps, keys, unknown_tasks=unknown)
             elif self.prefetcher.ranges:  # read in place through retried range requests
                 try:
-                    cols = load_columns(self.remote_meta, block_eps, keys, open_file=self.prefetcher.open_remote,
-                                        unknown_tasks=unknown)
+                    cols = load_columns(
+                        self.remote_meta, block_eps, keys, open_file=self.prefetcher.open_remote, unknown_tasks=unknown
+                    )
                 except RangesIgnored:
                     self.prefetcher.ranges = False
             if cols is None:  # a server without range requests: whole files into the mirror
@@ -181,7 +206,7 @@ class EntryReader:
                 self.prefetcher.release(r)
             self.video_futs.pop(k, None)
             b = k // G
-            if self.released[b * G:min((b + 1) * G, len(self.eps))].all():
+            if self.released[b * G : min((b + 1) * G, len(self.eps))].all():
                 self.blocks.pop(b, None)
 
     def close(self) -> None:
@@ -208,9 +233,19 @@ class Consumer:
     and `counters` the dataset's in this process; `tally` (optional) counts items per entry. Has the interface
     `iterate_consumer` uses: `batch`, `release`, `close`."""
 
-    def __init__(self, layout: ItemLayout, entry: Callable[[int], StreamEntry], entries: np.ndarray,
-                 episodes: np.ndarray, frames: Sequence, options: StreamOptions, counters: Counters,
-                 decoders: DecoderCache, mirror_base: str, tally: Tally | None = None):
+    def __init__(
+        self,
+        layout: ItemLayout,
+        entry: Callable[[int], StreamEntry],
+        entries: np.ndarray,
+        episodes: np.ndarray,
+        frames: Sequence,
+        options: StreamOptions,
+        counters: Counters,
+        decoders: DecoderCache,
+        mirror_base: str,
+        tally: Tally | None = None,
+    ):
         self.layout, self.entry_of = layout, entry
         self.entry = np.asarray(entries, dtype=np.int64)
         self.eps = np.asarray(episodes, dtype=np.int64)
@@ -244,8 +279,17 @@ class Consumer:
             meta, spec, source = self.entry_of(e)
             self.entries[e] = StreamEntry(meta, spec, reopen(source))
         meta, spec, source = self.entries[e]
-        reader = EntryReader(meta, spec, source, self.options, self.counters, self.decoders, self.eps[pos],
-                             self.mirror_base, tab_pool=self.tab_pool if source.is_local else None)
+        reader = EntryReader(
+            meta,
+            spec,
+            source,
+            self.options,
+            self.counters,
+            self.decoders,
+            self.eps[pos],
+            self.mirror_base,
+            tab_pool=self.tab_pool if source.is_local else None,
+        )
         reader.release((self.local[pos[self.released[pos]]] - start).tolist())  # released before it was opened
         self.readers_opened += 1
         frames = EntryFrames(spec, reader.meta, reader.source, self.decoders, self.counters)
@@ -278,7 +322,9 @@ class Consumer:
         ks = np.asarray(ks, dtype=np.int64)
         drawn = np.unique(ks)
         parts = [self._pooled(k) for k in drawn.tolist()]
-        local = np.fromiter((self.frames[k][j] for k, j in zip(ks.tolist(), np.asarray(js).tolist())), np.int64, len(ks))
+        local = np.fromiter(
+            (self.frames[k][j] for k, j in zip(ks.tolist(), np.asarray(js).tolist())), np.int64, len(ks)
+        )
         batch = make(lambda dtype: gather(self.layout, parts, np.searchsorted(drawn, ks), local, dtype))
         if self.tally is not None:
             self.tally.add(self.entry[ks])
@@ -309,7 +355,7 @@ class Consumer:
                 touched.add(e)
         for e in touched:
             reader, start, _ = self.open[e]
-            if reader.released[:reader.prefetched].all():
+            if reader.released[: reader.prefetched].all():
                 self.next_start[e] = start + reader.prefetched
                 self._close(e)
 
@@ -321,8 +367,7 @@ class Consumer:
             self.tab_pool.shutdown(wait=True, cancel_futures=True)
 
 
-def iterate_consumer(consumer: Consumer, order, chunk_size: int, counters: Counters, t_start: float,
-                     make: Callable):
+def iterate_consumer(consumer: Consumer, order, chunk_size: int, counters: Counters, t_start: float, make: Callable):
     """Batches (`make`: `collate.make_batch` with the dataset's settings) of up to `chunk_size` items in `order`
     (a PoolOrder already fast-forwarded to the resume point), releasing finished episodes as it goes; closes the
     consumer at the end."""

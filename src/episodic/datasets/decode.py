@@ -15,8 +15,9 @@ instead of pixels; `gpu_frames.GpuFrames` decodes them in the main process.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,8 +40,14 @@ class EntryFrames:
     """Decoding the cameras of one dataset (or mixture entry) `spec` describes, from the files of `meta` under
     `source`, through `decoders`; decode seconds go to `counters`."""
 
-    def __init__(self, spec: ItemSpec, meta: DatasetMetadata, source: Source, decoders: DecoderCache | None = None,
-                 counters: Counters | None = None):
+    def __init__(
+        self,
+        spec: ItemSpec,
+        meta: DatasetMetadata,
+        source: Source,
+        decoders: DecoderCache | None = None,
+        counters: Counters | None = None,
+    ):
         self.spec, self.meta, self.source = spec, meta, source
         self.decoders = decoders if decoders is not None else DecoderCache(counters=counters)
         self.counters = counters if counters is not None else self.decoders.counters
@@ -51,7 +58,8 @@ class EntryFrames:
         """info.json's (height, width) of camera `key`, read once."""
         hw = self._hw.get(key)
         if hw is None:
-            hw = self._hw[key] = tuple(self.meta.info.camera_hw(key)[:2])
+            h, w, _ = self.meta.info.camera_hw(key)
+            hw = self._hw[key] = (h, w)
         return hw
 
     def output(self, dtype, key: str) -> FrameOutput:
@@ -64,7 +72,7 @@ class EntryFrames:
 
     def frame_shape(self, key: str) -> tuple[int, int, int]:
         """(C, H, W) of camera `key`'s frames at the spec's output size (C: 1 for a depth camera, else 3)."""
-        return tuple(self.output("float32", key).shape(self.hw(key)))
+        return self.output("float32", key).shape(self.hw(key))
 
     def check_size(self, key: str, hw: Sequence[int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of
@@ -72,25 +80,38 @@ class EntryFrames:
         want = self.hw(key)
         if tuple(hw) != want:
             bad = sorted(set(np.asarray(episodes).tolist()))
-            raise DatasetFormatError(f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
-                                     f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}")
+            raise DatasetFormatError(
+                f"{self.meta.root}: {where}: camera {key!r} (episode {bad[0] if len(bad) == 1 else bad[:10]}): "
+                f"frames are {hw[0]}x{hw[1]} (height x width) but info.json says {want[0]}x{want[1]}"
+            )
 
-    def jobs(self, key: str, eps: np.ndarray, times: np.ndarray, dest: np.ndarray, target: np.ndarray,
-             output: FrameOutput) -> list[FrameJob]:
+    def jobs(
+        self,
+        key: str,
+        eps: np.ndarray,
+        times: np.ndarray,
+        dest: np.ndarray,
+        target: np.ndarray,
+        output: FrameOutput | FrameRefs,
+    ) -> list[FrameJob]:
         """The jobs that decode camera `key`'s frames at `times` ((B, T) seconds inside each row's episode, rows of
-        episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)): one per video file the
-        episodes are in."""
+        episodes `eps` (B,)) into rows `target` ((B, T)) of `dest` ((N * T, *frame shape)), or locate them into
+        `dest`'s frame references when `output` is the batch's `FrameRefs`: one per video file the episodes are
+        in."""
         cam = self.meta.episodes.cameras[key]
         query = cam.from_ts[eps][:, None] + times  # seconds inside each episode's file
         fids = cam.file_id[eps]
         if not len(fids):
             return []
         if len(fids) == 1 or (fids == fids[0]).all():
-            return [FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1),
-                             output)]
-        return [FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest, target[sel].reshape(-1),
-                         output)
-                for fid in np.unique(fids).tolist() for sel in [np.flatnonzero(fids == fid)]]
+            return [
+                FrameJob(self, key, cam.files[int(fids[0])], eps, query.reshape(-1), dest, target.reshape(-1), output)
+            ]
+        return [
+            FrameJob(self, key, cam.files[fid], eps[sel], query[sel].reshape(-1), dest, target[sel].reshape(-1), output)
+            for fid in np.unique(fids).tolist()
+            for sel in [np.flatnonzero(fids == fid)]
+        ]
 
     def locate_episode(self, key: str, episode: int, times: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
         """(file, times in it, frame index of each) for rows of one episode at `times` (seconds inside it); the
@@ -104,8 +125,9 @@ class EntryFrames:
         except FrameTimestampError:
             return rel, in_file, None
 
-    def images(self, key: str, store: Sequence, rows: np.ndarray, dest: np.ndarray, output: FrameOutput,
-               episodes: np.ndarray) -> None:
+    def images(
+        self, key: str, store: Sequence, rows: np.ndarray, dest: np.ndarray, output: FrameOutput, episodes: np.ndarray
+    ) -> None:
         """Decode the images (encoded bytes `store[r]`) of rows `rows` (episodes `episodes`, same shape) into
         `dest` ((*rows.shape, *frame shape))."""
         want = self.hw(key)
@@ -114,7 +136,7 @@ class EntryFrames:
         for i, r in enumerate(rows.reshape(-1).tolist()):
             hw = decode_image_into(store[r], flat[i], output, f"{self.meta.root}: row {r} feature {key!r}")
             if hw != tuple(want):
-                self.check_size(key, hw, "an image in the data file", eps[i:i + 1])
+                self.check_size(key, hw, "an image in the data file", eps[i : i + 1])
 
 
 def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarray) -> list[tuple[int, int, int]]:
@@ -127,8 +149,9 @@ def flat_frames(frames: np.ndarray) -> np.ndarray:
     """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
     flat = frames.reshape(-1, *frames.shape[-3:])
     if flat.size and not np.may_share_memory(flat, frames):  # (numpy 2.5 deprecates setting .shape, which raised)
-        raise ValueError(f"frames of shape {frames.shape} and strides {frames.strides} cannot be written through "
-                         f"one flat view")
+        raise ValueError(
+            f"frames of shape {frames.shape} and strides {frames.strides} cannot be written through one flat view"
+        )
     return flat
 
 
@@ -137,7 +160,7 @@ class FrameRefs:
     order first met) and, written by each job into its rows of an int64 (N * T, 3) array, (file number, frame
     index in the file, the frame's pts). Jobs run on several threads: numbering is locked."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.files: list[str] = []
         self._numbers: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -181,6 +204,7 @@ class FrameJob(NamedTuple):
 
     def run(self, reader=None) -> None:
         reader = reader or self.reader()
+        assert self.dest is not None and self.slots is not None, "a job that runs has a destination"
         try:
             frames = self.frames if self.frames is not None else reader.locate(self.times, self.entry.spec.tolerance_s)
             if isinstance(self.output, FrameRefs):
@@ -201,7 +225,7 @@ class _DecodePool:
     DataLoader worker starting), after the decoding under way ends (`runtime.stop_threads_at_fork`): no thread of
     ours is alive at a fork; the next decode starts them again."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pool: ThreadPoolExecutor | None = None
         self.threads = 0
         self.lock = threading.Lock()  # held while a map runs, and from before a fork until after it

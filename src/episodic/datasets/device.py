@@ -20,7 +20,9 @@ def frames_to_float(u8: torch.Tensor) -> torch.Tensor:
     return u8.float().div_(torch.full((), 255.0, dtype=torch.float32, device=u8.device))
 
 
-def to_device(batch: dict, device: str | torch.device, float_keys: Iterable[str] = (), non_blocking: bool = True) -> dict:
+def to_device(
+    batch: dict, device: str | torch.device, float_keys: Iterable[str] = (), non_blocking: bool = True
+) -> dict:
     """The batch with every tensor on `device` (asynchronously from pinned memory) and the uint8 frames of
     `float_keys` made float32 in [0, 1] there; other values (the 'task' strings) as they are."""
     keys = set(float_keys)

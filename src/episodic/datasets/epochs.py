@@ -87,8 +87,12 @@ class MixtureEpochs:
         mixture = saved.get("mixture")
         changed = mixture is not None and not MixtureState.from_dict(mixture).same_spec(self.sampler.fresh)
         if changed and (stream.batches_consumed or stream.history) and self.on_change == "continue":
-            logger.warning("mixture changed since the stream state was saved: the rest of epoch %d is skipped, "
-                           "the new mixture streams from epoch %d", stream.epoch, stream.epoch + 1)
+            logger.warning(
+                "mixture changed since the stream state was saved: the rest of epoch %d is skipped, "
+                "the new mixture streams from epoch %d",
+                stream.epoch,
+                stream.epoch + 1,
+            )
             stream = stream.at_epoch(stream.epoch + 1)
         self.changes = self.sampler.resume(mixture, stream.epoch, 0, stream.seed, self.on_change)
         return stream

@@ -14,8 +14,8 @@ holds their frame references (`decode.FrameRefs`) and lists their files under `d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
     part, row = np.asarray(part, dtype=np.int64), np.asarray(row, dtype=np.int64)
     n = len(row)
     groups = []
-    for u, pos in (positions_by_value(part) if len(parts) > 1 else [(0, np.arange(n))] if n else []):
+    for u, pos in positions_by_value(part) if len(parts) > 1 else [(0, np.arange(n))] if n else []:
         cols = parts[u].columns
         rows = row[pos]
         ep = cols.episode_of_rows(rows)
@@ -128,8 +128,10 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                     out[at] = -1 if on_gpu else 0  # no frame: zeros
                     continue
                 if on_gpu and src not in g.part.frames.spec.video_keys:
-                    raise DatasetFormatError(f"{g.part.frames.meta.root}: camera {src!r} is an image feature: it "
-                                             f"cannot be decoded on the GPU with the videos of key {f.key!r}")
+                    raise DatasetFormatError(
+                        f"{g.part.frames.meta.root}: camera {src!r} is an image feature: it "
+                        f"cannot be decoded on the GPU with the videos of key {f.key!r}"
+                    )
                 if not on_gpu:
                     _check_shape(layout, g, f, src, out.shape[-3:])
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
@@ -145,16 +147,16 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
             elif f.kind == "mask":
                 out[at] = False
                 if src is not None:
-                    out[at, :layout.field(f.base).dims[g.part.entry]] = True
+                    out[at, : layout.base_of(f).dims[g.part.entry]] = True
             elif f.kind == "entry":
                 out[at] = layout.entry_index[g.part.entry]
     run_jobs([_job(parts) for parts in jobs.values()])
     for g, src_key, key in copies:
         view[key][g.pos] = view[src_key][g.pos]
-    out = {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
+    batch = {f.key: texts[f.key] if f.kind in TEXT_KINDS else placed[f.key] for f in layout.fields}
     if refs is not None:
-        out[FILES_KEY] = refs.files
-    return out
+        batch[FILES_KEY] = refs.files
+    return batch
 
 
 def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, parts: Sequence[Rows]) -> tuple:
@@ -163,15 +165,22 @@ def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, part
         if f.shape is not None:
             return (*lead, *f.shape)
         src = next(p for p in parts if f.sources[p.entry] is not None)  # a single dataset: its own frame size
-        return (*lead, *src.frames.frame_shape(f.sources[src.entry]))
+        key = f.sources[src.entry]
+        assert key is not None
+        return (*lead, *src.frames.frame_shape(key))
     if f.kind == "pad":
-        base = layout.field(f.base)
+        base = layout.base_of(f)
         return (n,) if base.window is None else (n, base.window)
     if f.kind == "mask":
-        return (n, *layout.field(f.base).shape)
+        shape = layout.base_of(f).shape
+        assert shape is not None, "a mask describes values of a fixed shape"
+        return (n, *shape)
     if f.kind == "entry":
         return (n,)
-    return (*lead, *(f.shape if f.shape is not None else column.shape[1:]))
+    if f.shape is not None:
+        return (*lead, *f.shape)
+    assert column is not None, f"field {f.key!r} takes its column's shape"
+    return (*lead, *column.shape[1:])
 
 
 def _values(f: Field, g: _Group, src: str | None, out: np.ndarray, at, whole: bool) -> None:
@@ -219,6 +228,7 @@ def _texts(f: Field, g: _Group) -> list[str]:
         if src == "task":
             return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
         return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
+    assert src is not None, f"text field {f.key!r} has a column"
     return arrays[src][g.rows].tolist()
 
 
@@ -226,8 +236,10 @@ def _check_shape(layout: ItemLayout, g: _Group, f: Field, src: str, shape: Seque
     want = g.part.frames.frame_shape(src)
     if tuple(shape) != want:
         name = layout.entry_name[g.part.entry]
-        raise DatasetFormatError(f"{f'entry {name!r}: ' if name else ''}{g.part.frames.meta.root}: camera {src!r} gives "
-                                 f"frames of shape {want}, the batch holds {tuple(shape)}")
+        raise DatasetFormatError(
+            f"{f'entry {name!r}: ' if name else ''}{g.part.frames.meta.root}: camera {src!r} gives "
+            f"frames of shape {want}, the batch holds {tuple(shape)}"
+        )
 
 
 def _images(f: Field, g: _Group, src: str, out: np.ndarray, at, dtype: str) -> None:
@@ -245,8 +257,9 @@ def _images(f: Field, g: _Group, src: str, out: np.ndarray, at, dtype: str) -> N
         out[at] = tmp
 
 
-def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs: dict,
-                refs: FrameRefs | None = None) -> None:
+def _frame_jobs(
+    f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs: dict, refs: FrameRefs | None = None
+) -> None:
     """Plan the decoding of a group's frames of camera `src` into its rows of `out`: jobs keyed by file (one
     job per file for the whole batch where frames are located already; per part where they are located when
     decoded, so that an error names that part's episode). With `refs`, `out` holds frame references."""
@@ -264,9 +277,19 @@ def _frame_jobs(f: Field, g: _Group, src: str, out: np.ndarray, dtype: str, jobs
     if g.part.pooled:
         rel, times, located = g.part.located(src)
         key = (frames.source.root, rel, f.key, None if located is not None else g.index)
-        jobs.setdefault(key, []).append((frames, src, rel, g.part.columns.episodes, times[q].reshape(-1),
-                                         None if located is None else located[q].reshape(-1), dest,
-                                         target.reshape(-1), output))
+        jobs.setdefault(key, []).append(
+            (
+                frames,
+                src,
+                rel,
+                g.part.columns.episodes,
+                times[q].reshape(-1),
+                None if located is None else located[q].reshape(-1),
+                dest,
+                target.reshape(-1),
+                output,
+            )
+        )
         return
     cols = g.part.columns
     eps = cols.episodes[cols.episode_of_rows(g.rows)]

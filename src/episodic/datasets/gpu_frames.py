@@ -27,9 +27,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -59,8 +59,9 @@ def check_decode_device(decode_device) -> str | None:
         return None
     if isinstance(decode_device, torch.device):
         decode_device = str(decode_device)
-    if not isinstance(decode_device, str) or not (decode_device == "cuda" or decode_device.startswith("cuda:")
-                                                  and decode_device[5:].isdigit()):
+    if not isinstance(decode_device, str) or not (
+        decode_device == "cuda" or decode_device.startswith("cuda:") and decode_device[5:].isdigit()
+    ):
         raise ValueError(f"decode_device must be 'cpu', 'cuda' or 'cuda:N', got {decode_device!r}")
     return decode_device
 
@@ -80,8 +81,9 @@ class CameraSource:
         return f"camera {self.key!r}" + (f" of entry {self.entry!r}" if self.entry else "") + f" ({self.where})"
 
 
-def camera_sources(meta, keys: Sequence[str], source, episodes: np.ndarray, entry: str = "",
-                   rename=lambda k: k) -> list[CameraSource]:
+def camera_sources(
+    meta, keys: Sequence[str], source, episodes: np.ndarray, entry: str = "", rename=lambda k: k
+) -> list[CameraSource]:
     """The cameras `keys` of a dataset, each described by its first selected episode's video file when that
     file is local (info.json's ``video.codec``/``video.pix_fmt`` otherwise)."""
     out = []
@@ -96,8 +98,9 @@ def camera_sources(meta, keys: Sequence[str], source, episodes: np.ndarray, entr
                 raise GpuDecodeError(f"{meta.root}: camera {k!r}: {e}") from None
         if facts is None:
             info = getattr(meta.info.features[k], "info", None) or {}
-            facts = StreamFacts(str(info.get("video.codec", "unknown")), str(info.get("video.pix_fmt", "yuv420p")),
-                                h, w, 0)
+            facts = StreamFacts(
+                str(info.get("video.codec", "unknown")), str(info.get("video.pix_fmt", "yuv420p")), h, w, 0
+            )
         out.append(CameraSource(rename(k), entry, facts, f"{meta.root}/{rel}" if rel else str(meta.root)))
     return out
 
@@ -108,17 +111,23 @@ def fit_frames(frames: torch.Tensor, output: FrameOutput) -> torch.Tensor:
     agree within the tolerance `video.output` states)."""
     if output.size is None:
         return frames
-    src_hw = tuple(frames.shape[-2:])
+    src_hw = (frames.shape[-2], frames.shape[-1])
     h, w, top, left = output.placement(src_hw)
     H, W = output.frame_hw(src_hw)
     if (h, w) == src_hw and (H, W) == src_hw:
         return frames
-    scaled = torch.nn.functional.interpolate(frames.float(), size=(h, w), mode="bilinear", antialias=True,
-                                             align_corners=False).round_().clamp_(0, 255).to(torch.uint8)
+    scaled = (
+        torch.nn.functional.interpolate(
+            frames.float(), size=(h, w), mode="bilinear", antialias=True, align_corners=False
+        )
+        .round_()
+        .clamp_(0, 255)
+        .to(torch.uint8)
+    )
     if (h, w) == (H, W):
         return scaled
     out = torch.zeros((frames.shape[0], 3, H, W), dtype=torch.uint8, device=frames.device)
-    out[:, :, top:top + h, left:left + w] = scaled
+    out[:, :, top : top + h, left : left + w] = scaled
     return out
 
 
@@ -127,8 +136,16 @@ class GpuFrames:
     checks every camera in `cameras`; `complete(batch)` turns a batch's frame references into frames on
     `device`. `shapes`: each GPU key's frame shape (C, H, W); `output`: the frames' size and resize mode."""
 
-    def __init__(self, device: str, cameras: Sequence[CameraSource], shapes: dict, output: FrameOutput,
-                 cpu_fallback=False, decoders: int | None = None, counters: Counters | None = None):
+    def __init__(
+        self,
+        device: str,
+        cameras: Sequence[CameraSource],
+        shapes: dict,
+        output: FrameOutput,
+        cpu_fallback=False,
+        decoders: int | None = None,
+        counters: Counters | None = None,
+    ):
         self.device = resolve_device(device)
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
         self.output = replace(output, dtype="uint8", channels_first=True)
@@ -147,8 +164,10 @@ class GpuFrames:
             why = unsupported_reason(support, c.facts.height, c.facts.width)
             if why is None:
                 continue
-            what = (f"{c.label}: codec {c.facts.codec} ({c.facts.pix_fmt}, {c.facts.width}x{c.facts.height}) cannot "
-                    f"be decoded by NVDEC on {self.gpu_name} (GPU {gpu_id}): {why}")
+            what = (
+                f"{c.label}: codec {c.facts.codec} ({c.facts.pix_fmt}, {c.facts.width}x{c.facts.height}) cannot "
+                f"be decoded by NVDEC on {self.gpu_name} (GPU {gpu_id}): {why}"
+            )
             if c.key in allowed:
                 if c.key not in self.fallback:
                     log.warning("%s; decoded on the CPU instead (cpu_fallback)", what)
@@ -156,11 +175,18 @@ class GpuFrames:
             else:
                 refused.append(what)
         if refused:
-            raise GpuDecodeError("\n".join(refused) + "\nfix: re-encode the dataset once for NVDEC (`episodic reencode "
-                                 "SRC DST --vcodec h264`), or decode these cameras on the CPU (cpu_fallback=[...]), "
-                                 "or leave decode_device='cpu'")
-        engines = [s.engines for g in self.probe.gpus if g.index == gpu_id for s in g.codecs.values()
-                   if s.supported and s.engines]
+            raise GpuDecodeError(
+                "\n".join(refused) + "\nfix: re-encode the dataset once for NVDEC (`episodic reencode "
+                "SRC DST --vcodec h264`), or decode these cameras on the CPU (cpu_fallback=[...]), "
+                "or leave decode_device='cpu'"
+            )
+        engines = [
+            s.engines
+            for g in self.probe.gpus
+            if g.index == gpu_id
+            for s in g.codecs.values()
+            if s.supported and s.engines
+        ]
         self.decoders = int(decoders) if decoders else min(MAX_DECODERS, min(engines) if engines else DEFAULT_DECODERS)
         if self.decoders < 1:
             raise ValueError(f"gpu_decoders must be >= 1, got {decoders!r}")
@@ -169,8 +195,13 @@ class GpuFrames:
         self._cpu = DecoderCache(max_open=32, counters=Counters())
         # batches decoded side by side by a loader: enough to give every session a file
         self.prefetch = max(1, self.decoders // max(1, len(self.shapes)))
-        self._threads = ThreadPoolExecutor(max_workers=self.decoders, thread_name_prefix="episodic-gpu")
-        self._ahead = ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch")
+        # None after a fork, like `sessions` (`complete` refuses to decode there)
+        self._threads: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=self.decoders, thread_name_prefix="episodic-gpu"
+        )
+        self._ahead: ThreadPoolExecutor | None = ThreadPoolExecutor(
+            max_workers=self.prefetch, thread_name_prefix="episodic-gpu-batch"
+        )
         self._cpu_lock = threading.Lock()  # the CPU fallback's decoder cache is not thread-safe
         self._forked = False
         runtime.after_fork(self)
@@ -185,13 +216,16 @@ class GpuFrames:
         """`batch` (collated, from a worker or this process) with each GPU key's frame references replaced by
         frames on the device, and CPU-decoded image keys moved there as uint8 (the caller converts dtype)."""
         if self._forked or runtime.in_worker():
-            raise GpuDecodeError("decode_device='cuda' decodes in the main process; a DataLoader worker cannot "
-                                 "(use the dataset's loader(), whose workers prepare batches for the main process)")
+            raise GpuDecodeError(
+                "decode_device='cuda' decodes in the main process; a DataLoader worker cannot "
+                "(use the dataset's loader(), whose workers prepare batches for the main process)"
+            )
         files = batch.pop(FILES_KEY, None)
         if files is None:
             return batch
         t0 = time.perf_counter()
-        requests, plans = {}, {}
+        requests: dict[tuple[bool, str, bytes], np.ndarray] = {}
+        plans: dict[str, tuple[torch.Size, np.ndarray]] = {}
         for key in self.shapes:
             refs = batch.get(key)
             if refs is None:
@@ -212,8 +246,10 @@ class GpuFrames:
                 wanted = np.unique(flat[rows, 1])
                 frames = decoded[(key in self.fallback, files[no], wanted.tobytes())]
                 if tuple(frames.shape[1:]) != self.shapes[key]:
-                    raise VideoDecodeError(f"{files[no]}: camera {key!r}: frames of shape {tuple(frames.shape[1:])}, "
-                                           f"the batch holds {self.shapes[key]}")
+                    raise VideoDecodeError(
+                        f"{files[no]}: camera {key!r}: frames of shape {tuple(frames.shape[1:])}, "
+                        f"the batch holds {self.shapes[key]}"
+                    )
                 pick = torch.as_tensor(np.searchsorted(wanted, flat[rows, 1]), device=self.device)
                 out[torch.as_tensor(rows, device=self.device)] = frames[pick]
             batch[key] = out.reshape(*lead, *self.shapes[key])
@@ -223,7 +259,9 @@ class GpuFrames:
     def _decode(self, requests: dict) -> dict:
         """Each (fallback, path, frames) request's frames (K, 3, H, W) uint8 on the device, files side by side."""
         gpu = [(k, v) for k, v in requests.items() if not k[0]]
-        futures = {k: self._threads.submit(self._gpu_file, k[1], v) for k, v in gpu}
+        threads = self._threads
+        assert threads is not None, "GPU frames are decoded in the process that built them (`complete`)"
+        futures = {k: threads.submit(self._gpu_file, k[1], v) for k, v in gpu}
         with self._cpu_lock:  # the cache is not thread-safe
             out = {k: self._cpu_file(k[1], v) for k, v in requests.items() if k[0]}
         for k, f in futures.items():
@@ -231,18 +269,20 @@ class GpuFrames:
         return out
 
     def _gpu_file(self, path: str, frames: np.ndarray) -> torch.Tensor:
-        session = self.sessions.acquire(path)
+        sessions = self.sessions
+        assert sessions is not None, "a GPU key's file is decoded by the dataset's sessions"
+        session = sessions.acquire(path)
         ok = False
         try:
-            got = self.sessions.backend.frames(session, frames.tolist())
+            got = sessions.backend.frames(session, frames.tolist())
             ok = True
         except VideoDecodeError as e:
             raise VideoDecodeError(f"{path}: frames {frames[:8].tolist()}: {e}") from None
         finally:
             if ok:
-                self.sessions.release(path, session)
+                sessions.release(path, session)
             else:
-                self.sessions.drop()
+                sessions.drop()
         self.counters.add(gpu_frames=len(frames))
         return fit_frames(got.to(self.device), self.output)
 
@@ -269,8 +309,10 @@ class GpuFrames:
         """`finish(batch)` of each of `batches`, in order, with up to `self.prefetch` batches decoded ahead on
         threads: one batch holds a file or two per camera, too few to keep every NVDEC engine busy."""
         pending: deque = deque()
+        pool = self._ahead
+        assert pool is not None, "GPU frames are decoded in the process that built them"
         for batch in batches:
-            pending.append(self._ahead.submit(finish, batch))
+            pending.append(pool.submit(finish, batch))
             if len(pending) > self.prefetch:
                 yield pending.popleft().result()
         while pending:
@@ -279,17 +321,24 @@ class GpuFrames:
     def stats(self) -> dict:
         """Decoder sessions opened and reconfigured, the sessions' bound, and the cameras on the CPU."""
         s = self.sessions
-        return {"device": str(self.device), "gpu": self.gpu_name, "decoders": self.decoders,
-                "sessions_opened": s.opened if s else 0, "sessions_reconfigured": s.reopened if s else 0,
-                "cpu_fallback": sorted(self.fallback)}
+        return {
+            "device": str(self.device),
+            "gpu": self.gpu_name,
+            "decoders": self.decoders,
+            "sessions_opened": s.opened if s else 0,
+            "sessions_reconfigured": s.reopened if s else 0,
+            "cpu_fallback": sorted(self.fallback),
+        }
 
 
 class _InWorker:
     """What a dataset's `GpuFrames` is in a spawned DataLoader worker: batches keep their frame references."""
 
     def complete(self, batch: dict) -> dict:
-        raise GpuDecodeError("decode_device='cuda' decodes in the main process; a DataLoader worker cannot (use the "
-                             "dataset's loader(), whose workers prepare batches for the main process)")
+        raise GpuDecodeError(
+            "decode_device='cuda' decodes in the main process; a DataLoader worker cannot (use the "
+            "dataset's loader(), whose workers prepare batches for the main process)"
+        )
 
     finish = complete
 
@@ -311,8 +360,10 @@ def _fallback_keys(cpu_fallback, keys: set[str]) -> set[str]:
 def resolve_device(device: str) -> torch.device:
     """The CUDA device, or GpuDecodeError saying why torch cannot use it."""
     if not torch.cuda.is_available():
-        raise GpuDecodeError(f"decode_device={device!r}, but torch sees no CUDA GPU (torch {torch.__version__}, "
-                             f"built for CUDA {torch.version.cuda}); run on a GPU machine or leave decode_device='cpu'")
+        raise GpuDecodeError(
+            f"decode_device={device!r}, but torch sees no CUDA GPU (torch {torch.__version__}, "
+            f"built for CUDA {torch.version.cuda}); run on a GPU machine or leave decode_device='cpu'"
+        )
     dev = torch.device(device)
     if (dev.index or 0) >= torch.cuda.device_count():
         raise GpuDecodeError(f"decode_device={device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
@@ -329,8 +380,15 @@ def open_backend(gpu_id: int):
     return NvdecBackend(gpu_id)
 
 
-def gpu_setup(layout, entries: Sequence, decode_device, cpu_fallback=False, decoders: int | None = None,
-              output: FrameOutput | None = None, counters: Counters | None = None):
+def gpu_setup(
+    layout,
+    entries: Sequence,
+    decode_device,
+    cpu_fallback=False,
+    decoders: int | None = None,
+    output: FrameOutput | None = None,
+    counters: Counters | None = None,
+):
     """(gpu_keys, GpuFrames) of a dataset or mixture built with `decode_device` ((), None for the CPU).
 
     `layout`: its `item_layout.ItemLayout`; `entries[e]`: (metadata, item spec, source, selected episodes) of
@@ -345,20 +403,27 @@ def gpu_setup(layout, entries: Sequence, decode_device, cpu_fallback=False, deco
     for f in layout.fields:
         if f.kind != "frames":
             continue
-        kinds = {("video" if src in spec.video_keys else "image") for (meta, spec, _, _), src in zip(entries, f.sources)
-                 if src is not None}
+        kinds = {
+            ("video" if src in spec.video_keys else "image")
+            for (meta, spec, _, _), src in zip(entries, f.sources)
+            if src is not None
+        }
         if kinds == {"image"}:
             continue  # image features: decoded from the data files by the workers, moved to the device after
         if kinds != {"video"}:
-            raise ValueError(f"decode_device={decode_device!r}: key {f.key!r} is a video in some entries and an image "
-                             f"feature in others; such a mixture decodes on the CPU only")
+            raise ValueError(
+                f"decode_device={decode_device!r}: key {f.key!r} is a video in some entries and an image "
+                f"feature in others; such a mixture decodes on the CPU only"
+            )
         keys.append(f.key)
         for e, ((meta, spec, source, episodes), src) in enumerate(zip(entries, f.sources)):
             if src is None:
                 continue
             cameras += camera_sources(meta, [src], source, episodes, layout.entry_name[e], lambda k, key=f.key: key)
             if f.key not in shapes:
-                shapes[f.key] = tuple(f.shape) if f.shape is not None else spec.frames.shape(meta.info.camera_hw(src)[:2])
+                shapes[f.key] = (
+                    tuple(f.shape) if f.shape is not None else spec.frames.shape(meta.info.camera_hw(src)[:2])
+                )
     if not keys:
         return (), None
     return tuple(keys), GpuFrames(device, cameras, shapes, output or FrameOutput(), cpu_fallback, decoders, counters)

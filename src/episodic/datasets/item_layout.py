@@ -68,6 +68,11 @@ class ItemLayout:
     def field(self, key: str) -> Field:
         return self._by_key[key]
 
+    def base_of(self, f: Field) -> Field:
+        """The field a ``pad`` or ``mask`` field `f` describes."""
+        assert f.base is not None, f"field {f.key!r} describes no other field"
+        return self._by_key[f.base]
+
     @cached_property
     def _by_key(self) -> dict[str, Field]:
         return {f.key: f for f in self.fields}
@@ -89,6 +94,7 @@ class ItemLayout:
 def single_layout(spec: ItemSpec, features: dict[str, Feature]) -> ItemLayout:
     """A single dataset's items: its cameras (videos first, then each image feature in its place among the
     columns), its columns in info order, a ``<key>_is_pad`` per window, and the task -- LeRobot's item."""
+
     def frames(key: str) -> Field:
         return Field(key, "depth" if key in spec.depth else "frames", (key,), window=_steps(spec, key))
 
@@ -116,9 +122,17 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
     fields: list[Field] = []
     h_w = layout.image_size
     for role, key in zip(layout.cameras, layout.camera_keys):
+        assert h_w is not None, "a mixture with cameras has an image size"
         depth = role in layout.depth_roles
-        fields.append(Field(key, "depth" if depth else "frames", tuple(e.cameras.get(role) for e in entries),
-                            window=layout.windows.get(role), shape=(1 if depth else 3, *h_w)))
+        fields.append(
+            Field(
+                key,
+                "depth" if depth else "frames",
+                tuple(e.cameras.get(role) for e in entries),
+                window=layout.windows.get(role),
+                shape=(1 if depth else 3, *h_w),
+            )
+        )
         fields.append(Field(f"{key}_is_pad", "pad", fields[-1].sources, base=key))
     for role, key, dim in (("state", STATE, layout.state_dim), ("action", ACTION, layout.action_dim)):
         if not dim:
@@ -127,8 +141,9 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
         select = tuple(e.state_indices if role == "state" else e.action_indices for e in entries)
         dims = tuple(e.state_dim if role == "state" else e.action_dim for e in entries)
         window = layout.windows.get(role)
-        fields.append(Field(key, "values", sources, window=window, dtype="float32", shape=(dim,), select=select,
-                            dims=dims))
+        fields.append(
+            Field(key, "values", sources, window=window, dtype="float32", shape=(dim,), select=select, dims=dims)
+        )
         fields.append(Field(f"{key}_mask", "mask", sources, base=key))
         if window is not None:
             fields.append(Field(f"{key}_is_pad", "pad", sources, base=key))
@@ -141,20 +156,27 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
     return ItemLayout(tuple(fields), tuple(e.index for e in entries), tuple(e.name for e in entries))
 
 
+_FIXED = "features() describes a layout of fixed shapes (a mixture's)"
+
+
 def features(layout: ItemLayout) -> dict[str, dict]:
     """LeRobot-style feature descriptions (dtype, shape, names) of a layout's keys with a fixed dtype and shape
     (a mixture's: cameras, state/action and their masks, bookkeeping, text)."""
     out: dict[str, dict] = {}
     for f in layout.fields:
         if f.kind in FRAME_KINDS:
+            assert f.shape is not None, _FIXED
             c, h, w = f.shape
             out[f.key] = {"dtype": "video", "shape": [h, w, c], "names": ["height", "width", "channels"]}
             if f.kind == "depth":
                 out[f.key]["info"] = {"is_depth_map": True}
         elif f.kind == "values":
+            assert f.shape is not None, _FIXED
             out[f.key] = {"dtype": f.dtype, "shape": list(f.shape) or [1], "names": None}
         elif f.kind == "mask":
-            out[f.key] = {"dtype": "bool", "shape": list(layout.field(f.base).shape), "names": None}
+            base = layout.base_of(f)
+            assert base.shape is not None, _FIXED
+            out[f.key] = {"dtype": "bool", "shape": list(base.shape), "names": None}
         elif f.kind == "entry":
             out[f.key] = {"dtype": "int64", "shape": [1], "names": None}
         elif f.kind in TEXT_KINDS:
@@ -172,4 +194,7 @@ def item_dtype(f: Field, frames_dtype: str, column: np.ndarray | None) -> np.dty
         return np.dtype(bool)
     if f.kind == "entry":
         return np.dtype(np.int64)
-    return np.dtype(f.dtype) if f.dtype is not None else column.dtype
+    if f.dtype is not None:
+        return np.dtype(f.dtype)
+    assert column is not None, f"field {f.key!r} takes its column's dtype"
+    return column.dtype

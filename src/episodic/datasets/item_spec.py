@@ -4,8 +4,8 @@ the selected episodes (`select_episodes`). The user's arguments are checked here
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -17,9 +17,10 @@ from ..order.eval_split import SIDES, EvalSplit, split_episodes
 from ..tabular import UNKNOWN_TASK, Columns, UnknownTasks, delta_offsets
 from ..tabular.resample import Resampling, episode_bounds, episode_lengths, resample_columns
 from ..tabular.values import unknown_task_rows
-from ..video.output import FrameOutput
+from ..video.output import FrameOutput, check_image_size
 
 __all__ = ["ItemSpec", "listed_episodes", "select_episodes"]
+
 
 @dataclass(frozen=True)
 class ItemSpec:
@@ -55,11 +56,19 @@ class ItemSpec:
     _bounds: dict = field(default_factory=dict, compare=False, repr=False)  # episode_bounds of a metadata, once
 
     @classmethod
-    def build(cls, meta: DatasetMetadata, delta_timestamps: Mapping[str, Sequence[float]] | None = None,
-              tolerance_s: float = 1e-4, video_keys: Sequence[str] | None = None,
-              image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-              columns: Sequence[str] | None = None, on_unknown_task: str = "warn",
-              resampling: Resampling | None = None, depth_output_unit: str = "mm") -> "ItemSpec":
+    def build(
+        cls,
+        meta: DatasetMetadata,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        video_keys: Sequence[str] | None = None,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        columns: Sequence[str] | None = None,
+        on_unknown_task: str = "warn",
+        resampling: Resampling | None = None,
+        depth_output_unit: str = "mm",
+    ) -> ItemSpec:
         """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
         those it maps). `resampling`: rows at its fps (`tabular.resample`; its rules checked against the
         features), windows on its grid. `depth_output_unit`: depth cameras' items in "mm" (default) or "m"."""
@@ -74,7 +83,9 @@ class ItemSpec:
         else:
             unknown = [k for k in video_keys if k not in info.video_keys]
             if unknown:
-                raise ValueError(f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})")
+                raise ValueError(
+                    f"{meta.root}: video_keys {unknown} are not cameras of this dataset (cameras: {info.video_keys})"
+                )
             videos = [k for k in info.video_keys if k in video_keys]
         # info order, like LeRobot's hf_dataset columns
         data_keys = [k for k in info.tabular_keys if columns is None or k in columns]
@@ -89,19 +100,31 @@ class ItemSpec:
         text = [k for k in data_keys if info.features[k].dtype == "string"]
         for key in text:
             if info.features[key].shape != (1,):
-                raise DatasetFormatError(f"{meta.root}: meta/info.json: string feature {key!r} has shape "
-                                         f"{list(info.features[key].shape)}; only shape [1] (one string per frame) "
-                                         f"can be read")
+                raise DatasetFormatError(
+                    f"{meta.root}: meta/info.json: string feature {key!r} has shape "
+                    f"{list(info.features[key].shape)}; only shape [1] (one string per frame) "
+                    f"can be read"
+                )
         windowed = [k for k in text if k in offsets]
         if windowed:
-            raise ValueError(f"{meta.root}: delta_timestamps for string feature(s) {windowed}: windows are for "
-                             f"numeric features and cameras (LeRobot cannot stack strings either); leave them out")
-        return cls(data_keys=tuple(data_keys), video_keys=tuple(videos),
-                   image_keys=tuple(k for k in info.image_keys if k in data_keys), offsets=offsets,
-                   tolerance_s=float(tolerance_s), tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
-                   frames=FrameOutput(size=image_size, resize_mode=resize_mode), text_keys=tuple(text),
-                   unknown_tasks=unknown_tasks, resampling=resampling, depth_unit=depth_output_unit,
-                   depth={k: info.features[k].depth for k in videos if info.features[k].is_depth})
+            raise ValueError(
+                f"{meta.root}: delta_timestamps for string feature(s) {windowed}: windows are for "
+                f"numeric features and cameras (LeRobot cannot stack strings either); leave them out"
+            )
+        return cls(
+            data_keys=tuple(data_keys),
+            video_keys=tuple(videos),
+            image_keys=tuple(k for k in info.image_keys if k in data_keys),
+            offsets=offsets,
+            tolerance_s=float(tolerance_s),
+            tasks=np.asarray(meta.tasks + [UNKNOWN_TASK], dtype=object),
+            frames=FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
+            text_keys=tuple(text),
+            unknown_tasks=unknown_tasks,
+            resampling=resampling,
+            depth_unit=depth_output_unit,
+            depth={k: info.features[k].depth_coding for k in videos if info.features[k].is_depth},
+        )
 
     @property
     def target_fps(self) -> int | None:
@@ -151,8 +174,9 @@ class ItemSpec:
         return {k: v.tolist() for k, v in self.offsets.items()}
 
 
-def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None, eval_split: EvalSplit | None = None,
-                    split: str = "train") -> np.ndarray:
+def select_episodes(
+    meta: DatasetMetadata, episodes: Sequence[int] | None, eval_split: EvalSplit | None = None, split: str = "train"
+) -> np.ndarray:
     """Selected episodes in ascending order (LeRobot's order, whatever order the list was given in); with an
     `eval_split`, those of side `split` ("train" or "eval") of it (`order.eval_split.split_episodes`: the list
     order as given decides LeRobot's rule). ValueError when the side has no episode."""
@@ -166,8 +190,10 @@ def select_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None, eval_
     train, held = split_episodes(eval_split, listed, meta.episodes.first_tasks(listed))
     side = train if split == "train" else held
     if not len(side):
-        raise ValueError(f"{meta.root}: eval_split {eval_split.to_dict()} leaves no {split} episode of the "
-                         f"{len(listed)} selected ({len(train)} train, {len(held)} held out)")
+        raise ValueError(
+            f"{meta.root}: eval_split {eval_split.to_dict()} leaves no {split} episode of the "
+            f"{len(listed)} selected ({len(train)} train, {len(held)} held out)"
+        )
     return side
 
 
@@ -180,6 +206,8 @@ def listed_episodes(meta: DatasetMetadata, episodes: Sequence[int] | None) -> np
     sel = episode_list(episodes)  # TypeError for 1.7, '1', True: never a silently different episode
     bad = sel[(sel < 0) | (sel >= n)]
     if len(bad):
-        raise EpisodeIndexError(f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})")
+        raise EpisodeIndexError(
+            f"{meta.root}: episode(s) {bad.tolist()[:10]} out of range: the dataset has {n} episodes (0..{n - 1})"
+        )
     _, first = np.unique(sel, return_index=True)
     return sel[np.sort(first)]

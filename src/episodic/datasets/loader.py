@@ -13,8 +13,9 @@ resume (also on another number of ranks or workers), `set_epoch()`, `stats()` an
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -50,9 +51,14 @@ class MapLoader(TrackedLoader):
     order by one step; `state_dict()` is the order's (a mixture's with the mixture's state)."""
 
     def __init__(self, dataset, batch_sampler, num_workers: int = 0, sharing: str = "auto", **kwargs):
-        loader = torch.utils.data.DataLoader(BatchedView(dataset, TensorSharing(sharing)), batch_size=None,
-                                             sampler=batch_sampler, num_workers=num_workers,
-                                             persistent_workers=num_workers > 0, **kwargs)
+        loader = torch.utils.data.DataLoader(
+            BatchedView(dataset, TensorSharing(sharing)),
+            batch_size=None,
+            sampler=batch_sampler,
+            num_workers=num_workers,
+            persistent_workers=num_workers > 0,
+            **kwargs,
+        )
         super().__init__(loader, batch_sampler)
         self.dataset = dataset
 
@@ -77,7 +83,7 @@ class MapLoader(TrackedLoader):
 class _StreamView(torch.utils.data.IterableDataset):
     """The dataset as a StreamingLoader hands it to its DataLoader: one iteration snapshot, no state."""
 
-    def __init__(self, dataset: "StreamingDataset", iteration: Iteration):
+    def __init__(self, dataset: StreamingDataset, iteration: Iteration):
         self.dataset, self.iteration = dataset, iteration
 
     def __iter__(self):
@@ -91,8 +97,15 @@ class StreamingLoader:
     persistent: each iteration hands a snapshot of the dataset's state (epoch, resume position) to fresh
     workers. When an iteration runs to its end, the dataset moves to the next epoch."""
 
-    def __init__(self, dataset: "StreamingDataset", batch_size: int = 32, num_workers: int = 0,
-                 even_batches: bool | None = None, sharing: str = "auto", **kwargs):
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        even_batches: bool | None = None,
+        sharing: str = "auto",
+        **kwargs,
+    ):
         if kwargs.get("persistent_workers"):
             raise ValueError("StreamingLoader workers cannot be persistent: each epoch's state goes to new workers")
         self.dataset = dataset
@@ -109,23 +122,30 @@ class StreamingLoader:
         even = self.even_batches if self.even_batches is not None else ws > 1
         limit = None
         if even:
-            per_rank = segment_batches(ds.epochs.lengths(state.epoch, state.seed), state, ds.episode_pool_size,
-                                       ds.shuffle)
+            per_rank = segment_batches(
+                ds.epochs.lengths(state.epoch, state.seed), state, ds.episode_pool_size, ds.shuffle
+            )
             limit = min(per_rank)
             if max(per_rank) > limit and rank == 0 and state.batches_consumed < limit:
-                warnings.warn(f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
-                              f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
-                              f"epoch", stacklevel=2)
+                warnings.warn(
+                    f"streaming: ranks have {limit}..{max(per_rank)} batches in this epoch; all stop after "
+                    f"{limit} (even_batches), skipping {sum(per_rank) - limit * ws} batches' frames of this "
+                    f"epoch",
+                    stacklevel=2,
+                )
         kw = dict(self.kwargs)
         # the dataset hands out whole batches (no per-item dicts) unless items must be collated or transformed
         # one by one; frames decoded on the GPU: always whole, finished here (transforms too)
         gpu = getattr(ds, "gpu", None) is not None
         if gpu and (kw.get("collate_fn") or kw.get("drop_last")):
-            raise ValueError("decode_device='cuda': the loader hands out whole batches; collate_fn and drop_last "
-                             "do not apply")
+            raise ValueError(
+                "decode_device='cuda': the loader hands out whole batches; collate_fn and drop_last do not apply"
+            )
         whole = gpu or not (kw.get("collate_fn") or kw.get("drop_last") or ds.image_transforms)
-        view = _StreamView(ds, Iteration(state, chunk_size=self.batch_size, whole_batches=whole,
-                                          sharing=self.sharing, even_batches=even))
+        view = _StreamView(
+            ds,
+            Iteration(state, chunk_size=self.batch_size, whole_batches=whole, sharing=self.sharing, even_batches=even),
+        )
         if whole:
             kw.pop("drop_last", None)
             dl = torch.utils.data.DataLoader(view, batch_size=None, num_workers=self.num_workers, **kw)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,8 +23,8 @@ from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from ..video.decoder import default_cache_size
 from .access import BatchAccess
-from .facts import DatasetFacts
 from .decode import EntryFrames, camera_files
+from .facts import DatasetFacts
 from .gather import Rows, gather
 from .gpu_frames import gpu_setup
 from .item_layout import single_layout
@@ -77,47 +77,90 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
             in the metadata's stats are brought to that unit (`DatasetMetadata.rescale_depth_stats`).
     """
 
-    def __init__(self, source: str | os.PathLike, episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 video_keys: Sequence[str] | None = None, return_uint8: bool = False,
-                 image_transforms: Callable | None = None, revision: str | None = None,
-                 storage_options: dict | None = None, cache_dir: str | None = None, decoder_cache_size: int | None = None,
-                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
-                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
-                 depth_output_unit: str = "mm", _source: Source | None = None):
+    def __init__(
+        self,
+        source: str | os.PathLike,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        video_keys: Sequence[str] | None = None,
+        return_uint8: bool = False,
+        image_transforms: Callable | None = None,
+        revision: str | None = None,
+        storage_options: dict | None = None,
+        cache_dir: str | None = None,
+        decoder_cache_size: int | None = None,
+        cache_max_bytes: int | None = None,
+        fetch_policy: FetchPolicy | None = None,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        on_unknown_task: str = "warn",
+        decode_device: str = "cpu",
+        cpu_fallback=False,
+        gpu_decoders: int | None = None,
+        eval_split: EvalSplit | float | dict | None = None,
+        split: str = "train",
+        target_fps: int | None = None,
+        resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
+        _source: Source | None = None,
+    ):
         self.remember(locals())
         self.eval_split, self.split = checked_split(eval_split, split), split
         if _source is None:
             src = os.fspath(source)
             local_or_url = is_url(src) or Path(src).exists()
-            _source = resolve_source(None if local_or_url else src, src if local_or_url else None, revision,
-                                     episodes, video_keys, storage_options, cache_dir, policy=fetch_policy,
-                                     cache_max_bytes=cache_max_bytes)
+            _source = resolve_source(
+                None if local_or_url else src,
+                src if local_or_url else None,
+                revision,
+                episodes,
+                video_keys,
+                storage_options,
+                cache_dir,
+                policy=fetch_policy,
+                cache_max_bytes=cache_max_bytes,
+            )
         self.source = _source
         self.counters = Counters()
         if self.source.cache is not None:  # remote reads (retries, bytes, files) count as this dataset's
             self.source.cache.stats = self.counters
         self.meta: DatasetMetadata = self.source.load_metadata()
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample),
-                                   depth_output_unit=depth_output_unit)
+        self.spec = ItemSpec.build(
+            self.meta,
+            delta_timestamps,
+            tolerance_s,
+            video_keys,
+            image_size,
+            resize_mode,
+            on_unknown_task=on_unknown_task,
+            resampling=Resampling.of(target_fps, resample),
+            depth_output_unit=depth_output_unit,
+        )
         self.meta.rescale_depth_stats(depth_output_unit)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
-        columns = load_columns(self.meta, select_episodes(self.meta, episodes, self.eval_split, split),
-                               list(self.spec.data_keys),
-                               mmap_dir=cache_root / "tabular",
-                               open_file=None if self.source.is_local else self.source.open_for_read,
-                               unknown_tasks=self.spec.unknown_tasks)
+        columns = load_columns(
+            self.meta,
+            select_episodes(self.meta, episodes, self.eval_split, split),
+            list(self.spec.data_keys),
+            mmap_dir=cache_root / "tabular",
+            open_file=None if self.source.is_local else self.source.open_for_read,
+            unknown_tasks=self.spec.unknown_tasks,
+        )
         columns = self.spec.resample(columns, self.meta)
         if decoder_cache_size is None:
             decoder_cache_size = default_cache_size(camera_files(self.meta, self.spec.video_keys, columns.episodes))
         self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
         self.layout = single_layout(self.spec, self.meta.info.features)
-        gpu_keys, self.gpu = gpu_setup(self.layout, [(self.meta, self.spec, self.source, columns.episodes)],
-                                       decode_device, cpu_fallback, gpu_decoders, self.spec.frames, self.counters)
+        gpu_keys, self.gpu = gpu_setup(
+            self.layout,
+            [(self.meta, self.spec, self.source, columns.episodes)],
+            decode_device,
+            cpu_fallback,
+            gpu_decoders,
+            self.spec.frames,
+            self.counters,
+        )
         self.spec = replace(self.spec, gpu_keys=gpu_keys)
         self.rows = Rows(0, columns, EntryFrames(self.spec, self.meta, self.source, self.decoders, self.counters))
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
@@ -144,7 +187,6 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
     def num_episodes(self) -> int:
         return len(self.rows.columns.episodes)
 
-
     # ------------------------------------------------------------------ access
     def build(self, indices: Sequence[int] | np.ndarray, dtype: str = "uint8") -> dict:
         """The placed batch of these positions (negative ones count from the end), cameras (B, [T,] C, H, W) of
@@ -159,9 +201,19 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         rows = np.where(rows < 0, rows + n, rows)
         return gather(self.layout, [self.rows], np.zeros(len(rows), np.int64), rows, dtype)
 
-    def loader(self, batch_size: int = 32, shuffle: bool = True, num_workers: int = 0, seed: int = 0,
-               drop_last: bool = False, sharing: str = "auto", *, rank: int | None = None,
-               world_size: int | None = None, **kwargs) -> MapLoader:
+    def loader(
+        self,
+        batch_size: int = 32,
+        shuffle: bool = True,
+        num_workers: int = 0,
+        seed: int = 0,
+        drop_last: bool = False,
+        sharing: str = "auto",
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **kwargs,
+    ) -> MapLoader:
         """A DataLoader whose workers build whole batches of this rank's share of the order (LeRobot's
         episode-aware order, `order.EpisodeAwareSampler`, shuffled by `seed` per epoch; `rank`/`world_size`
         default to torch.distributed's; on several ranks the last batches are padded by wrapping around, on one
@@ -174,8 +226,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         starts = self.rows.columns.starts  # positions of this dataset, episode by episode
         sampler = EpisodeAwareSampler(starts[:-1], starts[1:], shuffle=shuffle, seed=seed)
         rank, world_size = resolve_topology(rank, world_size)
-        batches = EpisodicBatchSampler(sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
-                                       pad_last=world_size > 1)  # one rank: a short last batch, as a DataLoader's
+        batches = EpisodicBatchSampler(
+            sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last, pad_last=world_size > 1
+        )  # one rank: a short last batch, as a DataLoader's
         return MapLoader(self, batches, num_workers, sharing, **kwargs)
 
     def stats(self) -> dict:
@@ -189,8 +242,10 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         return self.decoders.stats()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(root={self.source.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
-                f"fps={self.fps}, cameras={self.camera_keys})")
+        return (
+            f"{type(self).__name__}(root={self.source.root!r}, episodes={self.num_episodes}, frames={self.num_frames}, "
+            f"fps={self.fps}, cameras={self.camera_keys})"
+        )
 
 
 class LeRobotDataset(EpisodicDataset):
@@ -198,37 +253,85 @@ class LeRobotDataset(EpisodicDataset):
     `depth_output_unit`): same arguments, attributes and items (keys, dtypes, shapes, values, windows with
     `<key>_is_pad`, frames by timestamp, `task`)."""
 
-    def __init__(self, repo_id: str, root: str | os.PathLike | None = None, episodes: list[int] | None = None,
-                 image_transforms: Callable | None = None, delta_timestamps: dict[str, list[float]] | None = None,
-                 tolerance_s: float = 1e-4, revision: str | None = None, force_cache_sync: bool = False,
-                 download_videos: bool = True, video_backend: str | None = None, batch_encoding_size: int = 1,
-                 return_uint8: bool = False, video_keys: Sequence[str] | None = None,
-                 storage_options: dict | None = None, cache_dir: str | None = None,
-                 cache_max_bytes: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None, eval_split: EvalSplit | float | dict | None = None,
-                 split: str = "train", target_fps: int | None = None, resample: Mapping[str, str] | None = None,
-                 depth_output_unit: str = "mm"):
+    def __init__(
+        self,
+        repo_id: str,
+        root: str | os.PathLike | None = None,
+        episodes: list[int] | None = None,
+        image_transforms: Callable | None = None,
+        delta_timestamps: dict[str, list[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        revision: str | None = None,
+        force_cache_sync: bool = False,
+        download_videos: bool = True,
+        video_backend: str | None = None,
+        batch_encoding_size: int = 1,
+        return_uint8: bool = False,
+        video_keys: Sequence[str] | None = None,
+        storage_options: dict | None = None,
+        cache_dir: str | None = None,
+        cache_max_bytes: int | None = None,
+        fetch_policy: FetchPolicy | None = None,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        on_unknown_task: str = "warn",
+        decode_device: str = "cpu",
+        cpu_fallback=False,
+        gpu_decoders: int | None = None,
+        eval_split: EvalSplit | float | dict | None = None,
+        split: str = "train",
+        target_fps: int | None = None,
+        resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
+    ):
         self.remember(locals())
         self.repo_id = repo_id
         self.root = root
         self.revision = revision
         self.video_backend = video_backend or "pyav"
-        source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, cache_dir,
-                                policy=fetch_policy, cache_max_bytes=cache_max_bytes)
-        super().__init__(source.root, episodes=episodes, delta_timestamps=delta_timestamps, tolerance_s=tolerance_s,
-                         video_keys=video_keys, return_uint8=return_uint8, image_transforms=image_transforms,
-                         revision=revision, cache_dir=cache_dir, image_size=image_size, resize_mode=resize_mode,
-                         on_unknown_task=on_unknown_task, decode_device=decode_device, cpu_fallback=cpu_fallback,
-                         gpu_decoders=gpu_decoders, eval_split=eval_split, split=split, target_fps=target_fps,
-                         resample=resample, depth_output_unit=depth_output_unit, _source=source)
+        source = resolve_source(
+            repo_id,
+            root,
+            revision,
+            episodes,
+            video_keys,
+            storage_options,
+            cache_dir,
+            policy=fetch_policy,
+            cache_max_bytes=cache_max_bytes,
+        )
+        super().__init__(
+            source.root,
+            episodes=episodes,
+            delta_timestamps=delta_timestamps,
+            tolerance_s=tolerance_s,
+            video_keys=video_keys,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            revision=revision,
+            cache_dir=cache_dir,
+            image_size=image_size,
+            resize_mode=resize_mode,
+            on_unknown_task=on_unknown_task,
+            decode_device=decode_device,
+            cpu_fallback=cpu_fallback,
+            gpu_decoders=gpu_decoders,
+            eval_split=eval_split,
+            split=split,
+            target_fps=target_fps,
+            resample=resample,
+            depth_output_unit=depth_output_unit,
+            _source=source,
+        )
         self.episodes = episodes  # LeRobot echoes the list as given
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
-        warn_ignored(type(self).__name__, force_cache_sync=(force_cache_sync, False),
-                     download_videos=(download_videos, True), batch_encoding_size=(batch_encoding_size, 1),
-                     video_backend=(video_backend if video_backend not in (None, "pyav") else None, None))
-
+        warn_ignored(
+            type(self).__name__,
+            force_cache_sync=(force_cache_sync, False),
+            download_videos=(download_videos, True),
+            batch_encoding_size=(batch_encoding_size, 1),
+            video_backend=(video_backend if video_backend not in (None, "pyav") else None, None),
+        )
 
 
 _WARNED: set[str] = set()
@@ -240,5 +343,8 @@ def warn_ignored(owner: str, **given: tuple) -> None:
     for name, (value, default) in given.items():
         if value != default and name not in _WARNED:
             _WARNED.add(name)
-            warnings.warn(f"{owner}: argument {name}={value!r} is accepted for LeRobot compatibility and ignored "
-                          f"(episodic decodes with PyAV, reads whatever files are present)", stacklevel=3)
+            warnings.warn(
+                f"{owner}: argument {name}={value!r} is accepted for LeRobot compatibility and ignored "
+                f"(episodic decodes with PyAV, reads whatever files are present)",
+                stacklevel=3,
+            )

@@ -22,6 +22,7 @@ import math
 import sys
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,11 +61,11 @@ def _unused(base: torch.Tensor) -> bool:
 
 
 class FramePool:
-    """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool
-    keeps idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that,
-    idle buffers are left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles batches too).
-    Without torch's storage use count (`runtime.storage_use_count`, a private API: checked, not assumed) every
-    buffer is fresh."""
+    """Large buffers recycled across batches. `take` hands out tensors on storages nobody else holds; the pool keeps
+    idle at most `keep_batches` times the bytes of the largest batch it was asked for (beyond that, idle buffers are
+    left to the allocator; buffers in use do not count). Thread-safe (the DataLoader's pin-memory thread unpickles
+    batches too). Without torch's storage use count (`runtime.storage_use_count`, a private API: checked, not assumed)
+    every buffer is fresh."""
 
     def __init__(self, keep_batches: int = 2):
         self.keep_batches = keep_batches
@@ -93,7 +94,7 @@ class FramePool:
                 if base is None:
                     base = torch.empty(e.nbytes, dtype=torch.uint8)
                     self._keep(base)
-                out.append(torch.empty(0, dtype=dtype).set_(base.untyped_storage(), 0, e.shape))
+                out.append(_tensor_on(base.untyped_storage(), 0, e.shape, dtype))
             if self.enabled and big:
                 self._trim()
         return out
@@ -197,6 +198,12 @@ def place(arrays: dict) -> dict[str, torch.Tensor]:
     return {k: taken[k] if k in taken else torch.from_numpy(v) for k, v in arrays.items()}
 
 
+def _tensor_on(storage, offset: int, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous `dtype` tensor of `shape` over `storage` (an UntypedStorage), from element `offset` on."""
+    # torch's stub lists set_(storage, offset, size) only with a stride; set_ itself defaults it (contiguous)
+    return torch.empty(0, dtype=dtype).set_(storage, offset, shape)  # type: ignore[call-overload]
+
+
 def _layout(arrays: dict, align: int = 64) -> tuple[dict[str, int], int]:
     offsets, total = {}, 0
     for key, a in arrays.items():
@@ -212,8 +219,9 @@ def _views(block: torch.Tensor, arrays: dict, offsets: dict[str, int], base: int
     out = {}
     for key, a in arrays.items():
         dtype = np.dtype(a.dtype)
-        t = torch.empty(0, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).set_(
-            storage, (base + offsets[key]) // dtype.itemsize, a.shape)
+        t = _tensor_on(
+            storage, (base + offsets[key]) // dtype.itemsize, a.shape, torch.from_numpy(np.empty(0, dtype)).dtype
+        )
         if not isinstance(a, Empty):
             t.numpy()[...] = a
         out[key] = t
@@ -235,7 +243,7 @@ def receive(block: torch.Tensor, layout: list) -> dict:
         dt = np.dtype(dt)
         nbytes = math.prod(shape) * dt.itemsize
         dtype = torch.from_numpy(np.empty(0, dt)).dtype
-        out[k] = torch.empty(0, dtype=dtype).set_(storage[off:off + nbytes], 0, tuple(shape))
+        out[k] = _tensor_on(storage[off : off + nbytes], 0, tuple(shape), dtype)
     RECEIVED.hold(block)
     return out
 
@@ -258,7 +266,7 @@ class _Received:
     mappings stay, so a worker's next batch in a slot maps no new pages here). Without torch's storage use count
     (`runtime.storage_use_count`) no slot is held: it stays taken, and its worker goes on with fresh blocks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.held: list[torch.Tensor] = []
         self.handed_back: deque = deque(maxlen=10)  # 2 workers x 5 slots
         runtime.after_fork(self)
@@ -267,6 +275,10 @@ class _Received:
         self.held, self.handed_back = [], deque(maxlen=10)
 
     def hold(self, block: torch.Tensor) -> None:
+        """Hold a slot just received; a slot received before (the worker reuses its slots) is held by the new
+        tensor only: a second tensor of ours on its storage would count as a holder of the batch."""
+        ptr = block.data_ptr()
+        self.handed_back = deque((b for b in self.handed_back if b.data_ptr() != ptr), maxlen=10)
         if _ALONE[0] is not None:
             self.held.append(block)
 

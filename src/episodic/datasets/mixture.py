@@ -18,20 +18,20 @@ batches built in the workers.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..counters import Counters, Tally
-from ..mixture.layout import MixtureLayout
 from ..mixture.checking.report import PreflightReport
+from ..mixture.layout import MixtureLayout
 from ..mixture.sampling import build_sampler
 from ..order.mixture_batch import MixtureBatchSampler
 from ..video import DecoderCache
+from ..video.output import FrameOutput, check_image_size
 from .access import BatchAccess
 from .facts import MixtureFacts
-from ..video.output import FrameOutput
 from .gather import gather
 from .gpu_frames import gpu_setup
 from .item_layout import mixture_layout
@@ -51,8 +51,16 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
     return preflight(spec, on_error=on_error, concurrency=concurrency)
 
 
-def mixture_side(dataset, spec, split: str, on_error: str | None, concurrency: int, image_size,
-                 resize_mode: str, depth_unit: str = "mm") -> None:
+def mixture_side(
+    dataset,
+    spec,
+    split: str,
+    on_error: str | None,
+    concurrency: int,
+    image_size,
+    resize_mode: str,
+    depth_unit: str = "mm",
+) -> None:
     """Set up `dataset` (a mixture dataset) as side `split` of `spec`'s mixture: ``full_report`` (the checked
     mixture), ``report`` (its side, `split_sides.side_report`: what the order and the rows hold),
     ``stats_report`` (the training side: normalisation statistics are the same on both sides), ``layout`` (the
@@ -89,25 +97,54 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         depth_output_unit: depth camera roles' distances in "mm" (default) or "m" (`mixture.layout`).
     """
 
-    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, image_size: Sequence[int] | None = None,
-                 resize_mode: str = "stretch", return_uint8: bool = False, image_transforms: Callable | None = None,
-                 on_error: str | None = None, concurrency: int = 16, cache_dir: str | os.PathLike | None = None,
-                 mmap_min_bytes: int = MMAP_MIN_BYTES, decoder_cache_size: int | None = None, drop_n_first_frames: int = 0,
-                 drop_n_last_frames: int = 0, decode_device: str = "cpu", cpu_fallback=False,
-                 gpu_decoders: int | None = None, split: str = "train", depth_output_unit: str = "mm"):
+    def __init__(
+        self,
+        spec,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        return_uint8: bool = False,
+        image_transforms: Callable | None = None,
+        on_error: str | None = None,
+        concurrency: int = 16,
+        cache_dir: str | os.PathLike | None = None,
+        mmap_min_bytes: int = MMAP_MIN_BYTES,
+        decoder_cache_size: int | None = None,
+        drop_n_first_frames: int = 0,
+        drop_n_last_frames: int = 0,
+        decode_device: str = "cpu",
+        cpu_fallback=False,
+        gpu_decoders: int | None = None,
+        split: str = "train",
+        depth_output_unit: str = "mm",
+    ):
         self.remember(locals())
         mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
         self.item_layout = mixture_layout(self.layout)
-        self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle,
-                                           drop_n_first_frames=drop_n_first_frames, drop_n_last_frames=drop_n_last_frames)
+        self.sampler, used = build_sampler(
+            self.report,
+            seed=seed,
+            shuffle=shuffle,
+            drop_n_first_frames=drop_n_first_frames,
+            drop_n_last_frames=drop_n_last_frames,
+        )
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         self.counters = Counters()
         self.engines = EntryEngines(self.report, self.layout, self.counters, None, cache_dir, mmap_min_bytes)
         if decoder_cache_size is None:
             decoder_cache_size = self.engines.decoder_cache_size()
         self.decoders = self.engines.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
-        gpu_keys, self.gpu = gpu_setup(self.item_layout, self.engines.entries(), decode_device, cpu_fallback,
-                                       gpu_decoders, FrameOutput(size=image_size, resize_mode=resize_mode), self.counters)
+        gpu_keys, self.gpu = gpu_setup(
+            self.item_layout,
+            self.engines.entries(),
+            decode_device,
+            cpu_fallback,
+            gpu_decoders,
+            FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
+            self.counters,
+        )
         self.engines.decode_on_gpu(gpu_keys)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.return_uint8 = return_uint8
@@ -131,38 +168,62 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
             raise TypeError(f"indices must be integers, got {flat.dtype} values {flat[:5].tolist()}")
         flat = flat.astype(np.int64, copy=False)
         if len(flat) and (flat.min() < 0 or flat.max() >= len(self)):
-            raise IndexError(f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
-                             f"{len(self)} flat indices")
+            raise IndexError(
+                f"index {int(flat[(flat < 0) | (flat >= len(self))][0])} out of range for a mixture of "
+                f"{len(self)} flat indices"
+            )
         slots, rows = self.sampler.split(flat)
         used, part = np.unique(slots, return_inverse=True)
         positions = np.empty(len(flat), np.int64)
         for i, s in enumerate(used.tolist()):
             sel = part == i
             positions[sel] = self.engines.positions(s, rows[sel])
-        out = gather(self.item_layout, [self.engines.rows(s) for s in used.tolist()], part.reshape(-1), positions, dtype)
+        out = gather(
+            self.item_layout, [self.engines.rows(s) for s in used.tolist()], part.reshape(-1), positions, dtype
+        )
         self.items_per_entry.add(slots)
         return out
 
     # ------------------------------------------------------------------ order and loading
-    def batch_sampler(self, batch_size: int, *, rank: int | None = None, world_size: int | None = None,
-                      drop_last: bool = False, on_change: str = "continue") -> MixtureBatchSampler:
+    def batch_sampler(
+        self,
+        batch_size: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        on_change: str = "continue",
+    ) -> MixtureBatchSampler:
         """Rank `rank`'s batches of this mixture's order (`order.MixtureBatchSampler`)."""
-        return MixtureBatchSampler(self.sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
-                                   on_change=on_change)
+        return MixtureBatchSampler(
+            self.sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last, on_change=on_change
+        )
 
-    def loader(self, batch_size: int = 32, num_workers: int = 0, *, rank: int | None = None,
-               world_size: int | None = None, drop_last: bool = False, on_change: str = "continue",
-               sharing: str = "auto", **kwargs) -> MapLoader:
+    def loader(
+        self,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        on_change: str = "continue",
+        sharing: str = "auto",
+        **kwargs,
+    ) -> MapLoader:
         """A DataLoader whose workers build whole batches of this rank's share of the order; iterate it as the
         training loop (each batch handed out counts as consumed); `state_dict()`/`load_state_dict()` resume
         exactly, also on another number of ranks or workers."""
-        sampler = self.batch_sampler(batch_size, rank=rank, world_size=world_size, drop_last=drop_last,
-                                     on_change=on_change)
+        sampler = self.batch_sampler(
+            batch_size, rank=rank, world_size=world_size, drop_last=drop_last, on_change=on_change
+        )
         return MapLoader(self, sampler, num_workers, sharing, **kwargs)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, cameras="
-                f"{list(self.layout.cameras)}, state/action dims {self.layout.state_dim}/{self.layout.action_dim})")
+        return (
+            f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, cameras="
+            f"{list(self.layout.cameras)}, state/action dims {self.layout.state_dim}/{self.layout.action_dim})"
+        )
 
 
 MixtureLoader = MapLoader  # the name earlier versions used

@@ -25,8 +25,8 @@ from .. import config
 from ..counters import Counters
 from ..format.errors import EpisodeIndexError
 from ..mixture.checking.entry_checks import selected_episodes
-from ..mixture.layout import EntryLayout, MixtureLayout
 from ..mixture.checking.report import PreflightReport
+from ..mixture.layout import EntryLayout, MixtureLayout
 from ..tabular import UnknownTasks, load_columns
 from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache
@@ -41,7 +41,6 @@ __all__ = ["MMAP_MIN_BYTES", "EntryEngines", "entry_item_spec"]
 MMAP_MIN_BYTES = 64 << 10  # entries with fewer bytes of columns are read into RAM
 
 
-
 def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_task: str = "warn") -> ItemSpec:
     """The item spec of one entry: its mapped cameras, windows and tolerance, only the columns it needs; rows whose
     task_index its tasks table lacks are warned about once per entry (naming it), or refused (`on_unknown_task`)."""
@@ -49,10 +48,18 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
     cams = list(dict.fromkeys(entry.cameras.values()))
     videos = [k for k in cams if k in info.video_keys]
     images = [k for k in cams if k in info.image_keys]
-    spec = ItemSpec.build(meta, entry.delta_timestamps(), entry.tolerance_s, video_keys=videos,
-                          image_size=layout.image_size, resize_mode=layout.resize_mode,
-                          columns=[*entry.data_keys, *images], on_unknown_task=on_unknown_task,
-                          resampling=Resampling.of(entry.target_fps, entry.resample), depth_output_unit=layout.depth_unit)
+    spec = ItemSpec.build(
+        meta,
+        entry.delta_timestamps(),
+        entry.tolerance_s,
+        video_keys=videos,
+        image_size=layout.image_size,
+        resize_mode=layout.resize_mode,
+        columns=[*entry.data_keys, *images],
+        on_unknown_task=on_unknown_task,
+        resampling=Resampling.of(entry.target_fps, entry.resample),
+        depth_output_unit=layout.depth_unit,
+    )
     unknown = UnknownTasks(f"mixture entry {entry.name!r} ({meta.root})", len(meta.tasks), on_unknown_task)
     return replace(spec, unknown_tasks=unknown)
 
@@ -60,14 +67,23 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
 class EntryEngines:
     """Per-process rows of a mixture's entries (indexed by `layout.entries` position, the sampler's entry)."""
 
-    def __init__(self, report: PreflightReport, layout: MixtureLayout, counters: Counters, decoders: DecoderCache | None,
-                 cache_dir: str | os.PathLike | None = None, mmap_min_bytes: int = MMAP_MIN_BYTES):
+    def __init__(
+        self,
+        report: PreflightReport,
+        layout: MixtureLayout,
+        counters: Counters,
+        decoders: DecoderCache | None,
+        cache_dir: str | os.PathLike | None = None,
+        mmap_min_bytes: int = MMAP_MIN_BYTES,
+    ):
         self.layout = layout
         self.metadata = [report.metadata[e.index] for e in layout.entries]
         self.sources = [report.sources[e.index] for e in layout.entries]
         self.on_unknown_task = report.spec.on_unknown_task
-        self.selected = [selected_episodes(report.spec.entries[e.index], len(m.episodes))
-                         for e, m in zip(layout.entries, self.metadata)]
+        self.selected = [
+            selected_episodes(report.spec.entries[e.index], len(m.episodes))
+            for e, m in zip(layout.entries, self.metadata)
+        ]
         self.counters, self.decoders = counters, decoders
         self.cache_dir = Path(cache_dir) if cache_dir is not None else config.cache_dir()
         self.mmap_min_bytes = int(mmap_min_bytes)
@@ -106,9 +122,15 @@ class EntryEngines:
         rows = self._rows.get(slot)
         if rows is None:
             meta, source, spec = self.metadata[slot], self.sources[slot], self.spec(slot)
-            columns = load_columns(meta, self.selected[slot], list(spec.data_keys), mmap_dir=self.cache_dir / "tabular",
-                                   open_file=None if source.is_local else source.open_for_read,
-                                   mmap_min_bytes=self.mmap_min_bytes, unknown_tasks=spec.unknown_tasks)
+            columns = load_columns(
+                meta,
+                self.selected[slot],
+                list(spec.data_keys),
+                mmap_dir=self.cache_dir / "tabular",
+                open_file=None if source.is_local else source.open_for_read,
+                mmap_min_bytes=self.mmap_min_bytes,
+                unknown_tasks=spec.unknown_tasks,
+            )
             columns = spec.resample(columns, meta)  # at the mixture's control rate, when it has one
             for name, values in columns.arrays.items():  # memory-mapped columns as plain arrays over the same
                 columns.arrays[name] = np.asarray(values)  # pages (np.memmap's subclass costs per gather)

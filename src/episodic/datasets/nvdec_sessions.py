@@ -22,13 +22,16 @@ class NvdecBackend:
         try:
             import PyNvVideoCodec as nvc
         except ImportError as e:
-            raise GpuDecodeError(f"decode_device='cuda' needs PyNvVideoCodec: pip install \"episodic[gpu]\" ({e})") from None
+            raise GpuDecodeError(
+                f"decode_device='cuda' needs PyNvVideoCodec: pip install \"episodic[gpu]\" ({e})"
+            ) from None
         self.nvc, self.gpu_id = nvc, gpu_id
         self.name = f"PyNvVideoCodec {getattr(nvc, '__version__', '?')}"
 
     def open(self, path: str):
-        return self.nvc.SimpleDecoder(path, gpu_id=self.gpu_id, use_device_memory=True,
-                                      output_color_type=self.nvc.OutputColorType.RGBP)
+        return self.nvc.SimpleDecoder(
+            path, gpu_id=self.gpu_id, use_device_memory=True, output_color_type=self.nvc.OutputColorType.RGBP
+        )
 
     def reopen(self, session, path: str):
         session.reconfigure_decoder(path)

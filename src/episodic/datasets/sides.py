@@ -32,7 +32,7 @@ class SplitSides:
     `eval_dataset` / `train_dataset`."""
 
     split: str = "train"
-    eval_split = None
+    eval_split: EvalSplit | None = None
 
     def remember(self, given: dict[str, Any]) -> None:
         if "_given" not in self.__dict__:  # the outermost constructor's arguments (a subclass calls it first)

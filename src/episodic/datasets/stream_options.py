@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from ..checks import check_number
 from ..storage.fetch import FetchPolicy
@@ -65,7 +66,8 @@ class _Unset:
         return "<default>"
 
 
-UNSET = _Unset()  # a streaming constructor's tuning argument that was not given
+# a streaming constructor's tuning argument that was not given; typed Any: it is the default of arguments of every type
+UNSET: Any = _Unset()
 
 
 def stream_options(options: StreamOptions | None, cache_max_bytes=UNSET, **given) -> StreamOptions:
@@ -73,8 +75,12 @@ def stream_options(options: StreamOptions | None, cache_max_bytes=UNSET, **given
     were given (`UNSET` ones take its defaults), not both. `cache_max_bytes`: the earlier name of
     `mirror_max_bytes`."""
     if cache_max_bytes is not UNSET:
-        warnings.warn("cache_max_bytes of a streaming dataset is renamed mirror_max_bytes (cache_max_bytes is the "
-                      "map-style datasets' whole-file cache)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "cache_max_bytes of a streaming dataset is renamed mirror_max_bytes (cache_max_bytes is the "
+            "map-style datasets' whole-file cache)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if given.get("mirror_max_bytes", UNSET) is UNSET:
             given["mirror_max_bytes"] = cache_max_bytes
     given = {k: v for k, v in given.items() if v is not UNSET}

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from ..video.output import FrameOutput
+from ..video.output import FrameOutput, check_image_size
 from .access import finish_batch, transformed_keys
 from .collate import Batch, deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
@@ -67,12 +67,24 @@ class StreamingDataset(torch.utils.data.IterableDataset):
     (items per entry, counted),
     `counters` (the dataset's, default new ones)."""
 
-    def __init__(self, epochs: DatasetEpochs | MixtureEpochs, layout: ItemLayout, entry: Callable[[int], StreamEntry],
-                 options: StreamOptions, *, seed: int = 0, shuffle: bool = True, return_uint8: bool = False,
-                 image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_dir: str | os.PathLike | None = None, cameras: Sequence[tuple[int, int]] = (),
-                 tally: Tally | None = None,
-                 counters: Counters | None = None):
+    def __init__(
+        self,
+        epochs: DatasetEpochs | MixtureEpochs,
+        layout: ItemLayout,
+        entry: Callable[[int], StreamEntry],
+        options: StreamOptions,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        return_uint8: bool = False,
+        image_transforms: Callable | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cameras: Sequence[tuple[int, int]] = (),
+        tally: Tally | None = None,
+        counters: Counters | None = None,
+    ):
         self.epochs, self.item_layout, self.entry, self.options = epochs, layout, entry, options
         self.shuffle = bool(shuffle)
         self.return_uint8 = return_uint8
@@ -127,16 +139,23 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         new.check_compatible(self.episode_pool_size, self.shuffle)
         self.state = self.epochs.restore(state, new)
 
-    def loader(self, batch_size: int = 32, num_workers: int = 0, even_batches: bool | None = None,
-               sharing: str = "auto", **kwargs) -> StreamingLoader:
+    def loader(
+        self,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        even_batches: bool | None = None,
+        sharing: str = "auto",
+        **kwargs,
+    ) -> StreamingLoader:
         """A DataLoader over this dataset that counts the batches it hands out (for `state_dict`) and moves
         to the next epoch when one is exhausted. With `even_batches` (default: when world_size > 1) every
         rank hands out the same number of batches per epoch, the smallest any rank has: ranks split the
         epoch by whole episodes, so some would otherwise run out first and leave collective ops hanging;
         the few batches the other ranks had left are skipped in that epoch (a warning says how many).
         `sharing`: how workers share batch tensors (see `collate.TensorSharing`)."""
-        return StreamingLoader(self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches,
-                               sharing=sharing, **kwargs)
+        return StreamingLoader(
+            self, batch_size=batch_size, num_workers=num_workers, even_batches=even_batches, sharing=sharing, **kwargs
+        )
 
     # ------------------------------------------------------------------ observability
     def stats(self) -> dict:
@@ -151,8 +170,12 @@ class StreamingDataset(torch.utils.data.IterableDataset):
     def video_decoder_cache_stats(self) -> dict:
         """Decoder-cache hits/misses/evictions/open summed over this process and its workers."""
         s = self.counters.snapshot()
-        out = {"hits": s["decoder_hits"], "misses": s["decoder_misses"], "evictions": s["decoder_evictions"],
-               "open": s["decoder_open"]}
+        out = {
+            "hits": s["decoder_hits"],
+            "misses": s["decoder_misses"],
+            "evictions": s["decoder_evictions"],
+            "open": s["decoder_open"],
+        }
         total = out["hits"] + out["misses"]
         out["hit_rate"] = out["hits"] / total if total else 0.0
         return out
@@ -162,9 +185,11 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         """Items of this dataset iterated directly (or by a plain DataLoader): continues the open segment
         when the topology matches; counts nothing (use `loader()` for that)."""
         _, ws = resolve_topology(self.rank, self.world_size)
-        history, segment, consumed = self.state.direct(ws, runtime.worker()[1] if runtime.in_worker() else 0)
-        state = StreamState(seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment,
-                            history=history)
+        worker = runtime.worker()
+        history, segment, consumed = self.state.direct(ws, worker[1] if worker is not None else 0)
+        state = StreamState(
+            seed=self.seed, epoch=self.epoch, batches_consumed=consumed, segment=segment, history=history
+        )
         return self.iterate(Iteration(state, chunk_size=self.options.chunk_size))
 
     def iterate(self, it: Iteration) -> Iterator:
@@ -173,21 +198,41 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         rank, ws = resolve_topology(self.rank, self.world_size)
         wid, nw = runtime.worker() or (0, 1)
         st = it.state
+        assert st.segment is not None, "an iteration's state has an open segment"
         seg_ws, seg_nw, _ = st.segment
         if (seg_ws, max(seg_nw, 1)) != (ws, nw):
             raise RuntimeError(f"stream segment topology {(seg_ws, max(seg_nw, 1))} != this process's {(ws, nw)}")
-        plan = consumer_plan(self.epochs.lengths(st.epoch, st.seed), st, ConsumerId(rank, ws, wid, nw),
-                             self.episode_pool_size, self.shuffle)
+        plan = consumer_plan(
+            self.epochs.lengths(st.epoch, st.seed),
+            st,
+            ConsumerId(rank, ws, wid, nw),
+            self.episode_pool_size,
+            self.shuffle,
+        )
         if wid == 0 and rank == 0:
             for problem in split_problems(plan, ws, nw, ranks=not it.even_batches):
                 warnings.warn(problem, stacklevel=2)
-        order = PoolOrder([len(f) for f in plan.frames], self.episode_pool_size,
-                          consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer), self.shuffle)
+        order = PoolOrder(
+            [len(f) for f in plan.frames],
+            self.episode_pool_size,
+            consumer_rng(st.seed, st.epoch, plan.segment, plan.consumer),
+            self.shuffle,
+        )
         order.take(plan.skip)  # fast-forward through the order only: nothing is read, decoded or fetched
         self.counters.add(fast_forward_seconds=time.perf_counter() - t_start)
         entries, episodes = self.epochs.slots(np.asarray(plan.episodes, dtype=np.int64), st.epoch, st.seed)
-        consumer = Consumer(self.item_layout, self.entry, entries, episodes, plan.frames, self.options, self.counters,
-                            self.decoders, os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"), self.tally)
+        consumer = Consumer(
+            self.item_layout,
+            self.entry,
+            entries,
+            episodes,
+            plan.frames,
+            self.options,
+            self.counters,
+            self.decoders,
+            os.path.join(self.cache_dir, "streaming", f"r{rank}w{wid}"),
+            self.tally,
+        )
         make = partial(make_batch, return_uint8=self.return_uint8 or self.gpu is not None, sharing=it.sharing)
         batches = iterate_consumer(consumer, order, it.chunk_size, self.counters, t_start, make)
         while True:
@@ -199,8 +244,11 @@ class StreamingDataset(torch.utils.data.IterableDataset):
             if it.whole_batches:  # ds.loader(): the DataLoader takes chunks as they are (its auto-batching is off)
                 yield deliver(batch)
             elif self.gpu is not None:  # GPU frames decoded here, in the main process (a worker refuses)
-                yield from unbatch(Batch(finish_batch(self, batch.collated(), transforms=False)),
-                                   self.image_transforms, transformed_keys(self))
+                yield from unbatch(
+                    Batch(finish_batch(self, batch.collated(), transforms=False)),
+                    self.image_transforms,
+                    transformed_keys(self),
+                )
             else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
                 yield from unbatch(batch, self.image_transforms, transformed_keys(self))
 
@@ -209,8 +257,10 @@ def _local_for_gpu(gpu, sources) -> None:
     """Streaming with decode_device='cuda' reads local datasets: a remote one is read into a consumer's mirror,
     whose files may go before the main process decodes them."""
     if gpu is not None and not all(s.is_local for s in sources):
-        raise ValueError("decode_device='cuda' streams local datasets only; download a remote one first, or use the "
-                         "map-style dataset (its files are fetched whole into the cache)")
+        raise ValueError(
+            "decode_device='cuda' streams local datasets only; download a remote one first, or use the "
+            "map-style dataset (its files are fetched whole into the cache)"
+        )
 
 
 class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
@@ -234,57 +284,123 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     too (depth cameras' distances, and their statistics, in "mm" or "m").
     """
 
-    def __init__(self, repo_id: str | None, root: str | os.PathLike | None = None, episodes: Sequence[int] | None = None,
-                 delta_timestamps: Mapping[str, Sequence[float]] | None = None, tolerance_s: float = 1e-4,
-                 episode_pool_size: int = UNSET, shuffle: bool = True, seed: int = 0, return_uint8: bool = False,
-                 video_keys: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None,
-                 mirror_max_bytes: int = UNSET, decoder_cache_size: int | None = UNSET,
-                 rank: int | None = None, world_size: int | None = None, image_transforms: Callable | None = None,
-                 revision: str | None = None, storage_options: dict | None = None, chunk_size: int = UNSET,
-                 prefetch_episodes: int = UNSET, prefetch_threads: int = UNSET, tabular_block: int = UNSET,
-                 fetch_retries: int | None = None, fetch_backoff_s: float = 0.05, fetch_max_backoff_s: float = 2.0,
-                 video_decoder_cache_size: int | None = None, fetch_policy: FetchPolicy | None = None,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch",
-                 on_unknown_task: str = "warn", options: StreamOptions | None = None, cache_max_bytes: int = UNSET,
-                 decode_device: str = "cpu", cpu_fallback=False, gpu_decoders: int | None = None,
-                 eval_split: EvalSplit | float | dict | None = None, split: str = "train",
-                 target_fps: int | None = None, resample: Mapping[str, str] | None = None,
-                 depth_output_unit: str = "mm"):
+    def __init__(
+        self,
+        repo_id: str | None,
+        root: str | os.PathLike | None = None,
+        episodes: Sequence[int] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        tolerance_s: float = 1e-4,
+        episode_pool_size: int = UNSET,
+        shuffle: bool = True,
+        seed: int = 0,
+        return_uint8: bool = False,
+        video_keys: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        mirror_max_bytes: int = UNSET,
+        decoder_cache_size: int | None = UNSET,
+        rank: int | None = None,
+        world_size: int | None = None,
+        image_transforms: Callable | None = None,
+        revision: str | None = None,
+        storage_options: dict | None = None,
+        chunk_size: int = UNSET,
+        prefetch_episodes: int = UNSET,
+        prefetch_threads: int = UNSET,
+        tabular_block: int = UNSET,
+        fetch_retries: int | None = None,
+        fetch_backoff_s: float = 0.05,
+        fetch_max_backoff_s: float = 2.0,
+        video_decoder_cache_size: int | None = None,
+        fetch_policy: FetchPolicy | None = None,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        on_unknown_task: str = "warn",
+        options: StreamOptions | None = None,
+        cache_max_bytes: int = UNSET,
+        decode_device: str = "cpu",
+        cpu_fallback=False,
+        gpu_decoders: int | None = None,
+        eval_split: EvalSplit | float | dict | None = None,
+        split: str = "train",
+        target_fps: int | None = None,
+        resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
+    ):
         self.remember(locals())
         self.eval_split, self.split = checked_split(eval_split, split), split
         if video_decoder_cache_size is not None:
-            warnings.warn("video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "video_decoder_cache_size is renamed decoder_cache_size (as in LeRobotDataset/EpisodicDataset)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             decoder_cache_size = video_decoder_cache_size if decoder_cache_size in (None, UNSET) else decoder_cache_size
         fetch = fetch_policy
-        if fetch is None and (options is None or (fetch_retries, fetch_backoff_s, fetch_max_backoff_s) != (None, 0.05, 2.0)):
+        if fetch is None and (
+            options is None or (fetch_retries, fetch_backoff_s, fetch_max_backoff_s) != (None, 0.05, 2.0)
+        ):
             fetch = FetchPolicy(retries=fetch_retries, backoff_s=fetch_backoff_s, max_backoff_s=fetch_max_backoff_s)
-        options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
-                                 prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
-                                 tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
-                                 decoder_cache_size=decoder_cache_size, fetch=UNSET if fetch is None else fetch)
+        options = stream_options(
+            options,
+            cache_max_bytes,
+            episode_pool_size=episode_pool_size,
+            chunk_size=chunk_size,
+            prefetch_episodes=prefetch_episodes,
+            prefetch_threads=prefetch_threads,
+            tabular_block=tabular_block,
+            mirror_max_bytes=mirror_max_bytes,
+            decoder_cache_size=decoder_cache_size,
+            fetch=UNSET if fetch is None else fetch,
+        )
         self.repo_id, self.root, self.episodes = repo_id, root, episodes
-        self.source: Source = resolve_source(repo_id, root, revision, episodes, video_keys, storage_options, None,
-                                             policy=options.fetch)
+        self.source: Source = resolve_source(
+            repo_id, root, revision, episodes, video_keys, storage_options, None, policy=options.fetch
+        )
         self.meta: DatasetMetadata = self.source.load_metadata()
         self.delta_timestamps = dict(delta_timestamps) if delta_timestamps else None
         self.tolerance_s = tolerance_s
-        self.spec = ItemSpec.build(self.meta, delta_timestamps, tolerance_s, video_keys, image_size, resize_mode,
-                                   on_unknown_task=on_unknown_task, resampling=Resampling.of(target_fps, resample),
-                                   depth_output_unit=depth_output_unit)
+        self.spec = ItemSpec.build(
+            self.meta,
+            delta_timestamps,
+            tolerance_s,
+            video_keys,
+            image_size,
+            resize_mode,
+            on_unknown_task=on_unknown_task,
+            resampling=Resampling.of(target_fps, resample),
+            depth_output_unit=depth_output_unit,
+        )
         self.meta.rescale_depth_stats(depth_output_unit)
         self.selected = select_episodes(self.meta, episodes, self.eval_split, split)
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         layout, counters = single_layout(self.spec, self.meta.info.features), Counters()
-        gpu_keys, gpu = gpu_setup(layout, [(self.meta, self.spec, self.source, self.selected)], decode_device,
-                                  cpu_fallback, gpu_decoders, self.spec.frames, counters)
+        gpu_keys, gpu = gpu_setup(
+            layout,
+            [(self.meta, self.spec, self.source, self.selected)],
+            decode_device,
+            cpu_fallback,
+            gpu_decoders,
+            self.spec.frames,
+            counters,
+        )
         _local_for_gpu(gpu, [self.source])
         self.spec = replace(self.spec, gpu_keys=gpu_keys)
-        super().__init__(DatasetEpochs(self.selected, self.spec.episode_lengths(self.meta)), layout,
-                         [StreamEntry(self.meta, self.spec, self.source)].__getitem__, options, seed=seed,
-                         shuffle=shuffle, return_uint8=return_uint8, image_transforms=image_transforms, rank=rank,
-                         world_size=world_size, cache_dir=cache_dir,
-                         cameras=[self.meta.info.camera_hw(k)[:2] for k in self.spec.video_keys], counters=counters)
+        super().__init__(
+            DatasetEpochs(self.selected, self.spec.episode_lengths(self.meta)),
+            layout,
+            [StreamEntry(self.meta, self.spec, self.source)].__getitem__,
+            options,
+            seed=seed,
+            shuffle=shuffle,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            rank=rank,
+            world_size=world_size,
+            cache_dir=cache_dir,
+            cameras=[self.meta.info.camera_hw(k)[:2] for k in self.spec.video_keys],
+            counters=counters,
+        )
         self.gpu = gpu
 
     @property
@@ -309,39 +425,89 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
     `MixtureDataset`.
     """
 
-    def __init__(self, spec, *, seed: int = 0, shuffle: bool = True, episode_pool_size: int = UNSET,
-                 image_size: Sequence[int] | None = None, resize_mode: str = "stretch", return_uint8: bool = False,
-                 image_transforms: Callable | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_dir: str | os.PathLike | None = None, chunk_size: int = UNSET, prefetch_episodes: int = UNSET,
-                 prefetch_threads: int = UNSET, tabular_block: int = UNSET, mirror_max_bytes: int = UNSET,
-                 decoder_cache_size: int | None = UNSET, fetch_policy: FetchPolicy | None = None,
-                 on_error: str | None = None, concurrency: int = 16, on_change: str = "continue",
-                 options: StreamOptions | None = None, cache_max_bytes: int = UNSET, decode_device: str = "cpu",
-                 cpu_fallback=False, gpu_decoders: int | None = None, split: str = "train",
-                 depth_output_unit: str = "mm"):
+    epochs: MixtureEpochs
+
+    def __init__(
+        self,
+        spec,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        episode_pool_size: int = UNSET,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        return_uint8: bool = False,
+        image_transforms: Callable | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        chunk_size: int = UNSET,
+        prefetch_episodes: int = UNSET,
+        prefetch_threads: int = UNSET,
+        tabular_block: int = UNSET,
+        mirror_max_bytes: int = UNSET,
+        decoder_cache_size: int | None = UNSET,
+        fetch_policy: FetchPolicy | None = None,
+        on_error: str | None = None,
+        concurrency: int = 16,
+        on_change: str = "continue",
+        options: StreamOptions | None = None,
+        cache_max_bytes: int = UNSET,
+        decode_device: str = "cpu",
+        cpu_fallback=False,
+        gpu_decoders: int | None = None,
+        split: str = "train",
+        depth_output_unit: str = "mm",
+    ):
         self.remember(locals())
-        options = stream_options(options, cache_max_bytes, episode_pool_size=episode_pool_size, chunk_size=chunk_size,
-                                 prefetch_episodes=prefetch_episodes, prefetch_threads=prefetch_threads,
-                                 tabular_block=tabular_block, mirror_max_bytes=mirror_max_bytes,
-                                 decoder_cache_size=decoder_cache_size,
-                                 fetch=UNSET if fetch_policy is None else fetch_policy)
+        options = stream_options(
+            options,
+            cache_max_bytes,
+            episode_pool_size=episode_pool_size,
+            chunk_size=chunk_size,
+            prefetch_episodes=prefetch_episodes,
+            prefetch_threads=prefetch_threads,
+            tabular_block=tabular_block,
+            mirror_max_bytes=mirror_max_bytes,
+            decoder_cache_size=decoder_cache_size,
+            fetch=UNSET if fetch_policy is None else fetch_policy,
+        )
         mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         counters = Counters()
         self.engines = EntryEngines(self.report, self.layout, counters, None, cache_dir)  # specs only
         item_layout = mixture_layout(self.layout)
-        gpu_keys, gpu = gpu_setup(item_layout, self.engines.entries(), decode_device, cpu_fallback, gpu_decoders,
-                                  FrameOutput(size=image_size, resize_mode=resize_mode), counters)
+        gpu_keys, gpu = gpu_setup(
+            item_layout,
+            self.engines.entries(),
+            decode_device,
+            cpu_fallback,
+            gpu_decoders,
+            FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
+            counters,
+        )
         _local_for_gpu(gpu, self.engines.sources)
         self.engines.decode_on_gpu(gpu_keys)
         self.items_per_entry = Tally(len(self.layout.entries))
         self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
         self.delta_indices = None
-        super().__init__(MixtureEpochs(self.sampler, on_change), item_layout, self.engines.stream_entry,
-                         options, seed=seed, shuffle=shuffle, return_uint8=return_uint8,
-                         image_transforms=image_transforms, rank=rank, world_size=world_size, cache_dir=cache_dir,
-                         cameras=self.engines.camera_sizes(), tally=self.items_per_entry, counters=counters)
+        super().__init__(
+            MixtureEpochs(self.sampler, on_change),
+            item_layout,
+            self.engines.stream_entry,
+            options,
+            seed=seed,
+            shuffle=shuffle,
+            return_uint8=return_uint8,
+            image_transforms=image_transforms,
+            rank=rank,
+            world_size=world_size,
+            cache_dir=cache_dir,
+            cameras=self.engines.camera_sizes(),
+            tally=self.items_per_entry,
+            counters=counters,
+        )
         self.gpu = gpu
 
     @property
@@ -354,5 +520,7 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
         return self.epochs.epoch(epoch, self.seed)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, pool "
-                f"{self.episode_pool_size}, cameras={list(self.layout.cameras)})")
+        return (
+            f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, pool "
+            f"{self.episode_pool_size}, cameras={list(self.layout.cameras)})"
+        )

@@ -21,8 +21,9 @@ dtype asked for (`return_uint8` leaves them alone, image transforms skip them). 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ BITS = 12
 QMAX = (1 << BITS) - 1  # 4095
 PIX_FMT = "gray12le"
 DEPTH_UNITS = ("m", "mm")
-DEFAULTS = {"depth_min": 0.01, "depth_max": 10.0, "shift": 3.5, "use_log": True}
+DEFAULTS: dict[str, Any] = {"depth_min": 0.01, "depth_max": 10.0, "shift": 3.5, "use_log": True}
 MM_PER_M = 1000.0
 _UINT16_MAX = 65535.0
 
@@ -71,10 +72,11 @@ class DepthCoding:
     unit: str | None = None
 
     @classmethod
-    def from_info(cls, info: Mapping[str, Any], where: str) -> "DepthCoding":
+    def from_info(cls, info: Mapping[str, Any], where: str) -> DepthCoding:
         """The coding of a depth feature's ``info`` (`where` names the file and the feature); every bad field is
         a problem of the DatasetFormatError, naming the field."""
-        problems, values = [], {}
+        problems: list[str] = []
+        values: dict[str, Any] = {}
         for name, default in DEFAULTS.items():
             value = info.get(f"video.{name}")
             if value is None:
@@ -83,24 +85,32 @@ class DepthCoding:
                 if not isinstance(value, bool):
                     problems.append(f"{where}: field 'info.video.use_log' must be true or false, got {value!r}")
                 values[name] = bool(value)
-            elif (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 problems.append(f"{where}: field 'info.video.{name}' must be a finite number (metres), got {value!r}")
                 values[name] = default
             else:
                 values[name] = float(value)
         if values["depth_max"] <= values["depth_min"]:
-            problems.append(f"{where}: field 'info.video.depth_max' ({values['depth_max']}) must be greater than "
-                            f"'info.video.depth_min' ({values['depth_min']})")
+            problems.append(
+                f"{where}: field 'info.video.depth_max' ({values['depth_max']}) must be greater than "
+                f"'info.video.depth_min' ({values['depth_min']})"
+            )
         if values["use_log"] and values["depth_min"] + values["shift"] <= 0:
-            problems.append(f"{where}: logarithmic depth codes need 'info.video.depth_min' + 'info.video.shift' > 0, "
-                            f"got {values['depth_min']} + {values['shift']}")
+            problems.append(
+                f"{where}: logarithmic depth codes need 'info.video.depth_min' + 'info.video.shift' > 0, "
+                f"got {values['depth_min']} + {values['shift']}"
+            )
         unit = info.get("depth_unit")
         if unit is not None and unit not in DEPTH_UNITS:
-            problems.append(f"{where}: field 'info.depth_unit' must be one of {list(DEPTH_UNITS)} or absent, got {unit!r}")
+            problems.append(
+                f"{where}: field 'info.depth_unit' must be one of {list(DEPTH_UNITS)} or absent, got {unit!r}"
+            )
             unit = None
         if problems:
-            raise DatasetFormatError(problems[0] if len(problems) == 1 else f"{len(problems)} problems: "
-                                     + "; ".join(problems), problems=problems)
+            raise DatasetFormatError(
+                problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + "; ".join(problems),
+                problems=problems,
+            )
         return cls(unit=unit, **values)
 
     def info(self) -> dict[str, Any]:

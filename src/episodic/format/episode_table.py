@@ -17,8 +17,10 @@ def require_episodes(count: int, source: str, announced: int | None) -> None:
     LeRobot cannot load one, episodic's writer refuses to finalize one and `episodic repair` removes a session
     without a complete episode instead of finalizing it."""
     if count == 0:
-        raise DatasetFormatError(f"{source}: the dataset has no episode (info.json total_episodes is {announced}); a "
-                                 f"dataset needs at least one")
+        raise DatasetFormatError(
+            f"{source}: the dataset has no episode (info.json total_episodes is {announced}); a "
+            f"dataset needs at least one"
+        )
 
 
 @dataclass
@@ -54,7 +56,10 @@ class EpisodeTable:
     def first_tasks(self, episodes: np.ndarray) -> list[str]:
         """The first task of each of `episodes` ("" for an episode without one): what an eval split stratifies
         by (`order.eval_split`), as LeRobot 0.6's ``make_train_eval_datasets``."""
-        return [str(t[0]) if t is not None and len(t) else "" for t in (self.tasks[int(e)] for e in np.asarray(episodes).reshape(-1))]
+        return [
+            str(t[0]) if t is not None and len(t) else ""
+            for t in (self.tasks[int(e)] for e in np.asarray(episodes).reshape(-1))
+        ]
 
     def columns(self) -> dict[str, Any]:
         cols: dict[str, Any] = {
@@ -101,8 +106,10 @@ class EpisodeTable:
         bad = np.flatnonzero((self.length < 0) | (self.dataset_to_index - self.dataset_from_index != self.length))
         if len(bad):
             e = int(bad[0])
-            problems.add(f"{source}: episode {e}: dataset_from_index/dataset_to_index ({self.dataset_from_index[e]}, "
-                         f"{self.dataset_to_index[e]}) do not match length {self.length[e]}")
+            problems.add(
+                f"{source}: episode {e}: dataset_from_index/dataset_to_index ({self.dataset_from_index[e]}, "
+                f"{self.dataset_to_index[e]}) do not match length {self.length[e]}"
+            )
         if self.dataset_from_index[0] != 0:
             problems.add(f"{source}: episode 0: dataset_from_index is {self.dataset_from_index[0]}, not 0")
         gaps = np.flatnonzero(self.dataset_from_index[1:] != self.dataset_to_index[:-1])
@@ -110,5 +117,7 @@ class EpisodeTable:
             e = int(gaps[0]) + 1
             problems.add(f"{source}: episode {e}: dataset_from_index is not contiguous with episode {e - 1}")
         if total_frames is not None and int(self.dataset_to_index[-1]) != total_frames:
-            problems.add(f"{source}: episodes end at index {int(self.dataset_to_index[-1])} but info.json "
-                         f"total_frames is {total_frames}")
+            problems.add(
+                f"{source}: episodes end at index {int(self.dataset_to_index[-1])} but info.json "
+                f"total_frames is {total_frames}"
+            )

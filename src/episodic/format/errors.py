@@ -111,8 +111,14 @@ class MixtureStartupError(EpisodicError, RuntimeError):
     rank), or a rank that died or did not arrive in time. `entry`, `url`, `rank` and `error_type` hold what is
     known (None otherwise)."""
 
-    def __init__(self, message: str, entry: str | None = None, url: str | None = None, rank: int | None = None,
-                 error_type: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        entry: str | None = None,
+        url: str | None = None,
+        rank: int | None = None,
+        error_type: str | None = None,
+    ):
         super().__init__(message)
         self.entry, self.url, self.rank, self.error_type = entry, url, rank, error_type
 

@@ -67,20 +67,32 @@ class Feature:
         feature."""
         return DepthCoding.from_info(self.info, f"feature {self.name!r}") if self.is_depth else None
 
+    @property
+    def depth_coding(self) -> DepthCoding:
+        """`depth` of a feature known to be a depth camera (`is_depth`); ValueError for any other feature."""
+        coding = self.depth
+        if coding is None:
+            raise ValueError(f"feature {self.name!r} is not a depth camera")
+        return coding
+
     def camera_problem(self, channels: int) -> str | None:
         """Why this camera (of `channels` channels, as info.json gives them) cannot be read, None when it can: a
         depth map is a video of 1 channel, any other camera a colour (3) or grey (1) one read as RGB. A camera of
         another kind is refused, never handed out as frames of another shape."""
         if self.is_depth:
             if not self.is_video:
-                return (f"camera {self.name!r} is a depth map stored as images: episodic reads depth maps stored "
-                        f"as video only")
+                return (
+                    f"camera {self.name!r} is a depth map stored as images: episodic reads depth maps stored "
+                    f"as video only"
+                )
             if channels != 1:
                 return f"depth camera {self.name!r} has {channels} channels; a depth map has 1"
             return None
         if channels not in (1, 3):
-            return (f"camera {self.name!r} has {channels} channels: episodic reads colour (3) and grey (1) cameras, "
-                    f"and depth maps (1 channel, info.is_depth_map)")
+            return (
+                f"camera {self.name!r} has {channels} channels: episodic reads colour (3) and grey (1) cameras, "
+                f"and depth maps (1 channel, info.is_depth_map)"
+            )
         return None
 
     @property
@@ -95,7 +107,7 @@ class Feature:
         return out
 
     @classmethod
-    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> "Feature":
+    def from_json(cls, name: str, spec: Any, source: str = "info.json") -> Feature:
         where = f"{source}: feature {name!r}"
         if "/" in name:
             raise DatasetFormatError(f"{where}: feature names must not contain '/'")
@@ -108,8 +120,9 @@ class Feature:
         if not isinstance(dtype, str):
             raise DatasetFormatError(f"{where}: field 'dtype' must be a string, got {dtype!r}")
         if dtype not in (*CAMERA_DTYPES, "string") and not _numeric_dtype(dtype):
-            raise DatasetFormatError(f"{where}: field 'dtype' {dtype!r} is not a numeric numpy dtype, 'string', "
-                                     f"'video' or 'image'")
+            raise DatasetFormatError(
+                f"{where}: field 'dtype' {dtype!r} is not a numeric numpy dtype, 'string', 'video' or 'image'"
+            )
         shape = spec.get("shape")
         if not isinstance(shape, (list, tuple)) or not all(isinstance(s, int) and s >= 0 for s in shape):
             raise DatasetFormatError(f"{where}: field 'shape' must be a list of non-negative ints, got {shape!r}")

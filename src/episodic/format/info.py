@@ -23,8 +23,15 @@ DEFAULT_DATA_FILE_MB = 100
 DEFAULT_VIDEO_FILE_MB = 200
 
 
-def _field(raw: dict, name: str, types: type | tuple[type, ...], source: str, problems: ProblemList,
-           default: Any = ..., allow_none=False):
+def _field(
+    raw: dict,
+    name: str,
+    types: type | tuple[type, ...],
+    source: str,
+    problems: ProblemList,
+    default: Any = ...,
+    allow_none=False,
+):
     """raw[name] checked against `types`; a problem (and `default`, or None) when missing or mistyped."""
     if name not in raw:
         if default is ...:
@@ -92,7 +99,7 @@ class DatasetInfo:
 
     # ------------------------------------------------------------------ io
     @classmethod
-    def from_dict(cls, raw: Any, source: str = "meta/info.json") -> "DatasetInfo":
+    def from_dict(cls, raw: Any, source: str = "meta/info.json") -> DatasetInfo:
         """The info of a parsed info.json. Every problem of the file is found before raising: the
         DatasetFormatError lists them all (`problems`), each naming the file and the field."""
         if not isinstance(raw, dict):
@@ -100,8 +107,9 @@ class DatasetInfo:
         problems = ProblemList(strict=False)
         version = _field(raw, "codebase_version", str, source, problems)
         if version is not None and version not in SUPPORTED_VERSIONS:
-            problems.add(f"{source}: codebase_version {version!r} is not supported "
-                         f"(supported: {', '.join(SUPPORTED_VERSIONS)})")
+            problems.add(
+                f"{source}: codebase_version {version!r} is not supported (supported: {', '.join(SUPPORTED_VERSIONS)})"
+            )
         fps = _field(raw, "fps", (int, float), source, problems)
         if fps is not None and not (fps > 0 and fps < float("inf") and int(fps) == fps):
             problems.add(f"{source}: field 'fps' must be a positive integer, got {fps!r}")
@@ -118,25 +126,39 @@ class DatasetInfo:
                 features[name] = Feature.from_json(name, spec, source)
         for name, spec in DEFAULT_FEATURES.items():  # the reader relies on their kind: integers, float times
             f = features.get(name)
-            kind = "f" if spec["dtype"].startswith("float") else "iu"
-            if f is not None and (f.shape != (1,) or f.is_camera or f.dtype == "string" or np.dtype(f.dtype).kind not in kind):
-                problems.add(f"{source}: feature {name!r} must be {'a float' if kind == 'f' else 'an integer'} of "
-                             f"shape [1], got {f.dtype} {list(f.shape)}")
-        known = {f.name for f in cls.__dataclass_fields__.values()}  # type: ignore[attr-defined]
+            kinds = "f" if spec["dtype"].startswith("float") else "iu"
+            if f is not None and (
+                f.shape != (1,) or f.is_camera or f.dtype == "string" or np.dtype(f.dtype).kind not in kinds
+            ):
+                problems.add(
+                    f"{source}: feature {name!r} must be {'a float' if kinds == 'f' else 'an integer'} of "
+                    f"shape [1], got {f.dtype} {list(f.shape)}"
+                )
+        known = {f.name for f in cls.__dataclass_fields__.values()}
         has_video = any(f.is_video for f in features.values()) or any(
-            isinstance(s, dict) and s.get("dtype") == "video" for s in feats_raw.values())
+            isinstance(s, dict) and s.get("dtype") == "video" for s in feats_raw.values()
+        )
         values = dict(
             total_episodes=_field(raw, "total_episodes", int, source, problems),
             total_frames=_field(raw, "total_frames", int, source, problems),
             total_tasks=_field(raw, "total_tasks", int, source, problems, default=0),
             chunks_size=_field(raw, "chunks_size", int, source, problems, default=DEFAULT_CHUNKS_SIZE),
-            data_files_size_in_mb=_field(raw, "data_files_size_in_mb", (int, float), source, problems,
-                                         default=DEFAULT_DATA_FILE_MB),
-            video_files_size_in_mb=_field(raw, "video_files_size_in_mb", (int, float), source, problems,
-                                          default=DEFAULT_VIDEO_FILE_MB),
+            data_files_size_in_mb=_field(
+                raw, "data_files_size_in_mb", (int, float), source, problems, default=DEFAULT_DATA_FILE_MB
+            ),
+            video_files_size_in_mb=_field(
+                raw, "video_files_size_in_mb", (int, float), source, problems, default=DEFAULT_VIDEO_FILE_MB
+            ),
             data_path=_field(raw, "data_path", str, source, problems, default=DEFAULT_DATA_PATH),
-            video_path=_field(raw, "video_path", str, source, problems,
-                              default=DEFAULT_VIDEO_PATH if has_video else None, allow_none=True),
+            video_path=_field(
+                raw,
+                "video_path",
+                str,
+                source,
+                problems,
+                default=DEFAULT_VIDEO_PATH if has_video else None,
+                allow_none=True,
+            ),
             robot_type=_field(raw, "robot_type", str, source, problems, default=None, allow_none=True),
             splits=_field(raw, "splits", dict, source, problems, default={}),
         )
@@ -146,10 +168,11 @@ class DatasetInfo:
                 problems.add(f"{source}: field {name!r} has an invalid value {v!r}")
         v21 = version is not None and version != V30
         unsafe = False  # a template that leaves the root: the error is an UnsafePathError
-        for name, fields in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
+        for name, standard in (("data_path", DATA_FIELDS), ("video_path", VIDEO_FIELDS)):
             template = values[name]
             if template is None:
                 continue
+            fields: tuple[str, ...] = standard
             if v21:  # per-episode files; the reader falls back to the standard template when this one is v3.0's
                 fields = tuple(dict.fromkeys(fields + (V21_VIDEO_FIELDS if name == "video_path" else V21_DATA_FIELDS)))
             for problem, kind in template_problems(template, fields):
@@ -162,11 +185,16 @@ class DatasetInfo:
             items = problems.items
             message = items[0] if len(items) == 1 else f"{len(items)} problems: " + "; ".join(items)
             raise (UnsafePathError if unsafe else DatasetFormatError)(message, problems=items)
-        return cls(codebase_version=version, fps=int(fps), features=features,
-                   extra={k: v for k, v in raw.items() if k not in known}, **values)
+        return cls(
+            codebase_version=version,
+            fps=int(fps),
+            features=features,
+            extra={k: v for k, v in raw.items() if k not in known},
+            **values,
+        )
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str = "meta/info.json") -> "DatasetInfo":
+    def from_json(cls, text: str | bytes, source: str = "meta/info.json") -> DatasetInfo:
         try:
             raw = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -201,8 +229,13 @@ class DatasetInfo:
         """The mp4 of camera `video_key` and (chunk, file), from the `video_path` template, checked."""
         if self.video_path is None:
             raise DatasetFormatError(f"{where}: field 'video_path' is empty but {video_key!r} is a video")
-        return render(self.video_path, f"{where}: field 'video_path'", video_key=video_key,
-                      chunk_index=chunk_index, file_index=file_index)
+        return render(
+            self.video_path,
+            f"{where}: field 'video_path'",
+            video_key=video_key,
+            chunk_index=chunk_index,
+            file_index=file_index,
+        )
 
     def camera_hw(self, key: str) -> tuple[int, int, int]:
         """(height, width, channels) of a camera, from its names when they say the order."""

@@ -32,13 +32,15 @@ def _jsonl_int(rows: list[dict], name: str, source: str, default: int | None = N
     out = np.empty(len(rows), dtype=np.int64)
     for n, r in enumerate(rows):
         v = r.get(name, default)
-        if isinstance(v, bool) or not isinstance(v, int) or not -2 ** 62 < v < 2 ** 62:
+        if isinstance(v, bool) or not isinstance(v, int) or not -(2**62) < v < 2**62:
             raise DatasetFormatError(f"{source}: row {n + 1}: field {name!r} must be an integer, got {v!r}")
         out[n] = v
     return out
 
 
-def load_v21(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) -> tuple[EpisodeTable, list[str], Stats]:
+def load_v21(
+    read: Reader, root: str, info: DatasetInfo, problems: ProblemList
+) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, V21_EPISODES)
     info_source = posixpath.join(root, INFO_PATH)
     rows = read_jsonl(read, root, V21_EPISODES)
@@ -65,20 +67,34 @@ def load_v21(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
     cameras = {}
     video_tpl = info.video_path if info.video_path and "episode_index" in info.video_path else V21_VIDEO_PATH
     for key in info.video_keys:
-        files = render_many(video_tpl, f"{info_source}: field 'video_path'", episode_chunk=chunk,
-                            video_key=[key] * len(eps), episode_index=eps)
-        cameras[key] = CameraFiles(files=files, file_id=np.arange(len(rows), dtype=np.int32),
-                                   from_ts=np.zeros(len(rows)), to_ts=frames_to_seconds(length, info.fps))
+        files = render_many(
+            video_tpl,
+            f"{info_source}: field 'video_path'",
+            episode_chunk=chunk,
+            video_key=[key] * len(eps),
+            episode_index=eps,
+        )
+        cameras[key] = CameraFiles(
+            files=files,
+            file_id=np.arange(len(rows), dtype=np.int32),
+            from_ts=np.zeros(len(rows)),
+            to_ts=frames_to_seconds(length, info.fps),
+        )
     episodes = EpisodeTable(
-        length=length, dataset_from_index=from_index, dataset_to_index=to_index,
-        tasks=tasks_of, data_files=data_files,
-        data_file_id=np.arange(len(rows), dtype=np.int32), cameras=cameras,
+        length=length,
+        dataset_from_index=from_index,
+        dataset_to_index=to_index,
+        tasks=tasks_of,
+        data_files=data_files,
+        data_file_id=np.arange(len(rows), dtype=np.int32),
+        cameras=cameras,
     )
     episodes.check(source, info.total_frames, problems)
     tasks_source = posixpath.join(root, V21_TASKS)
     task_rows = read_jsonl(read, root, V21_TASKS)
-    tasks = tasks_by_index(_jsonl_int(task_rows, "task_index", tasks_source),
-                            [r.get("task") for r in task_rows], tasks_source, problems)
+    tasks = tasks_by_index(
+        _jsonl_int(task_rows, "task_index", tasks_source), [r.get("task") for r in task_rows], tasks_source, problems
+    )
     stats = read_stats_json(read, root)
     if stats is None:
         try:
@@ -89,7 +105,7 @@ def load_v21(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
             try:
                 stats = aggregate_stats(stats_from_json(r.get("stats") or {}) for r in per_episode)
             except (ValueError, TypeError, KeyError, AttributeError) as e:
-                raise DatasetFormatError(f"{posixpath.join(root, V21_EPISODE_STATS)}: not statistics "
-                                         f"({type(e).__name__}: {e})") from None
+                raise DatasetFormatError(
+                    f"{posixpath.join(root, V21_EPISODE_STATS)}: not statistics ({type(e).__name__}: {e})"
+                ) from None
     return episodes, tasks, stats or {}
-

@@ -57,8 +57,9 @@ def read_v30_episode_tables(read: Reader, root: str, info: DatasetInfo, stats: b
     try:
         return pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        raise DatasetFormatError(f"{posixpath.join(root, 'meta/episodes')}: the episodes files disagree on their "
-                                 f"columns ({e})") from None
+        raise DatasetFormatError(
+            f"{posixpath.join(root, 'meta/episodes')}: the episodes files disagree on their columns ({e})"
+        ) from None
 
 
 def _column(table: pa.Table, name: str, source: str) -> pa.Array:
@@ -80,11 +81,12 @@ def _int_col(table: pa.Table, name: str, source: str) -> np.ndarray:
         return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if pa.types.is_floating(typ):
         values = col.to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0 ** 62))
+        bad = np.flatnonzero(~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) >= 2.0**62))
         if not len(bad):
             return values.astype(np.int64)
-        raise DatasetFormatError(f"{source}: column {name!r} holds {values[bad[0]].item()!r} at row {int(bad[0])}, "
-                                 f"not a whole number")
+        raise DatasetFormatError(
+            f"{source}: column {name!r} holds {values[bad[0]].item()!r} at row {int(bad[0])}, not a whole number"
+        )
     raise DatasetFormatError(f"{source}: column {name!r} is {typ}, not integer")
 
 
@@ -105,21 +107,26 @@ def _check_times(from_ts: np.ndarray, to_ts: np.ndarray, key: str, source: str, 
     for name, values in (("from_timestamp", from_ts), ("to_timestamp", to_ts)):
         bad = ~np.isfinite(values) | (values < 0)
         if bad.any():
-            problems.add(f"{source}: episode(s) {_first(bad)}: column 'videos/{key}/{name}' is "
-                         f"{float(values[bad][0])!r}, not a finite time >= 0")
+            problems.add(
+                f"{source}: episode(s) {_first(bad)}: column 'videos/{key}/{name}' is "
+                f"{float(values[bad][0])!r}, not a finite time >= 0"
+            )
     bad = to_ts < from_ts
     if bad.any():
         problems.add(f"{source}: episode(s) {_first(bad)}: 'videos/{key}/to_timestamp' is before from_timestamp")
 
 
-def _files(chunk: np.ndarray, file: np.ndarray, prefix: str, source: str, problems: ProblemList,
-           render) -> tuple[list[str], np.ndarray]:
+def _files(
+    chunk: np.ndarray, file: np.ndarray, prefix: str, source: str, problems: ProblemList, render
+) -> tuple[list[str], np.ndarray]:
     """Unique (chunk, file) pairs of the episodes -> their relative paths (rendered and checked by
     `render(chunks, files)`) and each episode's file id."""
     bad = (chunk < 0) | (file < 0)
     if bad.any():
-        problems.add(f"{source}: episode(s) {_first(bad)}: '{prefix}/chunk_index' and '{prefix}/file_index' must "
-                     f"be >= 0, got ({int(chunk[bad][0])}, {int(file[bad][0])})")
+        problems.add(
+            f"{source}: episode(s) {_first(bad)}: '{prefix}/chunk_index' and '{prefix}/file_index' must "
+            f"be >= 0, got ({int(chunk[bad][0])}, {int(file[bad][0])})"
+        )
     pairs, inverse = np.unique(np.stack([chunk, file], axis=1), axis=0, return_inverse=True)
     try:
         files = render([int(c) for c in pairs[:, 0]], [int(f) for f in pairs[:, 1]])
@@ -134,14 +141,18 @@ def _tasks_column(table: pa.Table, source: str, problems: ProblemList, n: int) -
         return [[] for _ in range(n)]
     col = table.column("tasks")
     typ = col.type
-    if not ((pa.types.is_list(typ) or pa.types.is_large_list(typ)) and
-            (pa.types.is_string(typ.value_type) or pa.types.is_large_string(typ.value_type))):
+    if not (
+        (pa.types.is_list(typ) or pa.types.is_large_list(typ))
+        and (pa.types.is_string(typ.value_type) or pa.types.is_large_string(typ.value_type))
+    ):
         problems.add(f"{source}: column 'tasks' is {typ}, not a list of strings")
         return [[] for _ in range(n)]
     return [t or [] for t in col.to_pylist()]
 
 
-def load_v30(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) -> tuple[EpisodeTable, list[str], Stats]:
+def load_v30(
+    read: Reader, root: str, info: DatasetInfo, problems: ProblemList
+) -> tuple[EpisodeTable, list[str], Stats]:
     source = posixpath.join(root, "meta/episodes")
     info_source = posixpath.join(root, INFO_PATH)
     table = read_v30_episode_tables(read, root, info)
@@ -161,12 +172,21 @@ def load_v30(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
         return _files(chunk, file, prefix, source, problems, render)
 
     data_files, data_file_id = files_of(
-        "data", lambda c, f: render_many(info.data_path, f"{info_source}: field 'data_path'", chunk_index=c, file_index=f))
+        "data",
+        lambda c, f: render_many(info.data_path, f"{info_source}: field 'data_path'", chunk_index=c, file_index=f),
+    )
     cameras = {}
     for key in info.video_keys:
-        files, file_id = files_of(f"videos/{key}", lambda c, f, k=key: render_many(
-            info.video_path or "", f"{info_source}: field 'video_path'", video_key=[k] * len(c), chunk_index=c,
-            file_index=f))
+        files, file_id = files_of(
+            f"videos/{key}",
+            lambda c, f, k=key: render_many(
+                info.video_path or "",
+                f"{info_source}: field 'video_path'",
+                video_key=[k] * len(c),
+                chunk_index=c,
+                file_index=f,
+            ),
+        )
         times, present = [], True
         for name in ("from_timestamp", "to_timestamp"):
             try:
@@ -176,7 +196,7 @@ def load_v30(read: Reader, root: str, info: DatasetInfo, problems: ProblemList) 
                 times.append(np.full(len(ep_index), np.nan))  # lenient: already reported
                 present = False
         if present:
-            _check_times(*times, key, source, problems)
+            _check_times(times[0], times[1], key, source, problems)
         cameras[key] = CameraFiles(files=files, file_id=file_id, from_ts=times[0], to_ts=times[1])
     known = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"}
     extra = table.select([c for c in table.column_names if c not in known and not c.startswith("videos/")])
@@ -222,13 +242,21 @@ def _load_tasks_parquet(read: Reader, root: str, problems: ProblemList) -> list[
     source = posixpath.join(root, TASKS_PATH)
     t = read_parquet(read, root, TASKS_PATH)
     names = [c for c in t.column_names if c != "task_index"]
-    text_col = "task" if "task" in names else next((c for c in names if pa.types.is_string(t.schema.field(c).type)
-                                                     or pa.types.is_large_string(t.schema.field(c).type)), None)
+    text_col = (
+        "task"
+        if "task" in names
+        else next(
+            (
+                c
+                for c in names
+                if pa.types.is_string(t.schema.field(c).type) or pa.types.is_large_string(t.schema.field(c).type)
+            ),
+            None,
+        )
+    )
     if text_col is None:
         raise DatasetFormatError(f"{source}: no task string column (expected 'task')")
     texts = t.column(text_col).to_pylist()
     if "task_index" not in t.column_names:
         return tasks_by_index(np.arange(len(texts)), texts, source, problems)
     return tasks_by_index(_int_col(t, "task_index", source), texts, source, problems)
-
-

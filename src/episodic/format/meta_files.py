@@ -33,8 +33,13 @@ V21_EPISODE_STATS = "meta/episodes_stats.jsonl"
 
 Reader = Callable[[str], bytes]  # rel -> the file's bytes; raises MissingFileError when there is no such file
 
-MAX_BYTES = {INFO_PATH: 8 << 20, STATS_PATH: 128 << 20, V21_TASKS: 256 << 20, V21_EPISODES: 1 << 30,
-             V21_EPISODE_STATS: 2 << 30}
+MAX_BYTES = {
+    INFO_PATH: 8 << 20,
+    STATS_PATH: 128 << 20,
+    V21_TASKS: 256 << 20,
+    V21_EPISODES: 1 << 30,
+    V21_EPISODE_STATS: 2 << 30,
+}
 
 
 def max_bytes(rel: str) -> int | None:
@@ -45,8 +50,10 @@ def max_bytes(rel: str) -> int | None:
 def too_large(where: str, size: int | None, limit: int) -> DatasetFormatError:
     """The error of a metadata file `where` (a path or URL) of `size` bytes (None: unknown, past `limit`)."""
     got = f"{size:,} bytes, more" if size is not None else "more"
-    return DatasetFormatError(f"{where}: {got} than the {limit:,} bytes episodic reads of this metadata file (it is "
-                              f"read whole and parsed; a larger one is refused)")
+    return DatasetFormatError(
+        f"{where}: {got} than the {limit:,} bytes episodic reads of this metadata file (it is "
+        f"read whole and parsed; a larger one is refused)"
+    )
 
 
 def read_meta(read: Reader, root: str, rel: str) -> bytes:
@@ -56,7 +63,6 @@ def read_meta(read: Reader, root: str, rel: str) -> bytes:
     if limit is not None and len(data) > limit:
         raise too_large(posixpath.join(root, rel), len(data), limit)
     return data
-
 
 
 def read_bytes(fs, root: str, rel: str) -> bytes:
@@ -112,11 +118,11 @@ def read_jsonl(read: Reader, root: str, rel: str) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise DatasetFormatError(f"{posixpath.join(root, rel)}:{n}: not valid JSON ({e})") from None
             if not isinstance(row, dict):
-                raise DatasetFormatError(f"{posixpath.join(root, rel)}:{n}: expected a JSON object, got "
-                                         f"{type(row).__name__}")
+                raise DatasetFormatError(
+                    f"{posixpath.join(root, rel)}:{n}: expected a JSON object, got {type(row).__name__}"
+                )
             rows.append(row)
     return rows
-
 
 
 def read_stats_json(read: Reader, root: str) -> Stats | None:
@@ -131,5 +137,3 @@ def read_stats_json(read: Reader, root: str) -> Stats | None:
         return stats_from_json(raw) if isinstance(raw, dict) else None
     except (ValueError, TypeError) as e:
         raise DatasetFormatError(f"{posixpath.join(root, STATS_PATH)}: not statistics ({e})") from None
-
-

@@ -43,9 +43,25 @@ from .meta_files import (
 from .paths import dataset_path
 from .stats import Stats, stats_from_json
 
-__all__ = ["EPISODES_PATH", "INFO_PATH", "STATS_PATH", "TASKS_PATH", "V21_EPISODES", "V21_EPISODE_STATS", "V21_TASKS",
-           "CameraFiles", "DatasetMetadata", "EpisodeTable", "Reader", "load_metadata", "plain_reader", "read_bytes",
-           "read_jsonl", "read_parquet"]
+__all__ = [
+    "EPISODES_PATH",
+    "INFO_PATH",
+    "STATS_PATH",
+    "TASKS_PATH",
+    "V21_EPISODES",
+    "V21_EPISODE_STATS",
+    "V21_TASKS",
+    "CameraFiles",
+    "DatasetMetadata",
+    "EpisodeTable",
+    "Reader",
+    "load_metadata",
+    "plain_reader",
+    "read_bytes",
+    "read_jsonl",
+    "read_parquet",
+]
+
 
 @dataclass
 class DatasetMetadata:
@@ -90,13 +106,16 @@ class DatasetMetadata:
         in place: the unit items hand depth out in (LeRobot 0.6's ``rescale_depth_stats``; a camera without a
         recorded unit is left as it is, with a warning)."""
         check_unit(output_unit)
-        unknown = [k for k in self.depth_keys if self.info.features[k].depth.unit is None]
+        unknown = [k for k in self.depth_keys if self.info.features[k].depth_coding.unit is None]
         if unknown:
-            warnings.warn(f"{self.root}: depth camera(s) {unknown} have no 'depth_unit' in meta/info.json: their "
-                          f"statistics are left in the unit they were recorded in, not converted to "
-                          f"{output_unit!r}", stacklevel=2)
+            warnings.warn(
+                f"{self.root}: depth camera(s) {unknown} have no 'depth_unit' in meta/info.json: their "
+                f"statistics are left in the unit they were recorded in, not converted to "
+                f"{output_unit!r}",
+                stacklevel=2,
+            )
         for key in self.depth_keys:
-            rescale_stats(self.stats, key, self.info.features[key].depth.unit, output_unit)
+            rescale_stats(self.stats, key, self.info.features[key].depth_coding.unit, output_unit)
 
     @property
     def total_episodes(self) -> int:
@@ -149,8 +168,6 @@ class DatasetMetadata:
         return out
 
 
-
-
 def load_metadata(fs, root: str, read: Reader | None = None, problems: ProblemList | None = None) -> DatasetMetadata:
     """The metadata of the dataset at `root` on `fs`. `read(rel) -> bytes` reads one file of it (default: a
     plain read of `fs`; `Source.load_metadata` passes one that retries remote reads); it must raise
@@ -171,8 +188,9 @@ def load_metadata(fs, root: str, read: Reader | None = None, problems: ProblemLi
     else:
         episodes, tasks, stats = load_v30(read, root, info, problems)
     _unknown_tasks(episodes, tasks, posixpath.join(root, "meta"), problems)
-    return DatasetMetadata(fs=fs, root=root, info=info, episodes=episodes, tasks=tasks, stats=stats,
-                           problems=problems.items)
+    return DatasetMetadata(
+        fs=fs, root=root, info=info, episodes=episodes, tasks=tasks, stats=stats, problems=problems.items
+    )
 
 
 def _unknown_tasks(episodes: EpisodeTable, tasks: list[str], source: str, problems: ProblemList) -> None:
@@ -181,11 +199,11 @@ def _unknown_tasks(episodes: EpisodeTable, tasks: list[str], source: str, proble
     known = set(tasks)
     missing = sorted({t for ts in episodes.tasks for t in (ts or []) if t not in known})
     if missing:
-        message = (f"{source}: {len(missing)} task label(s) named by episodes are not in the tasks table and are "
-                   f"skipped: {missing[:5]}")
+        message = (
+            f"{source}: {len(missing)} task label(s) named by episodes are not in the tasks table and are "
+            f"skipped: {missing[:5]}"
+        )
         if problems.strict:
             warnings.warn(message, stacklevel=3)
         else:
             problems.add(message)
-
-

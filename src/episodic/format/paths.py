@@ -89,8 +89,13 @@ def template_problems(template: str, allowed: tuple[str, ...]) -> list[tuple[str
         return [(f"is not a valid path template ({e})", DatasetFormatError)]
     unknown = sorted({n for _, n, _ in pieces if n is not None and n not in allowed})
     if unknown:
-        return [(f"uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)} "
-                 f"(known: {', '.join('{' + n + '}' for n in allowed)})", DatasetFormatError)]
+        return [
+            (
+                f"uses unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)} "
+                f"(known: {', '.join('{' + n + '}' for n in allowed)})",
+                DatasetFormatError,
+            )
+        ]
     try:
         rel = _render(pieces, {n: _EXAMPLE[n] for n in allowed})
     except (ValueError, TypeError) as e:
@@ -119,8 +124,9 @@ def render(template: str, where: str, **values) -> str:
         raise DatasetFormatError(f"{where}: {template!r} is not a valid path template ({e})") from None
     for _, name, _ in pieces:
         if name is not None and name not in values:
-            raise DatasetFormatError(f"{where}: {template!r} has unknown placeholder {{{name}}} "
-                                     f"(this path is made from {', '.join(values)})")
+            raise DatasetFormatError(
+                f"{where}: {template!r} has unknown placeholder {{{name}}} (this path is made from {', '.join(values)})"
+            )
     try:
         rel = _render(pieces, values)
     except (ValueError, TypeError) as e:
@@ -146,8 +152,12 @@ def _bases(root: str, hub_blobs: bool) -> list[str]:
 
 
 def _special_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     return next((name for test, name in kinds if test(mode)), "a special file")
 
 
@@ -167,8 +177,10 @@ def inside(directory: str | os.PathLike, rel: str, where: str | None = None, hub
     real = os.path.realpath(path)
     bases = _bases(directory, hub_blobs)
     if not any(_within(real, b) for b in bases):
-        raise UnsafePathError(f"{where + ': ' if where else ''}{path} resolves to {real}, outside {bases[0]} (a "
-                              f"symbolic link?); dataset and cache files must stay inside their directory")
+        raise UnsafePathError(
+            f"{where + ': ' if where else ''}{path} resolves to {real}, outside {bases[0]} (a "
+            f"symbolic link?); dataset and cache files must stay inside their directory"
+        )
     return path
 
 
@@ -183,8 +195,10 @@ def dataset_path(fs, root: str, rel: str, where: str | None = None) -> str:
         except OSError:
             return path  # missing (or unreadable): opening it says so
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise UnsafePathError(f"{where + ': ' if where else ''}{path} is {_special_kind(mode)}, not a regular "
-                                  f"file; dataset files must be regular files")
+            raise UnsafePathError(
+                f"{where + ': ' if where else ''}{path} is {_special_kind(mode)}, not a regular "
+                f"file; dataset files must be regular files"
+            )
         return path
     check_relative(rel, where or root)
     return f"{root.rstrip('/')}/{rel}"
@@ -209,8 +223,10 @@ def check_repo_id(repo_id: str) -> str:
     download directory; else UnsafePathError."""
     parts = repo_id.split("/") if isinstance(repo_id, str) else []
     if not 1 <= len(parts) <= 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
-        raise UnsafePathError(f"repo id {repo_id!r} is not a Hub repo id ('owner/name' of letters, digits, '.', "
-                              f"'_' and '-'), nor an existing local directory")
+        raise UnsafePathError(
+            f"repo id {repo_id!r} is not a Hub repo id ('owner/name' of letters, digits, '.', "
+            f"'_' and '-'), nor an existing local directory"
+        )
     return repo_id
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["QUANTILE_RANK_TOLERANCE", "SKETCH_SIZE", "pooled_quantiles", "sketch_of_sorted", "sorted_quantiles"]
 
@@ -41,7 +42,7 @@ def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(t >= 0.5, b - diff * (1 - t), out)
 
 
-def sorted_quantiles(rows: np.ndarray, levels: Sequence[float]) -> np.ndarray:
+def sorted_quantiles(rows: np.ndarray, levels: ArrayLike) -> np.ndarray:
     """`np.quantile(x, levels)` (method ``linear``) of each row of `rows` (shape (D, n), each row sorted
     ascending, float64, n >= 1): shape (len(levels), D)."""
     rows = np.asarray(rows, dtype=np.float64)
@@ -74,8 +75,9 @@ def _weights(count: int, points: int, size: int) -> np.ndarray:
     return w
 
 
-def pooled_quantiles(parts: Sequence[tuple[int, np.ndarray]], levels: Sequence[float],
-                     size: int = SKETCH_SIZE) -> np.ndarray:
+def pooled_quantiles(
+    parts: Sequence[tuple[int, np.ndarray]], levels: Sequence[float], size: int = SKETCH_SIZE
+) -> np.ndarray:
     """Quantiles at `levels` of the pooled data of `parts` (each ``(count, sketch)``, sketch of shape (D, m) from
     `sketch_of_sorted` with the same `size`): shape (len(levels), D), by the rule and within the tolerance of
     the module docstring."""

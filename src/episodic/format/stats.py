@@ -5,8 +5,9 @@ sketch: `format.quantiles`) and their aggregation (`aggregate_stats`)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,30 +58,37 @@ class KeyStats:
     def count(self) -> int:
         return int(np.asarray(self.stats["count"]).reshape(-1)[0])
 
-    def select(self, indices: Sequence[int] | None) -> "KeyStats":
+    def select(self, indices: Sequence[int] | None) -> KeyStats:
         """The statistics of the dimensions `indices` (in that order; None: all)."""
         if indices is None:
             return self
         idx = np.asarray(indices, dtype=np.int64)
-        return KeyStats({n: (v if n == "count" else np.asarray(v)[idx]) for n, v in self.stats.items()},
-                        self.sketch[idx])
+        return KeyStats(
+            {n: (v if n == "count" else np.asarray(v)[idx]) for n, v in self.stats.items()}, self.sketch[idx]
+        )
 
     def shaped(self, shape: Sequence[int]) -> dict[str, np.ndarray]:
         """`stats` with each statistic in the feature's `shape` (as stats.json has them)."""
-        return {n: (np.asarray(v) if n == "count" else np.asarray(v).reshape(tuple(shape)))
-                for n, v in self.stats.items()}
+        return {
+            n: (np.asarray(v) if n == "count" else np.asarray(v).reshape(tuple(shape))) for n, v in self.stats.items()
+        }
 
     def to_json(self) -> dict[str, Any]:
         """JSON-serialisable: statistics as lists, the sketch as little-endian float64 bytes in base64."""
         sketch = np.ascontiguousarray(self.sketch, dtype="<f8")
-        return {"stats": {n: np.asarray(v).tolist() for n, v in self.stats.items()},
-                "sketch": {"shape": list(sketch.shape), "float64": base64.b64encode(sketch.tobytes()).decode()}}
+        return {
+            "stats": {n: np.asarray(v).tolist() for n, v in self.stats.items()},
+            "sketch": {"shape": list(sketch.shape), "float64": base64.b64encode(sketch.tobytes()).decode()},
+        }
 
     @classmethod
-    def from_json(cls, raw: Any) -> "KeyStats":
+    def from_json(cls, raw: Any) -> KeyStats:
         """Back from `to_json`'s form, checked: ValueError when anything is missing or does not fit."""
-        if not isinstance(raw, Mapping) or not isinstance(raw.get("stats"), Mapping) \
-                or not isinstance(raw.get("sketch"), Mapping):
+        if (
+            not isinstance(raw, Mapping)
+            or not isinstance(raw.get("stats"), Mapping)
+            or not isinstance(raw.get("sketch"), Mapping)
+        ):
             raise ValueError("expected an object with 'stats' and 'sketch'")
         names = ("min", "max", "mean", "std", "count", *QUANTILES)
         missing = [n for n in names if n not in raw["stats"]]
@@ -88,13 +96,23 @@ class KeyStats:
             raise ValueError(f"missing statistics {missing}")
         stats = {n: np.asarray(raw["stats"][n], dtype=np.int64 if n == "count" else np.float64) for n in names}
         dims = stats["mean"].shape
-        if len(dims) != 1 or any(stats[n].shape != dims for n in names if n != "count") \
-                or stats["count"].shape != (1,) or stats["count"][0] < 1:
+        if (
+            len(dims) != 1
+            or any(stats[n].shape != dims for n in names if n != "count")
+            or stats["count"].shape != (1,)
+            or stats["count"][0] < 1
+        ):
             raise ValueError("statistics of inconsistent shapes")
         shape = raw["sketch"].get("shape")
         data = base64.b64decode(str(raw["sketch"].get("float64", "")), validate=True)
-        if not (isinstance(shape, list) and len(shape) == 2 and shape[0] == dims[0] and isinstance(shape[1], int)
-                and 1 <= shape[1] and len(data) == 8 * shape[0] * shape[1]):
+        if not (
+            isinstance(shape, list)
+            and len(shape) == 2
+            and shape[0] == dims[0]
+            and isinstance(shape[1], int)
+            and 1 <= shape[1]
+            and len(data) == 8 * shape[0] * shape[1]
+        ):
             raise ValueError(f"a sketch of shape {shape!r} and {len(data)} bytes does not fit {dims[0]} dimensions")
         return cls(stats, np.frombuffer(data, dtype="<f8").reshape(shape).astype(np.float64))
 
@@ -150,11 +168,10 @@ def aggregate_stats(per_episode: Iterable[Mapping[str, Mapping[str, np.ndarray]]
         counts = np.array([float(np.asarray(p["count"]).reshape(-1)[0]) for p in parts])
         total = counts.sum()
         w = counts / total if total > 0 else np.full(len(parts), 1.0 / max(len(parts), 1))
-        shape_w = lambda a: w.reshape((-1,) + (1,) * (np.asarray(a).ndim - 1))  # noqa: E731
         means = np.stack([np.asarray(p["mean"], dtype=np.float64) for p in parts])
-        mean = (means * shape_w(means)).sum(axis=0)
+        mean = (means * _per_part(w, means)).sum(axis=0)
         var_parts = np.stack([np.asarray(p["std"], dtype=np.float64) ** 2 for p in parts])
-        var = ((var_parts + (means - mean) ** 2) * shape_w(means)).sum(axis=0)
+        var = ((var_parts + (means - mean) ** 2) * _per_part(w, means)).sum(axis=0)
         agg = {
             "min": np.min(np.stack([np.asarray(p["min"]) for p in parts]), axis=0),
             "max": np.max(np.stack([np.asarray(p["max"]) for p in parts]), axis=0),
@@ -165,9 +182,14 @@ def aggregate_stats(per_episode: Iterable[Mapping[str, Mapping[str, np.ndarray]]
         for q in QUANTILES:
             if all(q in p for p in parts):
                 qv = np.stack([np.asarray(p[q], dtype=np.float64) for p in parts])
-                agg[q] = (qv * shape_w(qv)).sum(axis=0)
+                agg[q] = (qv * _per_part(w, qv)).sum(axis=0)
         out[key] = agg
     return out
+
+
+def _per_part(w: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """The weights `w` (one per part) shaped to broadcast over `a` (the parts stacked on its first axis)."""
+    return w.reshape((-1,) + (1,) * (np.asarray(a).ndim - 1))
 
 
 def stats_to_json(stats: Stats) -> dict:

@@ -12,9 +12,18 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "END_CLAMP_FRAMES", "SPAN_FRAMES_BEFORE", "SPAN_FRAMES_AFTER", "TIME_EPS_S",
-    "frames_to_seconds", "seconds_to_frames", "timestamp_column", "off_grid", "end_clamp_s", "span_window",
-    "resampled_lengths", "resample_grid",
+    "END_CLAMP_FRAMES",
+    "SPAN_FRAMES_BEFORE",
+    "SPAN_FRAMES_AFTER",
+    "TIME_EPS_S",
+    "frames_to_seconds",
+    "seconds_to_frames",
+    "timestamp_column",
+    "off_grid",
+    "end_clamp_s",
+    "span_window",
+    "resampled_lengths",
+    "resample_grid",
 ]
 
 # A query at most this many frames (plus the tolerance) past a video file's last frame gets the last frame:
@@ -56,8 +65,9 @@ def end_clamp_s(fps, tolerance_s: float) -> float:
     return END_CLAMP_FRAMES / fps + tolerance_s
 
 
-def span_window(from_s: float, to_s: float, frame_s: float, before: int = SPAN_FRAMES_BEFORE,
-                after: int = SPAN_FRAMES_AFTER) -> tuple[float, float]:
+def span_window(
+    from_s: float, to_s: float, frame_s: float, before: int = SPAN_FRAMES_BEFORE, after: int = SPAN_FRAMES_AFTER
+) -> tuple[float, float]:
     """[lo, hi] seconds of the video samples an episode spanning [from_s, to_s] in its file may be decoded
     from (frames of `frame_s` seconds): `before` frames earlier and `after` frames later, plus TIME_EPS_S."""
     return from_s - before * frame_s - TIME_EPS_S, to_s + after * frame_s + TIME_EPS_S

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from ..storage.atomic import atomic_write_bytes
 
@@ -61,8 +62,15 @@ def make_dataset(cfg: Any) -> Any:
     delta_timestamps = resolve_delta_timestamps(cfg.policy, source.load_metadata())
     if getattr(dcfg, "video_backend", None):
         log.info("dataset.video_backend=%s is not used: episodic decodes videos with PyAV", dcfg.video_backend)
-    common = dict(root=source.location, episodes=dcfg.episodes, delta_timestamps=delta_timestamps,
-                  image_transforms=image_transforms, revision=dcfg.revision, tolerance_s=cfg.tolerance_s)
+    common = dict(
+        root=source.location,
+        episodes=dcfg.episodes,
+        delta_timestamps=delta_timestamps,
+        image_transforms=image_transforms,
+        revision=dcfg.revision,
+        tolerance_s=cfg.tolerance_s,
+    )
+    dataset: LeRobotDataset | StreamingLeRobotDataset
     if not dcfg.streaming:
         dataset = LeRobotDataset(dcfg.repo_id, **common)
     else:
@@ -71,8 +79,10 @@ def make_dataset(cfg: Any) -> Any:
             _load_stream_state(dataset, Path(cfg.checkpoint_path))
     if dcfg.use_imagenet_stats:
         for key in dataset.meta.camera_keys:
+            # tensors among the numpy statistics, as LeRobot's make_dataset puts them (its policies read them)
+            camera_stats: dict[str, Any] = dataset.meta.stats.setdefault(key, {})
             for stats_type, stats in IMAGENET_STATS.items():
-                dataset.meta.stats.setdefault(key, {})[stats_type] = torch.tensor(stats, dtype=torch.float32)
+                camera_stats[stats_type] = torch.tensor(stats, dtype=torch.float32)
     return dataset
 
 
@@ -85,12 +95,19 @@ def _state_path(checkpoint_dir: Path) -> Path:
 def _load_stream_state(dataset: Any, checkpoint_dir: Path) -> None:
     path = _state_path(checkpoint_dir)
     if not path.exists():
-        log.warning("%s not found: the stream starts its epoch from the beginning (the checkpoint was not made "
-                    "by episodic lerobot-train)", path)
+        log.warning(
+            "%s not found: the stream starts its epoch from the beginning (the checkpoint was not made "
+            "by episodic lerobot-train)",
+            path,
+        )
         return
     dataset.load_state_dict(json.loads(path.read_text()))
-    log.info("streaming: continuing from %s (epoch %d, %d batches consumed)", path, dataset.epoch,
-             dataset.state.batches_consumed)
+    log.info(
+        "streaming: continuing from %s (epoch %d, %d batches consumed)",
+        path,
+        dataset.epoch,
+        dataset.state.batches_consumed,
+    )
 
 
 class _Run:
@@ -116,7 +133,7 @@ class _Run:
         if not self._streaming():
             yield from self.originals["cycle"](dataloader)
             return
-        kwargs = {"pin_memory": bool(getattr(dataloader, "pin_memory", False))}
+        kwargs: dict[str, Any] = {"pin_memory": bool(getattr(dataloader, "pin_memory", False))}
         if self.cfg.num_workers > 0:
             kwargs["prefetch_factor"] = getattr(dataloader, "prefetch_factor", None) or 2
         loader = self.dataset.loader(batch_size=self.cfg.batch_size, num_workers=self.cfg.num_workers, **kwargs)
@@ -130,7 +147,7 @@ class _Run:
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(path, json.dumps(self.dataset.state_dict(), indent=1).encode())
 
-    def __enter__(self) -> "_Run":
+    def __enter__(self) -> _Run:
         for name in _PATCHED:
             setattr(self.lt, name, getattr(self, name))
         return self
@@ -144,14 +161,18 @@ def _import_lerobot_train() -> Any:
     try:
         from lerobot.scripts import lerobot_train
     except ImportError as e:
-        raise SystemExit(f"episodic lerobot-train: LeRobot's training script cannot be imported ({e}); it runs "
-                         f"in an environment with LeRobot 0.4.x installed (pip install lerobot)") from None
+        raise SystemExit(
+            f"episodic lerobot-train: LeRobot's training script cannot be imported ({e}); it runs "
+            f"in an environment with LeRobot 0.4.x installed (pip install lerobot)"
+        ) from None
     missing = [name for name in _PATCHED if not hasattr(lerobot_train, name)]
     if missing:
         import lerobot
 
-        raise SystemExit(f"episodic lerobot-train: lerobot.scripts.lerobot_train (LeRobot "
-                         f"{getattr(lerobot, '__version__', '?')}) has no {', '.join(missing)}; supported: LeRobot 0.4.x")
+        raise SystemExit(
+            f"episodic lerobot-train: lerobot.scripts.lerobot_train (LeRobot "
+            f"{getattr(lerobot, '__version__', '?')}) has no {', '.join(missing)}; supported: LeRobot 0.4.x"
+        )
     return lerobot_train
 
 

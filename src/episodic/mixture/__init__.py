@@ -12,9 +12,20 @@
 
 from .checking import preflight
 from .checking.report import EntryReport, PreflightReport, Problem
-from .sampling import build_sampler
 from .checking.spec import MixtureEntry, MixtureSpec, Weighting, load_spec
+from .sampling import build_sampler
 from .startup.distributed import StartupResult, prepare
 
-__all__ = ["EntryReport", "MixtureEntry", "MixtureSpec", "PreflightReport", "Problem", "StartupResult", "Weighting",
-           "build_sampler", "load_spec", "preflight", "prepare"]
+__all__ = [
+    "EntryReport",
+    "MixtureEntry",
+    "MixtureSpec",
+    "PreflightReport",
+    "Problem",
+    "StartupResult",
+    "Weighting",
+    "build_sampler",
+    "load_spec",
+    "preflight",
+    "prepare",
+]

@@ -81,8 +81,9 @@ class EntryLayout:
 
     def delta_timestamps(self) -> dict[str, list[float]]:
         """The windows as seconds on this entry's frame grid (what its single-dataset loader is given)."""
-        return {k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.grid_fps).tolist()
-                for k, v in self.offsets.items()}
+        return {
+            k: frames_to_seconds(np.asarray(v, dtype=np.int64), self.grid_fps).tolist() for k, v in self.offsets.items()
+        }
 
     @property
     def data_keys(self) -> list[str]:
@@ -108,8 +109,13 @@ class MixtureLayout:
     depth_unit: str = "mm"  # depth cameras' items in this unit
 
     @classmethod
-    def from_report(cls, report: PreflightReport, image_size: Sequence[int] | None = None,
-                    resize_mode: str = "stretch", depth_unit: str = "mm") -> "MixtureLayout":
+    def from_report(
+        cls,
+        report: PreflightReport,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        depth_unit: str = "mm",
+    ) -> MixtureLayout:
         """The layout of `report`'s entries that take part (status ``ok``). Raises `MixtureLayoutError` listing
         every problem: a role windowed differently in two entries, a role that is a depth camera in one entry and
         a colour camera in another, cameras of several sizes without `image_size`, a bad `image_size`,
@@ -119,8 +125,8 @@ class MixtureLayout:
             problems.append(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
         try:
             check_unit(depth_unit)
-        except ValueError as e:
-            problems.append(str(e))
+        except ValueError as err:
+            problems.append(str(err))
         spec = report.spec
         entries: list[EntryLayout] = []
         for rep in report.entries:
@@ -132,14 +138,32 @@ class MixtureLayout:
                 key = rep.cameras.get(role) or {"state": rep.state_key, "action": rep.action_key}.get(role)
                 if key is not None:
                     offsets[key] = tuple(off)
-            entries.append(EntryLayout(
-                index=rep.index, slot=len(entries), name=rep.name, group=rep.group, fps=rep.fps,
-                tolerance_s=rep.tolerance_s, cameras=dict(rep.cameras), state_key=rep.state_key,
-                state_indices=e.state_indices if rep.state_key else None, state_dim=rep.state_dim,
-                action_key=rep.action_key, action_indices=e.action_indices if rep.action_key else None,
-                action_dim=rep.action_dim, task_key=rep.task_key, offsets=offsets, target_fps=spec.target_fps,
-                resample={key: rule for role, rule in (spec.resample or {}).items()
-                          for key in [rep.state_key if role == "state" else rep.action_key] if key is not None}))
+            entries.append(
+                EntryLayout(
+                    index=rep.index,
+                    slot=len(entries),
+                    name=rep.name,
+                    group=rep.group,
+                    fps=rep.fps,
+                    tolerance_s=rep.tolerance_s,
+                    cameras=dict(rep.cameras),
+                    state_key=rep.state_key,
+                    state_indices=e.state_indices if rep.state_key else None,
+                    state_dim=rep.state_dim,
+                    action_key=rep.action_key,
+                    action_indices=e.action_indices if rep.action_key else None,
+                    action_dim=rep.action_dim,
+                    task_key=rep.task_key,
+                    offsets=offsets,
+                    target_fps=spec.target_fps,
+                    resample={
+                        key: rule
+                        for role, rule in (spec.resample or {}).items()
+                        for key in [rep.state_key if role == "state" else rep.action_key]
+                        if key is not None
+                    },
+                )
+            )
         if not entries:
             raise MixtureLayoutError(f"{spec.origin}: no entry takes part in the mixture", [])
         cameras = tuple(dict.fromkeys(r for e in entries for r in e.cameras))
@@ -147,13 +171,23 @@ class MixtureLayout:
         windows = _windows(entries, cameras, problems)
         size = _image_size(report, entries, image_size, problems)
         if problems:
-            raise MixtureLayoutError(f"{spec.origin}: the mixture's entries cannot share one item layout:\n  - "
-                                     + "\n  - ".join(problems), problems)
-        return cls(cameras=cameras, image_size=size if cameras else None, resize_mode=resize_mode,
-                   state_dim=max(e.state_dim for e in entries), action_dim=max(e.action_dim for e in entries),
-                   windows=windows, entries=tuple(entries), depth_roles=depth_roles, depth_unit=depth_unit)
+            raise MixtureLayoutError(
+                f"{spec.origin}: the mixture's entries cannot share one item layout:\n  - " + "\n  - ".join(problems),
+                problems,
+            )
+        return cls(
+            cameras=cameras,
+            image_size=size if cameras else None,
+            resize_mode=resize_mode,
+            state_dim=max(e.state_dim for e in entries),
+            action_dim=max(e.action_dim for e in entries),
+            windows=windows,
+            entries=tuple(entries),
+            depth_roles=depth_roles,
+            depth_unit=depth_unit,
+        )
 
-    def restricted(self, indices: Sequence[int]) -> "MixtureLayout":
+    def restricted(self, indices: Sequence[int]) -> MixtureLayout:
         """The same keys, shapes and windows with only the entries of spec indices `indices`, re-numbered in order
         (one side of an eval split, where an entry may have no episode: its items keep the mixture's layout)."""
         keep = set(int(i) for i in indices)
@@ -184,8 +218,9 @@ class MixtureLayout:
         return entry.cameras.get(role)
 
 
-def _depth_roles(report: PreflightReport, entries: list[EntryLayout], cameras: tuple[str, ...],
-                 problems: list[str]) -> tuple[str, ...]:
+def _depth_roles(
+    report: PreflightReport, entries: list[EntryLayout], cameras: tuple[str, ...], problems: list[str]
+) -> tuple[str, ...]:
     """The camera roles that are depth cameras: in every entry that has the role, or in none."""
     out = []
     for role in cameras:
@@ -194,10 +229,12 @@ def _depth_roles(report: PreflightReport, entries: list[EntryLayout], cameras: t
             if role in e.cameras:
                 kinds.setdefault(role in report.entries[e.index].depth_roles, []).append(e.name)
         if len(kinds) > 1:
-            problems.append(f"role {role!r} is a depth camera in {len(kinds[True])} entr"
-                            f"{'y' if len(kinds[True]) == 1 else 'ies'} ({', '.join(repr(x) for x in kinds[True][:3])}) "
-                            f"and a colour camera in {len(kinds[False])} ({', '.join(repr(x) for x in kinds[False][:3])}):"
-                            f" map them to different roles")
+            problems.append(
+                f"role {role!r} is a depth camera in {len(kinds[True])} entr"
+                f"{'y' if len(kinds[True]) == 1 else 'ies'} ({', '.join(repr(x) for x in kinds[True][:3])}) "
+                f"and a colour camera in {len(kinds[False])} ({', '.join(repr(x) for x in kinds[False][:3])}):"
+                f" map them to different roles"
+            )
         elif kinds.get(True):
             out.append(role)
     return tuple(out)
@@ -215,13 +252,17 @@ def _windows(entries: list[EntryLayout], cameras: tuple[str, ...], problems: lis
             n = len(e.offsets[key]) if key in e.offsets else None
             lengths.setdefault(n, []).append(e.name)
         if len(lengths) > 1:
-            parts = [f"{'no window' if n is None else f'{n} steps'} in {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
-                     f"({', '.join(repr(x) for x in names[:3])}{' ...' if len(names) > 3 else ''})"
-                     for n, names in lengths.items()]
-            problems.append(f"role {role!r}: windows differ between entries: {'; '.join(parts)} (give every entry "
-                            "the same number of delta_timestamps for it)")
-        elif lengths and next(iter(lengths)) is not None:
-            out[role] = int(next(iter(lengths)))
+            parts = [
+                f"{'no window' if n is None else f'{n} steps'} in {len(names)} entr{'y' if len(names) == 1 else 'ies'} "
+                f"({', '.join(repr(x) for x in names[:3])}{' ...' if len(names) > 3 else ''})"
+                for n, names in lengths.items()
+            ]
+            problems.append(
+                f"role {role!r}: windows differ between entries: {'; '.join(parts)} (give every entry "
+                "the same number of delta_timestamps for it)"
+            )
+        elif (first := next(iter(lengths), None)) is not None:
+            out[role] = int(first)
     return out
 
 
@@ -233,12 +274,14 @@ def _image_size(report: PreflightReport, entries: list[EntryLayout], image_size,
             problems.append(str(e))
             return None
     sizes: dict[tuple[int, int], list[str]] = {}
-    for e in entries:
-        for role, shape in report.entries[e.index].camera_shapes.items():
-            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{e.name}:{role}")
+    for entry in entries:
+        for role, shape in report.entries[entry.index].camera_shapes.items():
+            sizes.setdefault((int(shape[0]), int(shape[1])), []).append(f"{entry.name}:{role}")
     if len(sizes) > 1:
         listed = ", ".join(f"{h}x{w} ({len(v)} cameras, e.g. {v[0]})" for (h, w), v in sorted(sizes.items())[:6])
-        problems.append(f"cameras come in {len(sizes)} sizes (height x width: {listed}): give image_size=(H, W) to "
-                        "bring every frame to one size")
+        problems.append(
+            f"cameras come in {len(sizes)} sizes (height x width: {listed}): give image_size=(H, W) to "
+            "bring every frame to one size"
+        )
         return None
     return next(iter(sizes)) if sizes else None

@@ -36,6 +36,7 @@ the padding values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,11 +45,23 @@ from ..format.quantiles import pooled_quantiles
 from ..format.stats import QUANTILES, Stats, aggregate_stats
 from .layout import ACTION, STATE, EntryLayout, MixtureLayout, camera_key
 
+if TYPE_CHECKING:
+    from ..tabular.column_stats import StatsJob
+
 __all__ = ["PAD_STATS", "STATS_SOURCES", "EntryStats", "entry_stats", "pooled_stats", "stats_json_describes"]
 
 # what a padded dimension gets: every normalisation mode maps its 0 to 0
-PAD_STATS = {"mean": 0.0, "std": 1.0, "min": -1.0, "max": 1.0, "q01": -1.0, "q10": -1.0, "q50": 0.0, "q90": 1.0,
-             "q99": 1.0}
+PAD_STATS = {
+    "mean": 0.0,
+    "std": 1.0,
+    "min": -1.0,
+    "max": 1.0,
+    "q01": -1.0,
+    "q10": -1.0,
+    "q50": 0.0,
+    "q90": 1.0,
+    "q99": 1.0,
+}
 STATS_SOURCES = ("auto", "stats.json", "data")
 _NEEDED = ("mean", "std", "min", "max", *QUANTILES)
 
@@ -59,7 +72,7 @@ class EntryStats(dict):
     quantile sketch of the entry's real dimensions, (d, m))), `cached` (the keys read from the statistics cache)
     and `seconds` (the computation's time; 0 when all came from the cache)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.origin: dict[str, str] = {}
         self.sketches: dict[str, tuple[int, np.ndarray]] = {}
@@ -97,13 +110,25 @@ def stats_json_describes(meta, spec_entry, key: str) -> bool:
 
 
 def _vector_roles(layout: MixtureLayout, e: EntryLayout):
-    return [(shared, key, indices, dim) for shared, key, indices, dim in
-            ((STATE, e.state_key, e.state_indices, layout.state_dim),
-             (ACTION, e.action_key, e.action_indices, layout.action_dim)) if key is not None and dim]
+    return [
+        (shared, key, indices, dim)
+        for shared, key, indices, dim in (
+            (STATE, e.state_key, e.state_indices, layout.state_dim),
+            (ACTION, e.action_key, e.action_indices, layout.action_dim),
+        )
+        if key is not None and dim
+    ]
 
 
-def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers: int | None = None,
-                progress: bool = False, cache=True) -> list[EntryStats]:
+def entry_stats(
+    layout: MixtureLayout,
+    report,
+    *,
+    source: str = "auto",
+    workers: int | None = None,
+    progress: bool = False,
+    cache=True,
+) -> list[EntryStats]:
     """Each entry's statistics under the shared keys (one per `layout.entries`, same order), from `report` (the
     `PreflightReport` the layout was built from; a sequence of `DatasetMetadata` (spec entry i's at i) is taken
     as ``source="stats.json"``: without the spec the selection is unknown). `source`, and the rules: see the
@@ -114,14 +139,20 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
         metadata, spec_entries, sources = report.metadata, report.spec.entries, report.sources
     else:
         metadata, spec_entries, sources, source = report, None, (), "stats.json"
-    jobs, job_of = [], {}
+    jobs: list[StatsJob] = []
+    job_of: dict[int, int] = {}
     if source != "stats.json":
         from ..tabular.column_stats import StatsJob
 
         for e in layout.entries:
             meta, spec_entry = metadata[e.index], spec_entries[e.index]
-            keys = tuple(dict.fromkeys(key for _, key, _, _ in _vector_roles(layout, e)
-                                       if source == "data" or not stats_json_describes(meta, spec_entry, key)))
+            keys = tuple(
+                dict.fromkeys(
+                    key
+                    for _, key, _, _ in _vector_roles(layout, e)
+                    if source == "data" or not stats_json_describes(meta, spec_entry, key)
+                )
+            )
             if keys:
                 job_of[e.index] = len(jobs)
                 jobs.append(StatsJob(sources[e.index], meta, keys, _selected(spec_entry, len(meta.episodes)), e.name))
@@ -143,10 +174,9 @@ def entry_stats(layout: MixtureLayout, report, *, source: str = "auto", workers:
                 if role in layout.depth_roles:  # recorded in the camera's depth_unit: in the items' unit
                     rescale_stats(mine, camera_key(role), meta.info.features[key].depth.unit, layout.depth_unit)
         result = computed[job_of[e.index]] if e.index in job_of else None
-        got = result.keys if result is not None else {}
         for shared, key, indices, dim in _vector_roles(layout, e):
-            if key in got:
-                ks = got[key].select(indices)
+            if result is not None and key in result.keys:
+                ks = result.keys[key].select(indices)
                 mine[shared] = _vector(ks.stats, None, dim, ks.count)
                 mine.origin[shared] = "data"
                 mine.sketches[shared] = (ks.count, ks.sketch)
@@ -173,8 +203,9 @@ def _pool_vector(parts: list[tuple[dict, int, tuple[int, np.ndarray] | None]], d
         band = [(p, sketch) for p, d, sketch in parts if d >= hi]
         members = [{"x": {n: (p[n][lo:hi] if n != "count" else p[n]) for n in (*names, "count")}} for p, _ in band]
         agg = aggregate_stats(members)["x"]
-        if quantiles and all(sketch is not None for _, sketch in band):  # the pooled data's quantiles
-            qs = pooled_quantiles([(n, sk[lo:hi]) for _, (n, sk) in band], [QUANTILES[q] for q in quantiles])
+        sketches = [sketch for _, sketch in band if sketch is not None]
+        if quantiles and len(sketches) == len(band):  # every member's sketch: the pooled data's quantiles
+            qs = pooled_quantiles([(n, sk[lo:hi]) for n, sk in sketches], [QUANTILES[q] for q in quantiles])
             agg.update(zip(quantiles, qs))
         for n in names:
             pieces[n].append(np.asarray(agg[n], dtype=np.float64).reshape(-1))
@@ -185,8 +216,9 @@ def _pool_vector(parts: list[tuple[dict, int, tuple[int, np.ndarray] | None]], d
     return out
 
 
-def pooled_stats(layout: MixtureLayout, per_entry: Sequence[Stats],
-                 group_of: Callable[[EntryLayout], object] | None = None) -> dict[object, Stats]:
+def pooled_stats(
+    layout: MixtureLayout, per_entry: Sequence[Stats], group_of: Callable[[EntryLayout], object] | None = None
+) -> dict[object, Stats]:
     """Statistics pooled over the entries of each group (`group_of(entry)`, default the entry's ``group``:
     the spec's ``group`` or the dataset's robot type), by the rule of the module docstring (`per_entry`:
     `entry_stats`'s; the sketches of an `EntryStats` give exact-within-tolerance pooled quantiles)."""
@@ -201,11 +233,16 @@ def pooled_stats(layout: MixtureLayout, per_entry: Sequence[Stats],
             parts = [per_entry[i][key] for i in members if key in per_entry[i]]
             if parts:
                 pooled[key] = aggregate_stats([{"x": p} for p in parts])["x"]
-        for key, dim, dim_of in ((STATE, layout.state_dim, lambda e: e.state_dim),
-                                 (ACTION, layout.action_dim, lambda e: e.action_dim)):
-            parts = [(per_entry[i][key], dim_of(layout.entries[i]), getattr(per_entry[i], "sketches", {}).get(key))
-                     for i in members if key in per_entry[i]]
-            if parts and dim:
-                pooled[key] = _pool_vector(parts, dim)
+        for key, dim, dim_of in (
+            (STATE, layout.state_dim, lambda e: e.state_dim),
+            (ACTION, layout.action_dim, lambda e: e.action_dim),
+        ):
+            vectors = [
+                (per_entry[i][key], dim_of(layout.entries[i]), getattr(per_entry[i], "sketches", {}).get(key))
+                for i in members
+                if key in per_entry[i]
+            ]
+            if vectors and dim:
+                pooled[key] = _pool_vector(vectors, dim)
         out[g] = pooled
     return out

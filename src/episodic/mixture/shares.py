@@ -5,14 +5,21 @@ from the first samples of the order itself (`order_counts`, what ``episodic mixt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["order_counts", "share_table"]
 
 
-def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence[float], counts,
-                sizes: Sequence[tuple[int, int]] | None = None) -> dict:
+def share_table(
+    names: Sequence[str],
+    groups: Sequence[object],
+    target: ArrayLike,
+    counts,
+    sizes: Sequence[tuple[int, int]] | None = None,
+) -> dict:
     """Per entry and per group: target share, items counted, realised share (items / all items; 0 before any),
     and the largest absolute difference between the two over entries and over groups; with `sizes` ((episodes,
     frames) per entry: what the mixture, or its side of an eval split, holds), those too, summed per group.
@@ -21,27 +28,38 @@ def share_table(names: Sequence[str], groups: Sequence[object], target: Sequence
     "groups": [{"group", "entries", "target", "items", "realised"[, "episodes", "frames"]}], "max_abs_error": ...,
     "max_abs_error_groups": ...}``"""
     counts = np.asarray(counts, dtype=np.int64).reshape(-1)
-    target = np.asarray(target, dtype=np.float64).reshape(-1)
-    if not len(names) == len(groups) == target.size == counts.size:
-        raise ValueError(f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, "
-                         f"{target.size}, {counts.size}")
+    want = np.asarray(target, dtype=np.float64).reshape(-1)
+    if not len(names) == len(groups) == want.size == counts.size:
+        raise ValueError(
+            f"one name, group, target and count per entry: got {len(names)}, {len(groups)}, {want.size}, {counts.size}"
+        )
     total = int(counts.sum())
     realised = counts / total if total else np.zeros(counts.size)
-    entries = [{"name": str(n), "group": g, "target": float(t), "items": int(c), "realised": float(r)}
-               for n, g, t, c, r in zip(names, groups, target, counts, realised)]
+    entries: list[dict[str, Any]] = [
+        {"name": str(n), "group": g, "target": float(t), "items": int(c), "realised": float(r)}
+        for n, g, t, c, r in zip(names, groups, want, counts, realised)
+    ]
     by: dict[object, list[int]] = {}
     for i, g in enumerate(groups):
         by.setdefault(g, []).append(i)
-    rows = [{"group": g, "entries": len(ix), "target": float(target[ix].sum()), "items": int(counts[ix].sum()),
-             "realised": float(realised[ix].sum())} for g, ix in by.items()]
+    rows: list[dict[str, Any]] = [
+        {
+            "group": g,
+            "entries": len(ix),
+            "target": float(want[ix].sum()),
+            "items": int(counts[ix].sum()),
+            "realised": float(realised[ix].sum()),
+        }
+        for g, ix in by.items()
+    ]
     if sizes is not None:
         if len(sizes) != counts.size:
             raise ValueError(f"one (episodes, frames) per entry: got {len(sizes)} for {counts.size} entries")
         for row, (e, f) in zip(entries, sizes):
             row["episodes"], row["frames"] = int(e), int(f)
-        for row, (g, ix) in zip(rows, by.items()):
+        for row, ix in zip(rows, by.values()):
             row["episodes"], row["frames"] = sum(int(sizes[i][0]) for i in ix), sum(int(sizes[i][1]) for i in ix)
-    err = float(np.abs(realised - target).max()) if total and target.size else 0.0
+    err = float(np.abs(realised - want).max()) if total and want.size else 0.0
     gerr = max((abs(r["realised"] - r["target"]) for r in rows), default=0.0) if total else 0.0
     return {"items": total, "entries": entries, "groups": rows, "max_abs_error": err, "max_abs_error_groups": gerr}
 

@@ -14,12 +14,23 @@ step on every rank. ``iter()`` always starts from the current state.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, Protocol
 
 from episodic.order import shard
-from episodic.order.sampler import EpisodeAwareSampler
 from episodic.order.state import OrderState
 
-__all__ = ["EpisodicBatchSampler", "TrackedLoader"]
+__all__ = ["EpisodicBatchSampler", "IndexOrder", "TrackedLoader"]
+
+
+class IndexOrder(Protocol):
+    """What an `EpisodicBatchSampler` batches: a global order of `len()` positions, each mapped to a dataset
+    index by `indices_at` (an `EpisodeAwareSampler`, a `MixtureSampler`)."""
+
+    seed: int
+
+    def __len__(self) -> int: ...
+
+    def indices_at(self, positions: Any, epoch: int | None = None, seed: int | None = None) -> Any: ...
 
 
 class EpisodicBatchSampler:
@@ -35,7 +46,7 @@ class EpisodicBatchSampler:
 
     def __init__(
         self,
-        sampler: EpisodeAwareSampler,
+        sampler: IndexOrder,
         batch_size: int,
         *,
         rank: int | None = None,
@@ -78,7 +89,7 @@ class EpisodicBatchSampler:
                 consumed, step, self.rank, self.world_size, self.batch_size, self.num_samples
             )
             if not self.pad_last:  # one rank: the last step's batch is the positions left
-                positions = positions[:self.num_samples - consumed - step * self.batch_size]
+                positions = positions[: self.num_samples - consumed - step * self.batch_size]
             yield self.sampler.indices_at(positions, epoch, self.seed).tolist()
 
     def advance(self, steps: int = 1) -> None:

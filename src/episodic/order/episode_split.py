@@ -17,8 +17,9 @@ from episodic.order.stream_keys import segment_seed
 __all__ = ["plan_episodes"]
 
 
-def plan_episodes(counts: np.ndarray, num_consumers: int, seed: int, epoch: int, segment: int = 0,
-                  shuffle: bool = True) -> list[np.ndarray]:
+def plan_episodes(
+    counts: np.ndarray, num_consumers: int, seed: int, epoch: int, segment: int = 0, shuffle: bool = True
+) -> list[np.ndarray]:
     """Positions into `counts` (frames to emit per candidate episode) for each consumer.
 
     Episodes are taken in a keyed random order (`permute` keyed by `segment_seed(seed, segment)` and

@@ -40,7 +40,7 @@ def split_problems_of(fraction: Any, rule: Any, seed: Any) -> list[str]:
         out.append(f"eval_split.fraction must be a number in (0, 1), got {fraction!r}")
     if rule not in SPLIT_RULES:
         out.append(f"eval_split.rule must be one of {', '.join(SPLIT_RULES)}, got {rule!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 63:
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
         out.append(f"eval_split.seed must be an int in [0, 2**63), got {seed!r}")
     return out
 
@@ -61,7 +61,7 @@ class EvalSplit:
             raise ValueError("; ".join(problems))
 
     @classmethod
-    def of(cls, value: Any) -> "EvalSplit | None":
+    def of(cls, value: Any) -> EvalSplit | None:
         """An option given as an `EvalSplit`, a fraction, a mapping of its fields, or None (no split)."""
         if value is None or isinstance(value, EvalSplit):
             return value

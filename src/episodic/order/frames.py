@@ -58,7 +58,10 @@ class EpisodeFrames:
             logger.warning(
                 "%d episode(s) (first: %d) have no frame left after drop_n_first_frames=%d and "
                 "drop_n_last_frames=%d; skipping them.",
-                int(empty.sum()), int(np.flatnonzero(empty)[0]), drop_n_first_frames, drop_n_last_frames,
+                int(empty.sum()),
+                int(np.flatnonzero(empty)[0]),
+                drop_n_first_frames,
+                drop_n_last_frames,
             )
         used &= lengths > 0
         if not used.any():

@@ -20,9 +20,19 @@ __all__ = ["MixtureBatchSampler"]
 class MixtureBatchSampler(EpisodicBatchSampler):
     """Rank ``rank``'s batches of flat mixture indices (`MixtureSampler.split` gives (entry, row))."""
 
-    def __init__(self, sampler: MixtureSampler, batch_size: int, *, rank: int | None = None,
-                 world_size: int | None = None, drop_last: bool = False, seed: int | None = None,
-                 on_change: str = "continue"):
+    sampler: MixtureSampler
+
+    def __init__(
+        self,
+        sampler: MixtureSampler,
+        batch_size: int,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        seed: int | None = None,
+        on_change: str = "continue",
+    ):
         if on_change not in ON_CHANGE:
             raise ValueError(f"on_change must be one of {ON_CHANGE}, got {on_change!r}")
         super().__init__(sampler, batch_size, rank=rank, world_size=world_size, drop_last=drop_last, seed=seed)

@@ -26,7 +26,7 @@ weighted by how often positions land on each entry, the mean depth is below
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,14 +114,18 @@ class QuotaTree:
     root: int
 
     @classmethod
-    def build(cls, units: Sequence[int], seed: int | None = None) -> "QuotaTree":
+    def build(cls, units: Iterable[int], seed: int | None = None) -> QuotaTree:
         u = np.asarray(list(units), dtype=np.int64).reshape(-1)
         if u.size == 0 or (u < 0).any() or not (u > 0).any():
             raise ValueError(f"units must be >= 0 with at least one > 0, got {u.tolist()[:10]}")
         n = u.size
         heap = [(int(x), i) for i, x in enumerate(u.tolist()) if x > 0]
         heapq.heapify(heap)
-        first, second, split, weight, phase = [], [], [], [], []
+        first: list[int] = []
+        second: list[int] = []
+        split: list[int] = []
+        weight: list[int] = []
+        phase: list[int] = []
         while len(heap) > 1:
             wa, a = heapq.heappop(heap)
             wb, b = heapq.heappop(heap)
@@ -133,8 +137,15 @@ class QuotaTree:
             phase.append(_phase(seed, node - n, wa + wb))
             heapq.heappush(heap, (wa + wb, node))
         as_array = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-        return cls(units=u, first=as_array(first), second=as_array(second), split=as_array(split),
-                   weight=as_array(weight), phase=as_array(phase), root=heap[0][1])
+        return cls(
+            units=u,
+            first=as_array(first),
+            second=as_array(second),
+            split=as_array(split),
+            weight=as_array(weight),
+            phase=as_array(phase),
+            root=heap[0][1],
+        )
 
     @property
     def total(self) -> int:
@@ -189,6 +200,6 @@ class QuotaTree:
                 out[node] = c
                 continue
             k = node - n
-            c1 = int(muldiv(np.array([c]), self.split[k:k + 1], self.weight[k:k + 1], self.phase[k:k + 1])[0])
+            c1 = int(muldiv(np.array([c]), self.split[k : k + 1], self.weight[k : k + 1], self.phase[k : k + 1])[0])
             stack += [(int(self.first[k]), c1), (int(self.second[k]), c - c1)]
         return out

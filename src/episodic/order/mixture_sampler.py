@@ -58,14 +58,25 @@ class MixtureSampler:
     sequence stands.
     """
 
-    def __init__(self, entries: Sequence[EpisodeFrames], weights: Sequence[float], names: Sequence[str], *,
-                 samples_per_epoch: int | None = None, shuffle: bool = True, seed: int = 0,
-                 skipped: Sequence[str] = (), own_weights: Sequence[float] | None = None):
+    def __init__(
+        self,
+        entries: Sequence[EpisodeFrames],
+        weights: Sequence[float],
+        names: Sequence[str],
+        *,
+        samples_per_epoch: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        skipped: Sequence[str] = (),
+        own_weights: Sequence[float] | None = None,
+    ):
         self.entries = list(entries)
         self.names = tuple(str(n) for n in names)
         if len(self.names) != len(self.entries) or len(weights) != len(self.entries):
-            raise ValueError(f"need one name and one weight per entry: {len(self.entries)} entries, "
-                             f"{len(self.names)} names, {len(weights)} weights")
+            raise ValueError(
+                f"need one name and one weight per entry: {len(self.entries)} entries, "
+                f"{len(self.names)} names, {len(weights)} weights"
+            )
         if len(set(self.names)) != len(self.names):
             dup = sorted({n for n in self.names if self.names.count(n) > 1})
             raise ValueError(f"entry names must be unique, repeated: {dup[:5]}")
@@ -82,8 +93,9 @@ class MixtureSampler:
         own = list(weights if own_weights is None else own_weights)
         if len(own) != len(self.entries):
             raise ValueError(f"own_weights needs one value per entry, got {len(own)}")
-        self.fresh = MixtureState.fresh(self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped,
-                                        own)
+        self.fresh = MixtureState.fresh(
+            self.names, self.units.tolist(), self.frames.tolist(), self.num_samples, skipped, own
+        )
         self.state = self.fresh
         self._trees: dict[int | None, QuotaTree] = {}
         self._entry_keys: dict[int, np.ndarray] = {}
@@ -183,7 +195,9 @@ class MixtureSampler:
 
     def _keys(self, seed: int) -> np.ndarray:
         if seed not in self._entry_keys:
-            self._entry_keys = {seed: np.asarray([entry_key(seed, n) for n in self.names], dtype=np.uint64).view(np.int64)}
+            self._entry_keys = {
+                seed: np.asarray([entry_key(seed, n) for n in self.names], dtype=np.uint64).view(np.int64)
+            }
         return self._entry_keys[seed]
 
     def indices_at(self, positions, epoch: int | None = None, seed: int | None = None):
@@ -196,8 +210,10 @@ class MixtureSampler:
         flat = np.asarray(flat, dtype=np.int64)
         bad = (flat < 0) | (flat >= self.num_indices)
         if bad.any():
-            raise IndexError(f"flat index {int(flat[bad].reshape(-1)[0])} out of range: the mixture has "
-                             f"{self.num_indices} (its entries' kept frames)")
+            raise IndexError(
+                f"flat index {int(flat[bad].reshape(-1)[0])} out of range: the mixture has "
+                f"{self.num_indices} (its entries' kept frames)"
+            )
         entry = np.searchsorted(self.kept_base, flat, side="right") - 1
         return entry, self._rows(flat)
 
@@ -229,8 +245,9 @@ class MixtureSampler:
     def mixture_state(self) -> dict:
         return self.state.to_dict()
 
-    def resume(self, saved: Mapping | None, epoch: int, consumed: int, seed: int | None = None,
-               on_change: str = "continue") -> list[str]:
+    def resume(
+        self, saved: Mapping | None, epoch: int, consumed: int, seed: int | None = None, on_change: str = "continue"
+    ) -> list[str]:
         """Adopt a saved mixture state for a run resuming at (`epoch`, `consumed`); returns what changed in the
         mixture since it was saved (empty when nothing). A changed mixture continues by the rule of
         `order.mixture_state` (logged as a warning), or raises `SpecChangeError` with ``on_change="refuse"``.
@@ -243,13 +260,23 @@ class MixtureSampler:
         old = MixtureState.from_dict(saved)
         changes = old.changes(self.fresh)
         if not changes and old.same_spec(self.fresh):
-            self.state = replace(old, weights=self.fresh.weights)  # the same order; weights recorded (old states lack them)
+            self.state = replace(
+                old, weights=self.fresh.weights
+            )  # the same order; weights recorded (old states lack them)
             return []
         if on_change == "refuse":
-            raise SpecChangeError("the mixture differs from the one the order state was saved with ("
-                                  + "; ".join(changes) + "); resume with on_change='continue' to apply the new "
-                                  "mixture from the resume point, or restore the old mixture")
-        logger.warning("mixture changed since the order state was saved (%s): the new mixture applies from epoch "
-                       "%d position %d on; kept entries continue their draws", "; ".join(changes), epoch, consumed)
+            raise SpecChangeError(
+                "the mixture differs from the one the order state was saved with ("
+                + "; ".join(changes)
+                + "); resume with on_change='continue' to apply the new "
+                "mixture from the resume point, or restore the old mixture"
+            )
+        logger.warning(
+            "mixture changed since the order state was saved (%s): the new mixture applies from epoch "
+            "%d position %d on; kept entries continue their draws",
+            "; ".join(changes),
+            epoch,
+            consumed,
+        )
         self.state = old.continued(self.fresh, self._tree_seed(seed), int(epoch), int(consumed))
         return changes

@@ -61,8 +61,10 @@ class MixtureState:
     def __post_init__(self):
         n = len(self.names)
         if not n or any(len(x) != n for x in (self.units, self.frames, self.base)):
-            raise ValueError(f"mixture state: names, units, frames and base must have one value per entry, got "
-                             f"{n}, {len(self.units)}, {len(self.frames)}, {len(self.base)}")
+            raise ValueError(
+                f"mixture state: names, units, frames and base must have one value per entry, got "
+                f"{n}, {len(self.units)}, {len(self.frames)}, {len(self.base)}"
+            )
         if len(set(self.names)) != n:
             raise ValueError("mixture state: entry names must be unique")
         if self.weights and len(self.weights) != n:
@@ -71,12 +73,26 @@ class MixtureState:
             raise ValueError(f"mixture state: samples_per_epoch must be >= 1, got {self.samples_per_epoch}")
 
     @classmethod
-    def fresh(cls, names: Sequence[str], units: Sequence[int], frames: Sequence[int], samples_per_epoch: int,
-              skipped: Sequence[str] = (), weights: Sequence[float] = ()) -> "MixtureState":
+    def fresh(
+        cls,
+        names: Sequence[str],
+        units: Sequence[int],
+        frames: Sequence[int],
+        samples_per_epoch: int,
+        skipped: Sequence[str] = (),
+        weights: Sequence[float] = (),
+    ) -> MixtureState:
         """The state of a mixture that starts at epoch 0, every entry at draw 0."""
-        return cls(epoch=0, samples_per_epoch=int(samples_per_epoch), names=tuple(names),
-                   units=tuple(int(u) for u in units), frames=tuple(int(f) for f in frames),
-                   base=(0,) * len(names), skipped=tuple(skipped), weights=tuple(float(w) for w in weights))
+        return cls(
+            epoch=0,
+            samples_per_epoch=int(samples_per_epoch),
+            names=tuple(names),
+            units=tuple(int(u) for u in units),
+            frames=tuple(int(f) for f in frames),
+            base=(0,) * len(names),
+            skipped=tuple(skipped),
+            weights=tuple(float(w) for w in weights),
+        )
 
     def position(self, epoch: int, positions) -> np.ndarray:
         """Global sequence positions of `positions` of epoch `epoch` (int64 array)."""
@@ -85,11 +101,16 @@ class MixtureState:
         return (epoch - self.epoch) * self.samples_per_epoch + np.asarray(positions, dtype=np.int64)
 
     # ------------------------------------------------------------------ spec changes
-    def same_spec(self, other: "MixtureState") -> bool:
+    def same_spec(self, other: MixtureState) -> bool:
         return (self.names, self.units, self.frames, self.samples_per_epoch, self.skipped) == (
-            other.names, other.units, other.frames, other.samples_per_epoch, other.skipped)
+            other.names,
+            other.units,
+            other.frames,
+            other.samples_per_epoch,
+            other.skipped,
+        )
 
-    def changes(self, new: "MixtureState") -> list[str]:
+    def changes(self, new: MixtureState) -> list[str]:
         """What differs between this (saved) state's mixture and `new`'s, in words; empty when nothing. Re-weighted:
         the kept entries whose own weight changed (with both states' weights recorded; else whose units changed,
         which changing one entry's weight does to all)."""
@@ -104,8 +125,12 @@ class MixtureState:
         else:
             reweighted = [n for n in new.names if n in old and old[n][0] != cur[n][0]]
         resized = [n for n in new.names if n in old and old[n][1] != cur[n][1]]
-        for what, names in (("added", added), ("retired", retired), ("re-weighted", reweighted),
-                            ("with another number of frames", resized)):
+        for what, names in (
+            ("added", added),
+            ("retired", retired),
+            ("re-weighted", reweighted),
+            ("with another number of frames", resized),
+        ):
             if names:
                 out.append(f"{len(names)} entr{'y' if len(names) == 1 else 'ies'} {what}: {_short(names)}")
         if self.samples_per_epoch != new.samples_per_epoch:
@@ -116,7 +141,7 @@ class MixtureState:
             out.append(f"skipped entries {_short(self.skipped)} -> {_short(new.skipped)}")
         return out
 
-    def continued(self, new: "MixtureState", seed: int | None, epoch: int, consumed: int) -> "MixtureState":
+    def continued(self, new: MixtureState, seed: int | None, epoch: int, consumed: int) -> MixtureState:
         """The state that resumes this one's run at (`epoch`, `consumed`) with `new`'s mixture (see the module
         docstring); `seed` is the quota tree's seed (it shapes the sequence whose counts are carried over)."""
         if self.same_spec(new):
@@ -130,21 +155,31 @@ class MixtureState:
             prev = old.get(name)
             start = prev[1] if prev is not None and prev[0] == frames else 0
             base.append(start - c)
-        return MixtureState(epoch=int(epoch), samples_per_epoch=new.samples_per_epoch, names=new.names,
-                            units=new.units, frames=new.frames, base=tuple(base), skipped=new.skipped,
-                            weights=new.weights)
+        return MixtureState(
+            epoch=int(epoch),
+            samples_per_epoch=new.samples_per_epoch,
+            names=new.names,
+            units=new.units,
+            frames=new.frames,
+            base=tuple(base),
+            skipped=new.skipped,
+            weights=new.weights,
+        )
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
-        out = {"epoch": self.epoch, "samples_per_epoch": self.samples_per_epoch,
-               "entries": [[n, u, f, b] for n, u, f, b in zip(self.names, self.units, self.frames, self.base)],
-               "skipped": list(self.skipped)}
+        out = {
+            "epoch": self.epoch,
+            "samples_per_epoch": self.samples_per_epoch,
+            "entries": [[n, u, f, b] for n, u, f, b in zip(self.names, self.units, self.frames, self.base)],
+            "skipped": list(self.skipped),
+        }
         if self.weights:
             out["weights"] = list(self.weights)
         return out
 
     @classmethod
-    def from_dict(cls, raw: Mapping) -> "MixtureState":
+    def from_dict(cls, raw: Mapping) -> MixtureState:
         """Validates every field; the error names the field and what it must be."""
         if not isinstance(raw, Mapping):
             raise ValueError(f"mixture state must be a dict, got {type(raw).__name__}")
@@ -155,11 +190,18 @@ class MixtureState:
             raise ValueError(f"mixture state: field 'entries' must be a non-empty list, got {entries!r}")
         cols: list[list] = [[], [], [], []]
         for i, e in enumerate(entries):
-            ok = (isinstance(e, (list, tuple)) and len(e) == 4 and isinstance(e[0], str)
-                  and all(isinstance(v, int) and not isinstance(v, bool) for v in e[1:])
-                  and e[1] >= 0 and e[2] >= 0)
+            ok = (
+                isinstance(e, (list, tuple))
+                and len(e) == 4
+                and isinstance(e[0], str)
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in e[1:])
+                and e[1] >= 0
+                and e[2] >= 0
+            )
             if not ok:
-                raise ValueError(f"mixture state: entries[{i}] must be [name, units >= 0, frames >= 0, base], got {e!r}")
+                raise ValueError(
+                    f"mixture state: entries[{i}] must be [name, units >= 0, frames >= 0, base], got {e!r}"
+                )
             for col, v in zip(cols, e):
                 col.append(v)
         skipped = raw.get("skipped", [])
@@ -167,11 +209,19 @@ class MixtureState:
             raise ValueError(f"mixture state: field 'skipped' must be a list of entry names, got {skipped!r}")
         weights = raw.get("weights", [])
         if not isinstance(weights, (list, tuple)) or not all(
-                isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0 for w in weights):
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0 for w in weights
+        ):
             raise ValueError(f"mixture state: field 'weights' must be a list of finite numbers >= 0, got {weights!r}")
-        return cls(epoch=epoch, samples_per_epoch=n, names=tuple(cols[0]), units=tuple(cols[1]),
-                   frames=tuple(cols[2]), base=tuple(cols[3]), skipped=tuple(skipped),
-                   weights=tuple(float(w) for w in weights))
+        return cls(
+            epoch=epoch,
+            samples_per_epoch=n,
+            names=tuple(cols[0]),
+            units=tuple(cols[1]),
+            frames=tuple(cols[2]),
+            base=tuple(cols[3]),
+            skipped=tuple(skipped),
+            weights=tuple(float(w) for w in weights),
+        )
 
 
 def _short(names: Sequence[str], k: int = 5) -> str:

@@ -33,7 +33,7 @@ class PoolOrder:
             raise ValueError(f"pool_size must be >= 1, got {pool_size}")
         self.pool_size = int(pool_size)
         self.shuffle = bool(shuffle) and rng is not None
-        if self.shuffle:
+        if rng is not None and self.shuffle:
             self._perm_rng = np.random.default_rng(int(rng.integers(1 << 62)))
             self._u_rng = np.random.default_rng(int(rng.integers(1 << 62)))
         self._u: list[float] = []
@@ -80,7 +80,8 @@ class PoolOrder:
             n = self.counts[self._k[i]]
             r = self._rem[i] - 1
             out_k[p] = self._k[i]
-            out_j[p] = self._perm[i][n - 1 - r] if self.shuffle else n - 1 - r
+            perm = self._perm[i]  # None without shuffle
+            out_j[p] = perm[n - 1 - r] if perm is not None else n - 1 - r
             self._remaining -= 1
             if r == 0:
                 self.finished.append(self._k[i])

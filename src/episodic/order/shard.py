@@ -38,7 +38,9 @@ class ConsumerId:
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={self.rank}, world_size={self.world_size}")
         if self.num_workers < 1 or not 0 <= self.worker < self.num_workers:
-            raise ValueError(f"need 0 <= worker < num_workers, got worker={self.worker}, num_workers={self.num_workers}")
+            raise ValueError(
+                f"need 0 <= worker < num_workers, got worker={self.worker}, num_workers={self.num_workers}"
+            )
 
     @property
     def consumers(self) -> int:
@@ -85,12 +87,12 @@ def advance(
 def resolve_topology(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
     """``(rank, world_size)``: the given values, else torch.distributed's when initialised, else (0, 1)."""
     if rank is None or world_size is None:
-        dist = None
         try:
             import torch.distributed as dist  # lazy: the order package itself needs numpy only
+
+            initialized = dist.is_available() and dist.is_initialized()
         except ImportError:  # pragma: no cover
-            pass
-        initialized = dist is not None and dist.is_available() and dist.is_initialized()
+            initialized = False
         if rank is None:
             rank = dist.get_rank() if initialized else 0
         if world_size is None:

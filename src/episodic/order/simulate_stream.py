@@ -25,9 +25,9 @@ from itertools import cycle
 import numpy as np
 
 from episodic.order.pool_order import PoolOrder
+from episodic.order.shard import ConsumerId
 from episodic.order.simulate import Topology
 from episodic.order.stream_keys import consumer_rng
-from episodic.order.shard import ConsumerId
 from episodic.order.stream_plan import consumer_plan
 from episodic.order.stream_state import StreamState
 
@@ -66,7 +66,7 @@ class StreamSimulation:
 def _takes(take_size: int | Sequence[int] | None, batch_size: int) -> Iterator[int]:
     if take_size is None:
         take_size = batch_size
-    sizes = [int(take_size)] if np.ndim(take_size) == 0 else [int(t) for t in take_size]
+    sizes = [int(t) for t in np.atleast_1d(take_size)]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"take sizes must be >= 1, got {take_size!r}")
     return cycle(sizes)
@@ -84,34 +84,50 @@ def _drain(order: PoolOrder, m: int, sizes: Iterator[int]) -> tuple[np.ndarray, 
     return np.concatenate(ks), np.concatenate(js)
 
 
-def _rank_batches(lengths: Mapping[int, int], state: StreamState, rank: int, sizes: Iterator[int]) -> list[tuple]:
+def _rank_batches(
+    lengths: Mapping[int, int], state: StreamState, rank: int, sizes: Iterator[int], pool_size: int, shuffle: bool
+) -> list[tuple]:
     """Rank ``rank``'s batches left in the open segment of ``state`` (worker, consumer, episodes, frames), in
     the order a new DataLoader iterator hands them out: every worker's plan is `consumer_plan`'s, as in the
-    dataset."""
+    dataset (whose state holds the same `pool_size` and `shuffle`)."""
+    assert state.segment is not None, "a run's state has an open segment"
     ws, workers, bs = state.segment
     nw = max(workers, 1)
     per_worker = []
     for wid in range(nw):
-        plan = consumer_plan(lengths, replace(state, segment=(ws, nw, bs)), ConsumerId(rank, ws, wid, nw),
-                             state.episode_pool_size, state.shuffle)
+        plan = consumer_plan(
+            lengths,
+            replace(state, segment=(ws, nw, bs)),
+            ConsumerId(rank, ws, wid, nw),
+            pool_size,
+            shuffle,
+        )
         rng = consumer_rng(state.seed, state.epoch, plan.segment, plan.consumer)
-        order = PoolOrder([len(r) for r in plan.frames], state.episode_pool_size, rng, state.shuffle)
+        order = PoolOrder([len(r) for r in plan.frames], pool_size, rng, shuffle)
         _drain(order, plan.skip, sizes)  # fast-forward past what was consumed
         k, j = _drain(order, order.total - order.pos, sizes)
         e = plan.episodes[k]
         f = np.fromiter((plan.frames[a][b] for a, b in zip(k.tolist(), j.tolist())), np.int64, len(k))
         worker = wid if workers else -1
-        per_worker.append([(worker, plan.consumer, e[p:p + bs], f[p:p + bs]) for p in range(0, len(k), bs)])
-    out, r = [], 0
+        per_worker.append([(worker, plan.consumer, e[p : p + bs], f[p : p + bs]) for p in range(0, len(k), bs)])
+    out: list[tuple] = []
+    r = 0
     while any(r < len(b) for b in per_worker):  # round-robin over workers, skipping exhausted ones
         out.extend(b[r] for b in per_worker if r < len(b))
         r += 1
     return out
 
 
-def simulate_stream(lengths: Mapping[int, int], runs: Sequence[tuple[Topology, int | None]], *, seed: int = 0,
-                    epoch: int = 0, pool_size: int = 64, shuffle: bool = True,
-                    take_size: int | Sequence[int] | None = None) -> StreamSimulation:
+def simulate_stream(
+    lengths: Mapping[int, int],
+    runs: Sequence[tuple[Topology, int | None]],
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    pool_size: int = 64,
+    shuffle: bool = True,
+    take_size: int | Sequence[int] | None = None,
+) -> StreamSimulation:
     """Simulate one epoch over episodes ``{episode: length}`` consumed by a job restarted on ``runs``.
 
     ``runs`` is a list of ``(topology, k)``: the job runs on ``topology`` until every rank has handed out
@@ -136,7 +152,7 @@ def simulate_stream(lengths: Mapping[int, int], runs: Sequence[tuple[Topology, i
         state = state.open_segment(topo.world_size, topo.workers, topo.batch_size)  # as StreamingLoader does
         segment = len(state.history)
         sizes = _takes(take_size, topo.batch_size)
-        streams = [_rank_batches(lengths, state, r, sizes) for r in range(topo.world_size)]
+        streams = [_rank_batches(lengths, state, r, sizes, pool_size, shuffle) for r in range(topo.world_size)]
         n = max(map(len, streams)) if k is None else min(int(k), *map(len, streams))
         for s in range(n):
             for r, stream in enumerate(streams):

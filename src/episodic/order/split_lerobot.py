@@ -29,6 +29,6 @@ def lerobot_split(episodes: np.ndarray, first_tasks: Sequence[str], fraction: fl
     kept, held = [], []
     for members in groups.values():
         k = math.ceil(len(members) * float(fraction))
-        kept += members[:len(members) - k]
-        held += members[len(members) - k:]
+        kept += members[: len(members) - k]
+        held += members[len(members) - k :]
     return np.sort(np.asarray(kept, dtype=np.int64)), np.sort(np.asarray(held, dtype=np.int64))

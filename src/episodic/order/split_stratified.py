@@ -38,8 +38,9 @@ def held_out_count(total: int, fraction: float) -> int:
     return min(max(t, 1), total - 1)
 
 
-def stratified_split(episodes: np.ndarray, strata: Sequence[str], fraction: float,
-                     seed: int) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(
+    episodes: np.ndarray, strata: Sequence[str], fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(kept, held out) episodes, each ascending: `episodes` with `strata[i]` the stratum (task) of
     `episodes[i]`, split at `fraction` by the rule of the module docstring."""
     episodes = np.asarray(episodes, dtype=np.int64).reshape(-1)

@@ -31,7 +31,7 @@ class OrderState:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, state: dict) -> "OrderState":
+    def from_dict(cls, state: dict) -> OrderState:
         missing = {"seed", "epoch", "consumed"} - set(state)
         if missing:
             raise KeyError(f"order state lacks {sorted(missing)}: {state!r}")
@@ -41,5 +41,5 @@ class OrderState:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "OrderState":
+    def from_json(cls, text: str) -> OrderState:
         return cls.from_dict(json.loads(text))

@@ -26,8 +26,20 @@ from episodic.order.stream_state import StreamState
 __all__ = ["ConsumerPlan", "consumer_plan", "remaining_after", "segment_batches", "segment_plan", "split_problems"]
 
 
-def segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_workers: int, seed: int, epoch: int,
-                 segment: int, shuffle: bool) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+# the frames (offsets in their episode) an episode has still to emit: an untouched episode's `range`, or an
+# ascending int64 array
+Frames = range | np.ndarray
+
+
+def segment_plan(
+    remaining: Mapping[int, Frames],
+    world_size: int,
+    num_workers: int,
+    seed: int,
+    epoch: int,
+    segment: int,
+    shuffle: bool,
+) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
     """Candidate episodes (ascending), the positions of each consumer's episodes among them, and each
     consumer's number of frames.
 
@@ -40,15 +52,16 @@ def segment_plan(remaining: Mapping[int, Sequence[int]], world_size: int, num_wo
     return cand, plans, [int(counts[p].sum()) for p in plans]
 
 
-def remaining_after(lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int,
-                    pool_size: int, shuffle: bool) -> dict[int, Sequence[int]]:
+def remaining_after(
+    lengths: Mapping[int, int], history: Sequence[Sequence[int]], seed: int, epoch: int, pool_size: int, shuffle: bool
+) -> dict[int, Frames]:
     """Frames (offsets in their episode) not yet consumed after the closed segments `history`, each
     [world_size, num_workers, batch_size, batches_consumed] (batches consumed per rank).
 
     Every episode of `lengths` is a key of the result; an episode untouched so far keeps an O(1)
     `range`, a touched one gets an ascending int64 array (empty once it is fully consumed).
     `num_workers=0` (no DataLoader workers) counts as one consumer per rank."""
-    remaining = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
+    remaining: dict[int, Frames] = {int(e): range(int(n)) for e, n in lengths.items()}  # untouched episodes stay O(1)
     for s, (ws, nw, bs, k) in enumerate(history):
         nw = max(int(nw), 1)  # num_workers=0: the main process is the one consumer of its rank
         cand, plans, _ = segment_plan(remaining, ws, nw, seed, epoch, s, shuffle)
@@ -88,32 +101,42 @@ class ConsumerPlan:
     consumer_frames: list[int]
 
 
-def consumer_plan(lengths: Mapping[int, int], state: StreamState, at: ConsumerId, pool_size: int,
-                  shuffle: bool) -> ConsumerPlan:
+def consumer_plan(
+    lengths: Mapping[int, int], state: StreamState, at: ConsumerId, pool_size: int, shuffle: bool
+) -> ConsumerPlan:
     """The plan of the consumer `at` (its worker and rank) in the open segment of `state` (after its `history`,
     `batches_consumed` batches of the segment's batch size into it; seed and epoch). A new DataLoader iterator
     starts its round-robin at worker 0: worker w plays the part of the worker that was w places after the one
     due to hand out the next batch."""
+    assert state.segment is not None, "a consumer plans the open segment"
     seed, epoch, history, batch_size = state.seed, state.epoch, state.history, state.segment[2]
     remaining = remaining_after(lengths, history, seed, epoch, pool_size, shuffle)
     segment = len(history)
     rank, nw = at.rank, at.num_workers
     cand, plans, frames = segment_plan(remaining, at.world_size, nw, seed, epoch, segment, shuffle)
-    took, nxt = consumed_items(frames[rank * nw:(rank + 1) * nw], max(batch_size, 1), state.batches_consumed)
+    took, nxt = consumed_items(frames[rank * nw : (rank + 1) * nw], max(batch_size, 1), state.batches_consumed)
     logical = (nxt + at.worker) % nw
     eps = cand[plans[rank * nw + logical]]
-    return ConsumerPlan(episodes=eps, frames=[remaining[int(e)] for e in eps], skip=took[logical],
-                        consumer=rank * nw + logical, segment=segment, candidates=len(cand), consumer_frames=frames)
+    return ConsumerPlan(
+        episodes=eps,
+        frames=[remaining[int(e)] for e in eps],
+        skip=took[logical],
+        consumer=rank * nw + logical,
+        segment=segment,
+        candidates=len(cand),
+        consumer_frames=frames,
+    )
 
 
 def segment_batches(lengths: Mapping[int, int], state: StreamState, pool_size: int, shuffle: bool) -> list[int]:
     """Batches each rank hands out in the open segment of `state` (its topology and batch size, after its
     `history`), counted from its start."""
+    assert state.segment is not None, "batches of the open segment"
     world_size, num_workers, batch_size = state.segment
     nw = max(num_workers, 1)
     remaining = remaining_after(lengths, state.history, state.seed, state.epoch, pool_size, shuffle)
     _, _, frames = segment_plan(remaining, world_size, nw, state.seed, state.epoch, len(state.history), shuffle)
-    return [sum(batches_per_worker(frames[r * nw:(r + 1) * nw], batch_size)) for r in range(world_size)]
+    return [sum(batches_per_worker(frames[r * nw : (r + 1) * nw], batch_size)) for r in range(world_size)]
 
 
 def split_problems(plan: ConsumerPlan, world_size: int, num_workers: int, ranks: bool = True) -> list[str]:
@@ -122,11 +145,15 @@ def split_problems(plan: ConsumerPlan, world_size: int, num_workers: int, ranks:
     waiting in a collective op)."""
     ws, nw, out = world_size, num_workers, []
     if plan.candidates < ws * nw:
-        out.append(f"streaming: {plan.candidates} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
-                   f"{ws * nw - plan.candidates} consumers get no episode")
-    per_rank = [sum(plan.consumer_frames[r * nw:(r + 1) * nw]) for r in range(ws)]
+        out.append(
+            f"streaming: {plan.candidates} episodes for {ws * nw} consumers (world_size {ws} x {nw} workers): "
+            f"{ws * nw - plan.candidates} consumers get no episode"
+        )
+    per_rank = [sum(plan.consumer_frames[r * nw : (r + 1) * nw]) for r in range(ws)]
     if ranks and ws > 1 and len(set(per_rank)) > 1:
-        out.append(f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}.."
-                   f"{max(per_rank)} frames, so some ranks run out of batches first (stop every rank at the shortest, "
-                   f"e.g. loader(even_batches=True), or expect a hang in collective ops)")
+        out.append(
+            f"streaming: world_size {ws} does not divide the epoch evenly: ranks get {min(per_rank)}.."
+            f"{max(per_rank)} frames, so some ranks run out of batches first (stop every rank at the shortest, "
+            f"e.g. loader(even_batches=True), or expect a hang in collective ops)"
+        )
     return out

@@ -25,8 +25,15 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["AtomicFile", "atomic_path", "atomic_write_bytes", "fsync_directory", "fsync_file", "is_temp_name",
-           "temp_files"]
+__all__ = [
+    "AtomicFile",
+    "atomic_path",
+    "atomic_write_bytes",
+    "fsync_directory",
+    "fsync_file",
+    "is_temp_name",
+    "temp_files",
+]
 
 _TEMP_NAME = re.compile(r"^\..+\.[0-9]+\.[0-9a-f]{12}\.tmp$")
 
@@ -38,8 +45,8 @@ def is_temp_name(name: str) -> bool:
 
 def temp_files(root: str | os.PathLike) -> list[str]:
     """Every temporary file of this module's naming under `root` (sorted paths)."""
-    found = []
-    for directory, _, files in os.walk(root):
+    found: list[str] = []
+    for directory, _, files in os.walk(os.fspath(root)):
         found.extend(os.path.join(directory, f) for f in files if is_temp_name(f))
     return sorted(found)
 
@@ -130,7 +137,7 @@ class AtomicFile:
         except FileNotFoundError:
             pass
 
-    def __enter__(self) -> "AtomicFile":
+    def __enter__(self) -> AtomicFile:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -28,13 +28,15 @@ from pathlib import Path
 
 try:
     import fcntl
+
+    _FLOCK = True
 except ImportError:  # pragma: no cover - not POSIX: evictions are not serialised (unlinks stay idempotent)
-    fcntl = None
+    _FLOCK = False
 
 from .. import config
-from .atomic import atomic_write_bytes
 from ..counters import Counters
 from ..format.paths import cache_name, inside
+from .atomic import atomic_write_bytes
 from .fetch import FetchPolicy, fetch_bytes, file_info, version_token
 
 __all__ = ["FileCache", "copy_dir", "default_cache_dir"]
@@ -66,8 +68,14 @@ class FileCache:
     `max_bytes` (default `episodic.config.file_cache_max_bytes()`, 32 GiB) of them. Fetches follow `policy`
     (default `FetchPolicy()`) and are counted in `stats`."""
 
-    def __init__(self, directory: str | os.PathLike | None = None, policy: FetchPolicy | None = None,
-                 stats: Counters | None = None, max_bytes: int | None = None, grace_s: float = 60.0):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        policy: FetchPolicy | None = None,
+        stats: Counters | None = None,
+        max_bytes: int | None = None,
+        grace_s: float = 60.0,
+    ):
         self.directory = Path(directory) if directory else default_cache_dir() / "files"
         self.policy = policy
         self.stats = stats if stats is not None else Counters()
@@ -123,7 +131,7 @@ class FileCache:
         number of files deleted. Skipped when another process is evicting."""
         if not self.directory.is_dir():
             return 0
-        if fcntl is None:
+        if not _FLOCK:
             return self._evict_locked(keep)
         with open(self.directory / ".evict.lock", "a") as lock:
             try:
@@ -163,8 +171,13 @@ class FileCache:
                 deleted += 1
                 self.stats.add(cache_evictions=1)
         if total > self.max_bytes:
-            logger.info("%s: %d bytes in use, above the cache size of %d bytes (files used in the last %g s "
-                        "are kept)", self.directory, total, self.max_bytes, self.grace_s)
+            logger.info(
+                "%s: %d bytes in use, above the cache size of %d bytes (files used in the last %g s are kept)",
+                self.directory,
+                total,
+                self.max_bytes,
+                self.grace_s,
+            )
         return deleted
 
 

@@ -65,13 +65,21 @@ def metadata_fingerprint(meta: DatasetMetadata) -> str:
         h.update(b"\0")
 
     ep = meta.episodes
-    for value in (meta.info.to_dict(), list(meta.tasks), ep.length, ep.dataset_from_index, ep.dataset_to_index,
-                  [list(t or []) for t in ep.tasks], list(ep.data_files), ep.data_file_id):
+    for value in (
+        meta.info.to_dict(),
+        list(meta.tasks),
+        ep.length,
+        ep.dataset_from_index,
+        ep.dataset_to_index,
+        [list(t or []) for t in ep.tasks],
+        list(ep.data_files),
+        ep.data_file_id,
+    ):
         add(value)
     for key in sorted(ep.cameras):
         cam = ep.cameras[key]
-        for value in (key, list(cam.files), cam.file_id, cam.from_ts, cam.to_ts):
-            add(value)
+        for part in (key, list(cam.files), cam.file_id, cam.from_ts, cam.to_ts):
+            add(part)
     for feature in sorted(meta.stats or {}):
         for stat in sorted(meta.stats[feature]):
             add(f"{feature}/{stat}")
@@ -134,8 +142,9 @@ class DatasetCopy:
         return [rel for rel in dict.fromkeys(rels) if rel not in recorded or _size(self.path(rel)) != recorded[rel]]
 
     # ------------------------------------------------------------------ fetching
-    def fetch_meta(self, fingerprint: str | None = None,
-                   files: dict[str, bytes | BaseException] | None = None) -> DatasetMetadata:
+    def fetch_meta(
+        self, fingerprint: str | None = None, files: dict[str, bytes | BaseException] | None = None
+    ) -> DatasetMetadata:
         """Fetch the dataset's metadata files into the copy (and forget the files fetched before: they belong to
         older metadata). With `fingerprint`, the metadata fetched must have it (else DatasetFormatError: the
         dataset changed since it was read). `files`: metadata files read already (path -> bytes, or the error
@@ -165,8 +174,9 @@ class DatasetCopy:
                 pass
         got = metadata_fingerprint(meta)
         if fingerprint is not None and got != fingerprint:
-            raise DatasetFormatError(f"{self.url}: the dataset's metadata changed since it was checked (preflight); "
-                                     "check the mixture again")
+            raise DatasetFormatError(
+                f"{self.url}: the dataset's metadata changed since it was checked (preflight); check the mixture again"
+            )
         state = {"url": self.url, "fingerprint": got, "meta": sizes}
         atomic_write_bytes(self.path(_STATE), json.dumps(state, indent=1).encode())
         return meta
@@ -179,8 +189,9 @@ class DatasetCopy:
         counters = src.cache.stats if src.cache is not None else None
         info = file_info(src.fs, remote, url, src.policy, counters)
         size = info.get("size")
-        n = fetch_to_file(src.fs, remote, url, self.path(rel), src.policy, counters,
-                          size=int(size) if size is not None else None)
+        n = fetch_to_file(
+            src.fs, remote, url, self.path(rel), src.policy, counters, size=int(size) if size is not None else None
+        )
         line = json.dumps({"path": rel, "size": n, "version": version_token(info)}) + "\n"
         with self._lock, open(self.directory / _FILES, "a") as f:  # one write: O_APPEND keeps lines whole
             f.write(line)

@@ -11,11 +11,22 @@ import email.utils
 import socket
 import sys
 import time
+from typing import TypeGuard
 
 from ..format.errors import EpisodicError
 
-__all__ = ["NOT_FOUND", "RAISE", "REFUSED", "RETRY", "RangesIgnored", "TruncatedRead", "classify", "describe",
-           "retry_after", "unanswered"]
+__all__ = [
+    "NOT_FOUND",
+    "RAISE",
+    "REFUSED",
+    "RETRY",
+    "RangesIgnored",
+    "TruncatedRead",
+    "classify",
+    "describe",
+    "retry_after",
+    "unanswered",
+]
 
 
 class RangesIgnored(Exception):
@@ -54,7 +65,7 @@ def _botocore_kind(e: BaseException) -> str | None:
     return RETRY if isinstance(e, transient) else REFUSED
 
 
-def _client_error(e: BaseException | None) -> bool:
+def _client_error(e: BaseException | None) -> TypeGuard[BaseException]:
     """`e` is a botocore ClientError (an S3 answer with an error status)."""
     exceptions = sys.modules.get("botocore.exceptions")
     return exceptions is not None and isinstance(e, exceptions.ClientError)

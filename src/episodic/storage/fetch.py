@@ -68,14 +68,39 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .. import config
 from ..checks import check_number
-from ..format.errors import EpisodicError, FetchError, MissingFileError
+from ..format.errors import FetchError, MissingFileError
 from ..format.meta_files import too_large
-from .failures import (NOT_FOUND, RAISE, REFUSED, RETRY, RangesIgnored, TruncatedRead, classify, describe,
-                       retry_after, status_of, timed_out, unanswered)
+from .failures import (
+    NOT_FOUND,
+    RAISE,
+    REFUSED,
+    RETRY,
+    RangesIgnored,
+    TruncatedRead,
+    classify,
+    describe,
+    retry_after,
+    status_of,
+    timed_out,
+    unanswered,
+)
 from .hosts import HOSTS, host_key
 
-__all__ = ["FetchPolicy", "RangesIgnored", "TruncatedRead", "fetch_bytes", "fetch_to_file", "file_identity", "file_info",
-           "file_size", "host_delay", "is_local", "timeout_options", "version_token", "with_retries"]
+__all__ = [
+    "FetchPolicy",
+    "RangesIgnored",
+    "TruncatedRead",
+    "fetch_bytes",
+    "fetch_to_file",
+    "file_identity",
+    "file_info",
+    "file_size",
+    "host_delay",
+    "is_local",
+    "timeout_options",
+    "version_token",
+    "with_retries",
+]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -148,8 +173,9 @@ def _fresh_s(policy: FetchPolicy) -> float:
     return max(policy.retry_window_s, policy.request_timeout_s or 0.0) + policy.max_backoff_s
 
 
-def _refuse_if_down(key: str | None, url: str, where: str, attempt: int, cause: BaseException | None,
-                    policy: FetchPolicy | None = None) -> None:
+def _refuse_if_down(
+    key: str | None, url: str, where: str, attempt: int, cause: BaseException | None, policy: FetchPolicy | None = None
+) -> None:
     """FetchError at once when the host is down (`hosts`): it stayed silent for a whole retry window (with
     `policy`, before a first attempt: or it has been silent for that long)."""
     down = HOSTS.down(key, policy.retry_window_s, _fresh_s(policy)) if policy is not None else HOSTS.down(key)
@@ -158,8 +184,15 @@ def _refuse_if_down(key: str | None, url: str, where: str, attempt: int, cause: 
         raise FetchError(f"{where}: {verb}: {down.message()}", url, attempt) from cause
 
 
-def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = None, counters: Any = None,
-                 *, rng: random.Random | None = None, host: str | None = None) -> T:
+def with_retries(
+    call: Callable[[], T],
+    url: str,
+    policy: FetchPolicy | None = None,
+    counters: Any = None,
+    *,
+    rng: random.Random | None = None,
+    host: str | None = None,
+) -> T:
     """`call()`, retried on transient failures under `policy` (default `FetchPolicy()`); see the module
     docstring for what is retried. `counters.add(retries=1)` is called before each retry. A first attempt
     waits while the host is held by a Retry-After (at most `max_retry_after_s`); a host found down fails
@@ -190,8 +223,9 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
             if kind == NOT_FOUND:
                 raise MissingFileError(f"{url}: file not found") from None
             if kind == REFUSED:
-                raise FetchError(f"{where}: refused, not retried (attempt {attempt}: {describe(e)})", url,
-                                 attempt) from e
+                raise FetchError(
+                    f"{where}: refused, not retried (attempt {attempt}: {describe(e)})", url, attempt
+                ) from e
             now = time.monotonic()
             end = start + policy.retry_window_s
             if silent:  # the window closes one window after the host fell silent, for every fetch from it
@@ -206,16 +240,24 @@ def with_retries(call: Callable[[], T], url: str, policy: FetchPolicy | None = N
             if left <= 0 or (policy.retries is not None and attempt > policy.retries):
                 if silent and left <= 0:
                     HOSTS.mark_down(key, policy.retry_window_s, describe(e))
-                raise FetchError(f"{where}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
-                                 f"{now - start:.1f} s (last: {describe(e)})", url, attempt) from e
+                raise FetchError(
+                    f"{where}: cannot fetch after {attempt} attempt{'s' if attempt > 1 else ''} in "
+                    f"{now - start:.1f} s (last: {describe(e)})",
+                    url,
+                    attempt,
+                ) from e
             asked = retry_after(e)
             if asked is not None:
                 asked = min(asked, policy.max_retry_after_s)
                 HOSTS.hold(key, asked)
                 if asked > left:
-                    raise FetchError(f"{where}: the server asks to retry after {asked:.1f} s, past the end of the "
-                                     f"retry window ({left:.1f} s left of {policy.retry_window_s:g} s; attempt "
-                                     f"{attempt}: {describe(e)})", url, attempt) from e
+                    raise FetchError(
+                        f"{where}: the server asks to retry after {asked:.1f} s, past the end of the "
+                        f"retry window ({left:.1f} s left of {policy.retry_window_s:g} s; attempt "
+                        f"{attempt}: {describe(e)})",
+                        url,
+                        attempt,
+                    ) from e
                 wait = asked
             else:
                 wait = policy.backoff(attempt - 1, rng)
@@ -246,8 +288,9 @@ def timeout_options(protocol: str | tuple | list, options: dict, policy: FetchPo
 
         client = dict(out.get("client_kwargs") or {})
         if "timeout" not in client:
-            client["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout_s,
-                                                      sock_read=policy.timeout_s)
+            client["timeout"] = aiohttp.ClientTimeout(
+                total=None, sock_connect=policy.connect_timeout_s, sock_read=policy.timeout_s
+            )
         out["client_kwargs"] = client
     elif protocols & {"s3", "s3a"}:
         conf = dict(out.get("config_kwargs") or {})
@@ -275,9 +318,19 @@ def _check_length(data: bytes, expected: int | None, url: str, what: str) -> byt
     return data
 
 
-def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
-                start: int | None = None, end: int | None = None, *, size: int | None = None,
-                max_bytes: int | None = None, rng: random.Random | None = None) -> bytes:
+def fetch_bytes(
+    fs,
+    path: str,
+    url: str,
+    policy: FetchPolicy | None = None,
+    counters: Any = None,
+    start: int | None = None,
+    end: int | None = None,
+    *,
+    size: int | None = None,
+    max_bytes: int | None = None,
+    rng: random.Random | None = None,
+) -> bytes:
     """The whole file `path` of `fs` (checked against `size` when given, else against the size the
     filesystem reports, when it reports one), or with `start`/`end` the byte range [start, end) (checked
     to be exactly that long; longer: `RangesIgnored`). Retried under `policy`; errors name `url`.
@@ -295,6 +348,7 @@ def fetch_bytes(fs, path: str, url: str, policy: FetchPolicy | None = None, coun
         return _check_length(data, expected, url, "whole file")
 
     def ranged() -> bytes:
+        assert start is not None and end is not None, "a range has both ends"
         data = fs.cat_file(path, start=start, end=end)
         if len(data) > end - start:
             raise RangesIgnored(f"{url}: asked for bytes {start}-{end}, got {len(data)} bytes")
@@ -313,8 +367,17 @@ def _head_of(fs, path: str, n: int) -> bytes:
         raise
 
 
-def fetch_to_file(fs, path: str, url: str, local: str | os.PathLike, policy: FetchPolicy | None = None,
-                  counters: Any = None, *, size: int | None = None, rng: random.Random | None = None) -> int:
+def fetch_to_file(
+    fs,
+    path: str,
+    url: str,
+    local: str | os.PathLike,
+    policy: FetchPolicy | None = None,
+    counters: Any = None,
+    *,
+    size: int | None = None,
+    rng: random.Random | None = None,
+) -> int:
     """The whole file `path` of `fs` written to the local file `local`, streamed (never held in memory) under a
     temporary name and renamed when complete (`storage.atomic`), its length checked against `size` when given.
     Retried under `policy`; errors name `url`; nothing is left at `local` when it fails. Returns the length."""
@@ -331,8 +394,15 @@ def fetch_to_file(fs, path: str, url: str, local: str | os.PathLike, policy: Fet
     return with_retries(attempt, url, policy, counters, rng=rng)
 
 
-def file_info(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
-              *, rng: random.Random | None = None) -> dict:
+def file_info(
+    fs,
+    path: str,
+    url: str,
+    policy: FetchPolicy | None = None,
+    counters: Any = None,
+    *,
+    rng: random.Random | None = None,
+) -> dict:
     """What `fs` reports about `path` (its size, and for remote files what identifies the version: ETag,
     Last-Modified, ...), retried under `policy`."""
     policy = policy or FetchPolicy()
@@ -340,16 +410,38 @@ def file_info(fs, path: str, url: str, policy: FetchPolicy | None = None, counte
     return dict(with_retries(lambda: fs.info(path, **kw), url, policy, counters, rng=rng))
 
 
-def file_size(fs, path: str, url: str, policy: FetchPolicy | None = None, counters: Any = None,
-              *, rng: random.Random | None = None) -> int | None:
+def file_size(
+    fs,
+    path: str,
+    url: str,
+    policy: FetchPolicy | None = None,
+    counters: Any = None,
+    *,
+    rng: random.Random | None = None,
+) -> int | None:
     """The size of `path` as `fs` reports it (None when it does not), retried under `policy`."""
     size = file_info(fs, path, url, policy, counters, rng=rng).get("size")
     return int(size) if size is not None else None
 
 
 # what identifies a remote file's version in fsspec's `info` (HTTP headers, S3, GCS, Azure, the Hub)
-_VERSION_KEYS = ("ETag", "etag", "Last-Modified", "LastModified", "last_modified", "mtime", "generation",
-                 "md5Hash", "crc32c", "content_md5", "blob_id", "sha256", "lfs", "last_commit", "VersionId")
+_VERSION_KEYS = (
+    "ETag",
+    "etag",
+    "Last-Modified",
+    "LastModified",
+    "last_modified",
+    "mtime",
+    "generation",
+    "md5Hash",
+    "crc32c",
+    "content_md5",
+    "blob_id",
+    "sha256",
+    "lfs",
+    "last_commit",
+    "VersionId",
+)
 
 
 def version_token(info: dict) -> str:

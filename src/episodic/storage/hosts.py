@@ -54,8 +54,10 @@ class Down:
 
     def message(self, now: float | None = None) -> str:
         now = time.monotonic() if now is None else now
-        return (f"{self.host} is down: no answer for a whole retry window ({self.window_s:g} s; last: {self.last}); "
-                f"not asked again for {max(0.0, self.until - now):.1f} s")
+        return (
+            f"{self.host} is down: no answer for a whole retry window ({self.window_s:g} s; last: {self.last}); "
+            f"not asked again for {max(0.0, self.until - now):.1f} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Hosts:
     """The per-host facts of this process (see the module docstring). Every method takes a key of `host_key`
     (or the Hub endpoint); a None key has no facts."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, float] = {}
         self._silent: dict[str, _Silence] = {}
@@ -152,8 +154,13 @@ class Hosts:
                 del self._down[key]
                 found = None
             silence = self._silent.get(key)
-            if found is None and silence is not None and window_s > 0 and now - silence.seen <= fresh_s \
-                    and now - silence.first >= window_s:
+            if (
+                found is None
+                and silence is not None
+                and window_s > 0
+                and now - silence.seen <= fresh_s
+                and now - silence.first >= window_s
+            ):
                 found = self._down[key] = Down(key, silence.first, now + window_s, window_s, silence.last)
                 del self._silent[key]
         return found

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import TypeGuard
 
 from fsspec.implementations.local import LocalFileSystem
 
@@ -46,12 +47,16 @@ def hub_root(repo_id: str, revision: str | None = None) -> Path:
     return base / (f"{repo_id}@{revision_dirname(revision)}" if revision else repo_id)
 
 
-def files_for_episodes(local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None) -> list[str]:
+def files_for_episodes(
+    local_dir: str | os.PathLike, episodes: Sequence[int], video_keys: Sequence[str] | None = None
+) -> list[str]:
     meta = load_metadata(LocalFileSystem(), str(local_dir))
     files: list[str] = []
     for ep in sorted(set(episode_list(episodes).tolist())):
         if not 0 <= ep < len(meta.episodes):
-            raise DatasetFormatError(f"{local_dir}: episode {ep} out of range: the dataset has {len(meta.episodes)} episodes")
+            raise DatasetFormatError(
+                f"{local_dir}: episode {ep} out of range: the dataset has {len(meta.episodes)} episodes"
+            )
         files.append(meta.data_file_of(ep))
         for key in meta.video_keys:
             if video_keys is None or key in video_keys:
@@ -75,8 +80,13 @@ def _hub_call(call, what: str, policy: FetchPolicy):
 
     # gated repositories (a RepositoryNotFoundError) included; EntryNotFoundError: the remote one before
     # huggingface_hub 1.0, the base of both since (LocalEntryNotFoundError, "cannot reach the Hub", is not one)
-    names = ("RepositoryNotFoundError", "RevisionNotFoundError", "DisabledRepoError", "RemoteEntryNotFoundError",
-             "EntryNotFoundError")
+    names = (
+        "RepositoryNotFoundError",
+        "RevisionNotFoundError",
+        "DisabledRepoError",
+        "RemoteEntryNotFoundError",
+        "EntryNotFoundError",
+    )
     permanent = tuple(c for c in (getattr(hf_errors, n, None) for n in names) if c is not None)
     offline = getattr(hf_errors, "LocalEntryNotFoundError", ())
 
@@ -86,17 +96,25 @@ def _hub_call(call, what: str, policy: FetchPolicy):
         except permanent as e:
             if offline and isinstance(e, offline):
                 if _offline_mode():  # nothing to wait for
-                    raise MissingFileError(f"{what}: not on disk, and huggingface_hub is offline "
-                                           f"(HF_HUB_OFFLINE)") from None
+                    raise MissingFileError(
+                        f"{what}: not on disk, and huggingface_hub is offline (HF_HUB_OFFLINE)"
+                    ) from None
                 raise  # the Hub could not be reached: retried
             raise MissingFileError(f"{what}: not found on the Hub ({type(e).__name__}: {e})") from None
 
     return with_retries(attempt, what, policy, host=constants.ENDPOINT)
 
 
-def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = None, episodes: Sequence[int] | None = None,
-             video_keys: Sequence[str] | None = None, max_workers: int = 8, progress: bool = True,
-             policy: FetchPolicy | None = None) -> Path:
+def download(
+    repo_id: str,
+    local_dir: str | os.PathLike,
+    revision: str | None = None,
+    episodes: Sequence[int] | None = None,
+    video_keys: Sequence[str] | None = None,
+    max_workers: int = 8,
+    progress: bool = True,
+    policy: FetchPolicy | None = None,
+) -> Path:
     import huggingface_hub
 
     policy = policy or FetchPolicy()
@@ -106,9 +124,18 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
     where = f"hub dataset {repo_id!r} (revision {revision or 'main'})"
 
     def snapshot(patterns: list[str] | None) -> None:
-        _hub_call(lambda: huggingface_hub.snapshot_download(
-            repo_id, repo_type="dataset", revision=revision, local_dir=str(local_dir), allow_patterns=patterns,
-            etag_timeout=timeout), where, policy)
+        _hub_call(
+            lambda: huggingface_hub.snapshot_download(
+                repo_id,
+                repo_type="dataset",
+                revision=revision,
+                local_dir=str(local_dir),
+                allow_patterns=patterns,
+                etag_timeout=timeout,
+            ),
+            where,
+            policy,
+        )
 
     try:
         if episodes is None and video_keys is None:
@@ -125,13 +152,23 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
         commit = local_commit(local_dir) or revision
 
         def fetch(rel: str) -> None:
-            _hub_call(lambda: huggingface_hub.hf_hub_download(
-                repo_id, filename=rel, repo_type="dataset", revision=commit, local_dir=str(local_dir),
-                etag_timeout=timeout), f"{where}: {rel}", policy)
+            _hub_call(
+                lambda: huggingface_hub.hf_hub_download(
+                    repo_id,
+                    filename=rel,
+                    repo_type="dataset",
+                    revision=commit,
+                    local_dir=str(local_dir),
+                    etag_timeout=timeout,
+                ),
+                f"{where}: {rel}",
+                policy,
+            )
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(needed) or 1))) as pool:
-            for _ in bar(pool.map(fetch, needed), enabled=progress, total=len(needed), desc=f"downloading {repo_id}",
-                         unit="file"):
+            for _ in bar(
+                pool.map(fetch, needed), enabled=progress, total=len(needed), desc=f"downloading {repo_id}", unit="file"
+            ):
                 pass
     except EpisodicError:  # MissingFileError, FetchError (naming the attempts), a bad episode
         raise
@@ -144,9 +181,9 @@ def download(repo_id: str, local_dir: str | os.PathLike, revision: str | None = 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-def is_commit(revision: str | None) -> bool:
+def is_commit(revision: str | None) -> TypeGuard[str]:
     """`revision` is a full commit SHA (40 lowercase hex digits)."""
-    return bool(revision) and _COMMIT.fullmatch(revision) is not None
+    return revision is not None and _COMMIT.fullmatch(revision) is not None
 
 
 def local_commit(local_dir: str | os.PathLike, rel: str = "meta/info.json") -> str | None:
@@ -173,8 +210,11 @@ def resolve_commit(repo_id: str, revision: str | None, policy: FetchPolicy | Non
 
     policy = policy or FetchPolicy()
     where = f"hub dataset {repo_id!r} (revision {revision or 'main'})"
-    info = _hub_call(lambda: huggingface_hub.HfApi().dataset_info(repo_id, revision=revision,
-                                                                   timeout=policy.request_timeout_s), where, policy)
+    info = _hub_call(
+        lambda: huggingface_hub.HfApi().dataset_info(repo_id, revision=revision, timeout=policy.request_timeout_s),
+        where,
+        policy,
+    )
     if not is_commit(getattr(info, "sha", None)):
         raise DatasetFormatError(f"{where}: the Hub gave no commit for it (got {getattr(info, 'sha', None)!r})")
     return info.sha
@@ -197,8 +237,9 @@ def missing_files(local_dir: str | os.PathLike, rels: Sequence[str], commit: str
     return out
 
 
-def fetch_file(repo_id: str, local_dir: str | os.PathLike, commit: str, rel: str,
-               policy: FetchPolicy | None = None) -> int:
+def fetch_file(
+    repo_id: str, local_dir: str | os.PathLike, commit: str, rel: str, policy: FetchPolicy | None = None
+) -> int:
     """Download `rel` (a path inside the repo) of dataset `repo_id` at `commit` into `local_dir` under the fetch
     policy; its size in bytes. (Callers run several in a pool.)"""
     import huggingface_hub
@@ -207,7 +248,16 @@ def fetch_file(repo_id: str, local_dir: str | os.PathLike, commit: str, rel: str
     local_dir = Path(local_dir)
     inside(local_dir, rel, f"{local_dir}: file of {repo_id!r}")
     where = f"hub dataset {repo_id!r} (commit {commit}): {rel}"
-    path = _hub_call(lambda: huggingface_hub.hf_hub_download(
-        repo_id, filename=rel, repo_type="dataset", revision=commit, local_dir=str(local_dir),
-        etag_timeout=policy.request_timeout_s or 3600.0), where, policy)
+    path = _hub_call(
+        lambda: huggingface_hub.hf_hub_download(
+            repo_id,
+            filename=rel,
+            repo_type="dataset",
+            revision=commit,
+            local_dir=str(local_dir),
+            etag_timeout=policy.request_timeout_s or 3600.0,
+        ),
+        where,
+        policy,
+    )
     return os.path.getsize(path)

@@ -43,9 +43,9 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from .atomic import atomic_write_bytes
 from ..counters import Counters
 from ..format.paths import dataset_path, inside
+from .atomic import atomic_write_bytes
 from .fetch import FetchPolicy, RangesIgnored, fetch_bytes, file_size
 from .ranges import (
     Mp4Layout,
@@ -76,10 +76,23 @@ class Prefetcher:
     `retries`, `backoff_s` and `max_backoff_s`).
     """
 
-    def __init__(self, fs, root: str, directory: str | os.PathLike | None, max_bytes: int, local: bool,
-                 threads: int = 4, retries: int | None = None, backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 stats: Counters | None = None, seed: int | None = None, ranges: bool = True,
-                 max_idle_files: int = 32, policy: FetchPolicy | None = None):
+    def __init__(
+        self,
+        fs,
+        root: str,
+        directory: str | os.PathLike | None,
+        max_bytes: int,
+        local: bool,
+        threads: int = 4,
+        retries: int | None = None,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        stats: Counters | None = None,
+        seed: int | None = None,
+        ranges: bool = True,
+        max_idle_files: int = 32,
+        policy: FetchPolicy | None = None,
+    ):
         self.fs, self.root, self.local = fs, root.rstrip("/"), local
         self.directory = Path(directory) if directory is not None else None
         self.max_bytes = int(max_bytes)
@@ -101,7 +114,7 @@ class Prefetcher:
         self._idle: OrderedDict[str, None] = OrderedDict()  # unreferenced files on disk, oldest first
         self._pool = None if local else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episodic-fetch")
 
-    def path(self, rel: str) -> str:
+    def path(self, rel: str) -> str | Path:
         return self.remote_path(rel) if self.local else self.mirror_path(rel)
 
     def remote_path(self, rel: str) -> str:
@@ -111,6 +124,7 @@ class Prefetcher:
     def mirror_path(self, rel: str) -> Path:
         """`rel`'s file in the mirror, checked to stay inside the mirror directory (format.paths.inside): the
         one path every write, sparse write and unlink of a mirror file uses."""
+        assert self.directory is not None, "a remote source's prefetcher has a mirror directory"
         return Path(inside(self.directory, rel, f"mirror file of {self.url(rel)}"))
 
     def url(self, rel: str) -> str:
@@ -143,6 +157,7 @@ class Prefetcher:
         with self._lock:
             self._refs[rel] = self._refs.get(rel, 0) + 1
             self._idle.pop(rel, None)
+        assert self._pool is not None, "a remote source's prefetcher has a thread pool"
         return self._pool.submit(fn, *args)
 
     def release(self, rel: str) -> None:
@@ -200,7 +215,7 @@ class Prefetcher:
         with self._lock:
             fut = table.get(rel)
             owner = fut is None or (fut.done() and fut.exception() is not None)
-            if owner:
+            if fut is None or owner:
                 fut = table[rel] = Future()
         if owner:
             try:
@@ -229,6 +244,7 @@ class Prefetcher:
     # ------------------------------------------------------------------ ranges
     def _layout(self, rel: str) -> Mp4Layout | None:
         """The file's sample layout, probed once (None: the file does not allow ranges)."""
+
         def probe() -> Mp4Layout | None:
             if not self.ranges or not rel.lower().endswith((".mp4", ".mov", ".m4v")):
                 return None

@@ -98,7 +98,7 @@ class RangeFile(io.RawIOBase):
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
     def read(self, n: int = -1) -> bytes:
@@ -158,7 +158,7 @@ class RangeFile(io.RawIOBase):
             e = s + len(data)
             if e <= pos or s >= end:
                 continue
-            out += data[pos - s:min(e, end) - s]
+            out += data[pos - s : min(e, end) - s]
             pos = min(e, end)
             if pos >= end:
                 break
@@ -166,8 +166,9 @@ class RangeFile(io.RawIOBase):
         return bytes(out)
 
 
-def open_ranged(fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, bytes] | None = None,
-                min_read: int = 0) -> RangeFile:
+def open_ranged(
+    fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, bytes] | None = None, min_read: int = 0
+) -> RangeFile:
     """A RangeFile of `size` bytes over `fetch(start, end)` with the file's tail in place: `tail`
     ((start, bytes), from `read_tail`, e.g. kept from an earlier open) or fetched now."""
     start, data = tail if tail is not None else read_tail(fetch, size)
@@ -176,8 +177,9 @@ def open_ranged(fetch: Callable[[int, int], bytes], size: int, tail: tuple[int, 
     return rf
 
 
-def open_for_read(fs, path: str, policy: FetchPolicy | None = None, counters: Any = None,
-                  min_read: int = 0) -> BinaryIO:
+def open_for_read(
+    fs, path: str, policy: FetchPolicy | None = None, counters: Any = None, min_read: int = 0
+) -> BinaryIO | RangeFile:
     """A seekable read-only binary file of `path` on `fs`. A local file is opened directly. A remote file
     is a `RangeFile` whose reads are range requests retried under `policy` (its tail, for a parquet file
     the whole footer, fetched at once); the whole file (retried) when its size is unknown or the server
@@ -187,6 +189,7 @@ def open_for_read(fs, path: str, policy: FetchPolicy | None = None, counters: An
     url = fs.unstrip_protocol(path)
     size = file_size(fs, path, url, policy, counters)
     if size is not None:
+
         def fetch(s: int, e: int) -> bytes:
             return fetch_bytes(fs, path, url, policy, counters, start=s, end=e)
 
@@ -239,7 +242,8 @@ def _leaves(t) -> int:
 def leaf_columns(schema, names: list[str]) -> list[int]:
     """Indices of the parquet leaf columns (column chunks) that hold the top-level fields `names` of a
     file whose Arrow schema is `schema` (`ParquetFile(...).schema_arrow`)."""
-    wanted, out, pos = set(names), [], 0
+    wanted, pos = set(names), 0
+    out: list[int] = []
     for f in schema:
         n = _leaves(f.type)
         if f.name in wanted:
@@ -252,11 +256,12 @@ def row_group_spans(metadata, groups, leaves: list[int] | None = None) -> list[R
     """Byte spans [start, end) to read for row groups `groups` of a parquet file, from its metadata
     (`pyarrow.parquet.FileMetaData`, e.g. `ParquetFile(...).metadata`): one span per row group holding all
     its column chunks, or with `leaves` (`leaf_columns`) one span per column chunk of those columns."""
-    spans = []
+    spans: list[Range] = []
     for g in groups:
         rg = metadata.row_group(g)
-        lo, hi = None, None
-        for j in (range(rg.num_columns) if leaves is None else leaves):
+        lo: int | None = None
+        hi: int | None = None
+        for j in range(rg.num_columns) if leaves is None else leaves:
             c = rg.column(j)
             start = c.data_page_offset
             if c.has_dictionary_page and c.dictionary_page_offset:
@@ -267,7 +272,7 @@ def row_group_spans(metadata, groups, leaves: list[int] | None = None) -> list[R
                 continue
             lo = start if lo is None else min(lo, start)
             hi = end if hi is None else max(hi, end)
-        if lo is not None:
+        if lo is not None and hi is not None:
             spans.append((int(lo), int(hi)))
     return spans
 
@@ -286,7 +291,9 @@ class Mp4Layout:
     key: np.ndarray
     frame_s: float
 
-    def span(self, from_s: float, to_s: float, before: int = SPAN_FRAMES_BEFORE, after: int = SPAN_FRAMES_AFTER) -> Range:
+    def span(
+        self, from_s: float, to_s: float, before: int = SPAN_FRAMES_BEFORE, after: int = SPAN_FRAMES_AFTER
+    ) -> Range:
         """[start, end) of the samples with times in [from_s - before frames, to_s + after frames]
         (`timebase.span_window`), extended back to the key frame at or before the first of them."""
         lo, hi = span_window(from_s, to_s, self.frame_s, before, after)
@@ -294,7 +301,7 @@ class Mp4Layout:
         if not len(sel):
             return (0, 0)
         first = int(sel[0])
-        keys = np.flatnonzero(self.key[:first + 1])
+        keys = np.flatnonzero(self.key[: first + 1])
         first = int(keys[-1]) if len(keys) else 0
         idx = np.arange(first, int(sel[-1]) + 1)
         return int(self.pos[idx].min()), int((self.pos[idx] + self.nbytes[idx]).max())
@@ -321,7 +328,7 @@ def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
                 return None
             s = c.streams.video[0]
             entries = getattr(s, "index_entries", None)
-            if not entries or len(entries) != s.frames:
+            if not entries or len(entries) != s.frames or s.time_base is None:
                 return None
             tb = float(s.time_base)
             pos = np.fromiter((e.pos for e in entries), np.int64, len(entries))
@@ -334,9 +341,12 @@ def probe_mp4(rf: RangeFile) -> Mp4Layout | None:
     if (pos < 0).any() or ((pos + nbytes) > rf.size).any():
         return None
     key[0] = True
-    frame_s = frames_to_seconds(1, rate) if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
-    return Mp4Layout(size=rf.size, header=sorted(rf.pieces.items()), pos=pos, nbytes=nbytes, times=times,
-                     key=key, frame_s=frame_s)
+    frame_s = (
+        frames_to_seconds(1, rate) if rate > 0 else float(np.median(np.diff(np.sort(times)))) if len(times) > 1 else 0.0
+    )
+    return Mp4Layout(
+        size=rf.size, header=sorted(rf.pieces.items()), pos=pos, nbytes=nbytes, times=times, key=key, frame_s=frame_s
+    )
 
 
 # ---------------------------------------------------------------------------------------------- sparse file

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..format.errors import DatasetFormatError
 from ..format.paths import check_repo_id
@@ -20,10 +20,17 @@ __all__ = ["reopen", "resolve_source"]
 log = logging.getLogger(__name__)
 
 
-def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision: str | None = None,
-                   episodes: Sequence[int] | None = None, video_keys: Sequence[str] | None = None,
-                   storage_options: dict | None = None, cache_dir: str | None = None,
-                   policy: FetchPolicy | None = None, cache_max_bytes: int | None = None) -> Source:
+def resolve_source(
+    repo_id: str | None,
+    root: str | os.PathLike | None,
+    revision: str | None = None,
+    episodes: Sequence[int] | None = None,
+    video_keys: Sequence[str] | None = None,
+    storage_options: dict | None = None,
+    cache_dir: str | None = None,
+    policy: FetchPolicy | None = None,
+    cache_max_bytes: int | None = None,
+) -> Source:
     """A local path or fsspec URL is used as it is; otherwise `repo_id` is fetched from the Hub (into `root`
     when given, else into the cache). Remote reads of the source, Hub downloads included, follow `policy`
     (default FetchPolicy()); whole remote files are cached under `<cache_dir>/files` (default: the episodic
@@ -32,13 +39,17 @@ def resolve_source(repo_id: str | None, root: str | os.PathLike | None, revision
     if root is not None and (is_url(os.fspath(root)) or (Path(root) / "meta" / "info.json").exists()):
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)
     if repo_id is None:
+        if root is None:
+            raise TypeError("a dataset needs a repo_id or a root (a directory or URL): both are None")
         return open_source(root, storage_options=storage_options, cache=cache, policy=policy)  # raises: not found
     check_repo_id(repo_id)
     if root is not None:
         local = Path(root)
         if local.is_dir() and any(local.iterdir()):  # a directory of something else: never a Hub download into it
-            raise DatasetFormatError(f"{local}: not a dataset (no meta/info.json); Hub repo {repo_id!r} is downloaded "
-                                     f"only into a new or empty root (check the path, or pass root=None)")
+            raise DatasetFormatError(
+                f"{local}: not a dataset (no meta/info.json); Hub repo {repo_id!r} is downloaded "
+                f"only into a new or empty root (check the path, or pass root=None)"
+            )
         log.warning("%s: no dataset there yet: downloading Hub repo %r into it", local, repo_id)
     else:
         local = hub_root(repo_id, revision)

@@ -24,7 +24,7 @@ from ..format.metadata import DatasetMetadata, load_metadata, read_bytes
 from ..format.paths import dataset_path
 from .cache import FileCache
 from .fetch import FetchPolicy, fetch_bytes, is_local, timeout_options
-from .ranges import open_for_read
+from .ranges import RangeFile, open_for_read
 
 
 class Source:
@@ -34,8 +34,15 @@ class Source:
     governs its remote reads (local files are read directly). `fs` is this process's filesystem: a remote
     source reopens it from `location` in a forked child or after unpickling."""
 
-    def __init__(self, fs: Any, root: str, cache: FileCache | None = None, location: str | None = None,
-                 storage_options: dict | None = None, policy: FetchPolicy | None = None):
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        cache: FileCache | None = None,
+        location: str | None = None,
+        storage_options: dict | None = None,
+        policy: FetchPolicy | None = None,
+    ):
         self._fs = fs
         self.root = root
         self.cache = cache
@@ -55,6 +62,7 @@ class Source:
     @property
     def fs(self) -> Any:
         if self._fs is None:  # a forked child or an unpickled copy: this process's own filesystem
+            assert self.location is not None, "a source whose filesystem is dropped is reopened from its location"
             self._fs = _filesystem(self.location, self.storage_options, self.policy)[0]
         return self._fs
 
@@ -112,7 +120,7 @@ class Source:
         """The dataset's metadata, its files read with `read_bytes` (`problems`: see `load_metadata`)."""
         return load_metadata(self.fs, self.root, read=self.read_bytes, problems=problems)
 
-    def open_for_read(self, path: str) -> BinaryIO:
+    def open_for_read(self, path: str) -> BinaryIO | RangeFile:
         """A seekable binary file of `path` (a path on `fs`, as `path(rel)` gives; `load_columns` passes
         these): the file itself when local, else retried range reads (`storage.ranges.open_for_read`)."""
         counters = self.cache.stats if self.cache is not None else None
@@ -132,16 +140,21 @@ def _filesystem(location: str, options: dict, policy: FetchPolicy) -> tuple[Any,
         raise DatasetFormatError(f"{location}: cannot open this URL ({e})") from None
 
 
-def open_source(location: str | os.PathLike, storage_options: dict | None = None, cache: FileCache | None = None,
-                policy: FetchPolicy | None = None) -> Source:
+def open_source(
+    location: str | os.PathLike,
+    storage_options: dict | None = None,
+    cache: FileCache | None = None,
+    policy: FetchPolicy | None = None,
+) -> Source:
     """`location` is a local directory or any fsspec URL (http(s)://, s3://, hf://, memory://, ...)."""
     location = os.fspath(location)
     options = dict(storage_options or {})
     policy = policy or FetchPolicy()
     if is_url(location):
         fs, root = _filesystem(location, options, policy)
-        return Source(fs=fs, root=root.rstrip("/"), cache=cache, location=location, storage_options=options,
-                      policy=policy)
+        return Source(
+            fs=fs, root=root.rstrip("/"), cache=cache, location=location, storage_options=options, policy=policy
+        )
     root = os.path.abspath(os.path.expanduser(location))
     if not os.path.isdir(root):
         raise DatasetFormatError(f"{root}: dataset directory not found")

@@ -106,20 +106,29 @@ def _check_finite(meta: DatasetMetadata, columns, key: str, values: np.ndarray) 
     pos = int(columns.episode_of_rows(np.asarray([row]))[0])
     episode = int(columns.episodes[pos])
     frame = row - int(columns.starts[pos])
-    raise DatasetFormatError(f"{meta.path(meta.data_file_of(episode))}: episode {episode}: column {key!r} at frame "
-                             f"{frame}, dimension {dim} is {flat[row, dim].item()!r} ({int(bad.sum())} non-finite "
-                             f"value(s) in the selection): statistics need finite values")
+    raise DatasetFormatError(
+        f"{meta.path(meta.data_file_of(episode))}: episode {episode}: column {key!r} at frame "
+        f"{frame}, dimension {dim} is {flat[row, dim].item()!r} ({int(bad.sum())} non-finite "
+        f"value(s) in the selection): statistics need finite values"
+    )
 
 
-def selection_stats(meta: DatasetMetadata, episodes: np.ndarray, keys: Sequence[str], open_file=None,
-                    read_bytes: int = READ_BYTES, threads: int = 1) -> dict[str, KeyStats]:
+def selection_stats(
+    meta: DatasetMetadata,
+    episodes: np.ndarray,
+    keys: Sequence[str],
+    open_file=None,
+    read_bytes: int = READ_BYTES,
+    threads: int = 1,
+) -> dict[str, KeyStats]:
     """`keys`' statistics over `episodes` of `meta`, from the data files (no cache), `threads` dimensions at a
     time: see the module docstring."""
     feats = meta.info.features
     for key in keys:
         if key not in feats or feats[key].is_camera or feats[key].dtype == "string":
-            raise DatasetFormatError(f"{meta.root}: {key!r} is not a numeric feature of the dataset (numeric: "
-                                     f"{numeric_keys(meta)})")
+            raise DatasetFormatError(
+                f"{meta.root}: {key!r} is not a numeric feature of the dataset (numeric: {numeric_keys(meta)})"
+            )
     episodes = np.asarray(episodes, dtype=np.int64)
     frames = int(meta.episodes.length[episodes].sum())
     if frames == 0:
@@ -145,8 +154,9 @@ def selection_stats(meta: DatasetMetadata, episodes: np.ndarray, keys: Sequence[
     return out
 
 
-def _run_job(job: StatsJob, keys: tuple[str, ...], threads: int = 1, store: StatsCache | None = None,
-             digest: str | None = None) -> tuple[dict[str, KeyStats], float]:
+def _run_job(
+    job: StatsJob, keys: tuple[str, ...], threads: int = 1, store: StatsCache | None = None, digest: str | None = None
+) -> tuple[dict[str, KeyStats], float]:
     """A job's `keys` computed (in a worker process or this one: the source reopened for this process) and stored
     in `store` under `digest` (a cache that cannot be written: logged, the statistics still returned)."""
     t0 = time.perf_counter()
@@ -180,8 +190,13 @@ def _run_jobs(tasks: list[tuple[StatsJob, tuple[str, ...], StatsCache | None, st
     return out
 
 
-def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progress: bool = False,
-                  cache: bool | str | os.PathLike = True) -> list[SelectionStats]:
+def compute_stats(
+    jobs: Sequence[StatsJob],
+    *,
+    workers: int | None = None,
+    progress: bool = False,
+    cache: bool | str | os.PathLike = True,
+) -> list[SelectionStats]:
     """Every job's statistics (see the module docstring), in job order. `cache`: True (episodic's cache
     directory), a directory, or False (compute everything, store nothing). Jobs that fail do not stop the
     others (whose results are cached); then one `DatasetFormatError` lists every failure, each job's label
@@ -221,6 +236,7 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
     def done(i: int, keys: tuple[str, ...], value: tuple[dict, float]) -> None:
         stats, seconds = value
         res = results[i]
+        assert res is not None, "a job computes keys after its result was made"
         res.keys.update(stats)
         res.keys = {k: res.keys[k] for k in jobs[i].keys}  # the job's key order
         res.computed, res.seconds = keys, seconds
@@ -238,10 +254,14 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
                 pb.update(1)
         else:  # each worker stores what it computed; jobs go in chunks, about 4 per worker (small jobs, few hand-overs)
             size = max(1, len(todo) // (4 * n_workers))
-            chunks = [todo[k:k + size] for k in range(0, len(todo), size)]
+            chunks = [todo[k : k + size] for k in range(0, len(todo), size)]
             with cf.ProcessPoolExecutor(max_workers=n_workers) as pool:
-                futures = {pool.submit(_run_jobs, [(_portable(jobs[i]), keys, store, digest)
-                                                   for i, keys, digest in chunk]): chunk for chunk in chunks}
+                futures = {
+                    pool.submit(
+                        _run_jobs, [(_portable(jobs[i]), keys, store, digest) for i, keys, digest in chunk]
+                    ): chunk
+                    for chunk in chunks
+                }
                 for fut in cf.as_completed(futures):
                     chunk = futures[fut]
                     try:
@@ -258,6 +278,11 @@ def compute_stats(jobs: Sequence[StatsJob], *, workers: int | None = None, progr
         raise failures[0][1]
     if failures:
         more = f"\n  ... and {len(failures) - 10} more" if len(failures) > 10 else ""
-        raise DatasetFormatError(f"statistics failed for {len(failures)} of {len(jobs)} selection(s):\n  - "
-                                 + "\n  - ".join(text for text, _ in failures[:10]) + more)
-    return results
+        raise DatasetFormatError(
+            f"statistics failed for {len(failures)} of {len(jobs)} selection(s):\n  - "
+            + "\n  - ".join(text for text, _ in failures[:10])
+            + more
+        )
+    out = [r for r in results if r is not None]
+    assert len(out) == len(jobs), "every job has its result, or a failure was raised above"
+    return out

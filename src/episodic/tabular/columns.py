@@ -51,24 +51,29 @@ class Columns:
         """Position of each row's episode in `episodes` (O(log E) per row)."""
         return np.searchsorted(self.starts, rows, side="right") - 1
 
-    def episode(self, i: int) -> "Columns":
+    def episode(self, i: int) -> Columns:
         """The rows of the i-th selected episode alone (views, no copy)."""
         s, t = int(self.starts[i]), int(self.starts[i + 1])
-        return Columns(episodes=self.episodes[i:i + 1].astype(np.int64), starts=np.asarray([0, t - s], dtype=np.int64),
-                       arrays={n: a[s:t] for n, a in self.arrays.items()},
-                       images={n: v[s:t] for n, v in self.images.items()},
-                       frame_times=None if self.frame_times is None else self.frame_times[s:t])
+        return Columns(
+            episodes=self.episodes[i : i + 1].astype(np.int64),
+            starts=np.asarray([0, t - s], dtype=np.int64),
+            arrays={n: a[s:t] for n, a in self.arrays.items()},
+            images={n: v[s:t] for n, v in self.images.items()},
+            frame_times=None if self.frame_times is None else self.frame_times[s:t],
+        )
 
     @staticmethod
-    def concat(parts: "list[Columns]") -> "Columns":
+    def concat(parts: list[Columns]) -> Columns:
         """The rows of several Columns side by side (their episodes in the given order)."""
         offsets = np.concatenate([[0], np.cumsum([len(c) for c in parts])]).astype(np.int64)
         starts = np.concatenate([c.starts[:-1] + o for c, o in zip(parts, offsets)] + [offsets[-1:]]).astype(np.int64)
-        return Columns(episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64), starts=starts,
-                       arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
-                       images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images},
-                       frame_times=None if parts[0].frame_times is None
-                       else np.concatenate([c.frame_times for c in parts]))
+        return Columns(
+            episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64),
+            starts=starts,
+            arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
+            images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images},
+            frame_times=None if parts[0].frame_times is None else np.concatenate([c.frame_times for c in parts]),
+        )
 
 
 def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> tuple[list[int] | None, bool]:
@@ -100,8 +105,15 @@ def _open_native(fs, path: str):
     return pa.OSFile(path, "rb") if is_local(fs) else fs.open(path, "rb")
 
 
-def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted: np.ndarray,
-               wanted_eps: np.ndarray, open_file: Callable[[str], Any] | None = None) -> pa.Table:
+def _read_rows(
+    fs,
+    path: str,
+    names: list[str],
+    file_lengths: np.ndarray,
+    wanted: np.ndarray,
+    wanted_eps: np.ndarray,
+    open_file: Callable[[str], Any] | None = None,
+) -> pa.Table:
     """Rows of the wanted episodes of one data file, read through a seekable file (only the footer and the
     row groups holding them are read). With `open_file` (a remote file of range reads) the needed column chunks
     are fetched first, in one round of concurrent requests.
@@ -111,7 +123,7 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
     an Arrow thread left holding a Python file at interpreter exit aborts the process ("terminate called
     without an active exception")."""
     try:
-        with (open_file(path) if open_file is not None else _open_native(fs, path)) as f:
+        with open_file(path) if open_file is not None else _open_native(fs, path) as f:
             # pages written with a checksum (episodic's writer) are verified: a damaged page is an error
             pf = pq.ParquetFile(f, pre_buffer=False, page_checksum_verification=True)
             present = pf.schema_arrow.names
@@ -122,11 +134,17 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
             groups, exact = _row_groups_for(pf, file_lengths, wanted)
             if hasattr(f, "prefetch"):  # a remote file: the needed column chunks in one round trip
                 every = range(pf.metadata.num_row_groups)
-                f.prefetch(row_group_spans(pf.metadata, every if groups is None else groups,
-                                           leaf_columns(pf.schema_arrow, cols)))
+                f.prefetch(
+                    row_group_spans(
+                        pf.metadata, every if groups is None else groups, leaf_columns(pf.schema_arrow, cols)
+                    )
+                )
             threads = isinstance(f, pa.NativeFile)  # a Python file is read on this thread only
-            t = (pf.read_row_groups(groups, columns=cols, use_threads=threads) if groups is not None
-                 else pf.read(columns=cols, use_threads=threads))
+            t = (
+                pf.read_row_groups(groups, columns=cols, use_threads=threads)
+                if groups is not None
+                else pf.read(columns=cols, use_threads=threads)
+            )
     except (FileNotFoundError, MissingFileError):
         raise MissingFileError(f"{path}: data file not found (holds episodes {wanted_eps.tolist()[:10]})") from None
     except EpisodicError:  # e.g. a remote read that gave up (FetchError, an OSError): it names the URL already
@@ -140,9 +158,16 @@ def _read_rows(fs, path: str, names: list[str], file_lengths: np.ndarray, wanted
     return t
 
 
-def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], mmap_dir: str | os.PathLike | None = None,
-                 progress: bool = False, open_file: Callable[[str], Any] | None = None,
-                 mmap_min_bytes: int | None = None, unknown_tasks: UnknownTasks | None = None) -> Columns:
+def load_columns(
+    meta: DatasetMetadata,
+    episodes: np.ndarray,
+    names: list[str],
+    mmap_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+    open_file: Callable[[str], Any] | None = None,
+    mmap_min_bytes: int | None = None,
+    unknown_tasks: UnknownTasks | None = None,
+) -> Columns:
     """Read `names` for `episodes` (ascending) from the data files; only the files and the row groups that hold
     them. `open_file(path)` opens a data file for
     reading (default: `storage.ranges.open_for_read`: the file itself when local, else retried range reads).
@@ -164,15 +189,19 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
     def shape_of(n: str) -> tuple[int, ...]:
         return () if feats[n].shape == (1,) else feats[n].shape
 
-    nbytes = sum(total * int(np.prod(shape_of(n) or (1,))) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
-                 for n in numeric)
+    nbytes = sum(
+        total
+        * int(np.prod(shape_of(n) or (1,)))
+        * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
+        for n in numeric
+    )
     threshold = MMAP_THRESHOLD_BYTES if mmap_min_bytes is None else int(mmap_min_bytes)
     use_mmap = mmap_dir is not None and (nbytes >= threshold or config.force_mmap())
     arrays: dict[str, np.ndarray] = {}
     _check_sizes(meta, episodes, lengths, nbytes)
     images: dict[str, list] = {n: [None] * total for n in image_names}
     mmap_files: dict[str, AtomicFile] = {}  # memory-mapped columns: written under temporary names, then renamed
-    if use_mmap:
+    if use_mmap and mmap_dir is not None:
         key = hashlib.sha1(f"{meta.root}|{episodes.tobytes().hex()}|{names}".encode()).hexdigest()[:16]
         base = Path(mmap_dir) / key
     try:
@@ -180,17 +209,23 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
             dt = object if feats[n].dtype == "string" else np.dtype(feats[n].dtype)
             if use_mmap and dt is not object:  # file names from feature names: made safe (format.paths)
                 mmap_files[n] = AtomicFile(base / f"{i:03d}-{cache_name(n)}.npy")
-                arrays[n] = np.lib.format.open_memmap(mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n)))
+                arrays[n] = np.lib.format.open_memmap(
+                    mmap_files[n].tmp, mode="w+", dtype=dt, shape=(total, *shape_of(n))
+                )
             else:
                 try:
                     arrays[n] = np.empty((total, *shape_of(n)), dtype=dt)
                 except MemoryError:  # lengths the metadata claims: a named error, not the allocator's
-                    raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes "
-                                             f"claim {total} frames; column {n!r} does not fit in memory") from None
+                    raise DatasetFormatError(
+                        f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes "
+                        f"claim {total} frames; column {n!r} does not fit in memory"
+                    ) from None
         _read_files(meta, episodes, starts, names, arrays, images, progress, open_file, unknown_tasks)
         for n, f in mmap_files.items():
-            arrays[n].flush()
-            del arrays[n]
+            mapped = arrays.pop(n)
+            assert isinstance(mapped, np.memmap)
+            mapped.flush()
+            del mapped
             arrays[n] = np.load(f.commit(), mmap_mode="r")
     except BaseException:
         arrays.clear()  # the maps go before their files
@@ -202,9 +237,17 @@ def load_columns(meta: DatasetMetadata, episodes: np.ndarray, names: list[str], 
     return Columns(episodes=episodes, starts=starts, arrays=arrays, images=images)
 
 
-def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray, names: list[str],
-                arrays: dict[str, np.ndarray], images: dict[str, list], progress: bool,
-                open_file: Callable[[str], Any] | None, unknown_tasks: UnknownTasks | None) -> None:
+def _read_files(
+    meta: DatasetMetadata,
+    episodes: np.ndarray,
+    starts: np.ndarray,
+    names: list[str],
+    arrays: dict[str, np.ndarray],
+    images: dict[str, list],
+    progress: bool,
+    open_file: Callable[[str], Any] | None,
+    unknown_tasks: UnknownTasks | None,
+) -> None:
     """Fill `arrays` and `images` (rows `starts[p]:starts[p + 1]` for `episodes[p]`) from the data files."""
     table, feats = meta.episodes, meta.info.features
     lengths = np.diff(starts)
@@ -219,13 +262,18 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
         path = meta.path(rel)  # inside the dataset root (UnsafePathError otherwise)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
         file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
-        t = _read_rows(meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel],
-                       open_file)
+        t = _read_rows(
+            meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel], open_file
+        )
         ep_col = t.column("episode_index").to_numpy()
         # every selected episode of this file must be present with exactly its length, in order
         expect = np.repeat(episodes[sel], lengths[sel])
         if len(ep_col) != len(expect) or not np.array_equal(ep_col, expect):
-            got = np.bincount(ep_col.astype(np.int64), minlength=int(episodes[sel].max()) + 1) if len(ep_col) else np.zeros(1)
+            got = (
+                np.bincount(ep_col.astype(np.int64), minlength=int(episodes[sel].max()) + 1)
+                if len(ep_col)
+                else np.zeros(1)
+            )
             for e, n in zip(episodes[sel], lengths[sel]):
                 have = int(got[e]) if e < len(got) else 0
                 if have != n:
@@ -247,7 +295,7 @@ def _read_files(meta: DatasetMetadata, episodes: np.ndarray, starts: np.ndarray,
         frame = np.arange(len(ep_col), dtype=np.int64) - np.repeat(np.cumsum(lengths[sel]) - lengths[sel], lengths[sel])
         tolerant = unknown_tasks is not None and unknown_tasks.tolerant
         check_rows(path, ep_col, frame, first, file_values, None if tolerant else len(meta.tasks), ProblemList())
-        if tolerant and "task_index" in file_values:
+        if unknown_tasks is not None and tolerant and "task_index" in file_values:
             unknown_tasks.add(ep_col, file_values["task_index"])
         for n in image_names:
             col = t.column(n).combine_chunks()
@@ -261,10 +309,14 @@ def _check_sizes(meta: DatasetMetadata, episodes: np.ndarray, lengths: np.ndarra
     before anything is allocated for it (never a MemoryError)."""
     if len(lengths) and (lengths.min() < 0 or int(lengths.sum()) > meta.info.total_frames):
         e = int(episodes[np.argmax(lengths)] if lengths.min() >= 0 else episodes[np.argmin(lengths)])
-        raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: episode {e}: length {int(meta.episodes.length[e])} "
-                                 f"does not fit the dataset ({meta.info.total_frames} frames in info.json)")
+        raise DatasetFormatError(
+            f"{posixpath.join(meta.root, 'meta/episodes')}: episode {e}: length {int(meta.episodes.length[e])} "
+            f"does not fit the dataset ({meta.info.total_frames} frames in info.json)"
+        )
     if nbytes >= 1 << 40:
         e = int(episodes[np.argmax(lengths)])
-        raise DatasetFormatError(f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes' columns would "
-                                 f"take {nbytes / 2 ** 30:.0f} GiB ({int(lengths.sum())} frames; episode {e}: length "
-                                 f"{int(meta.episodes.length[e])}): check the episodes metadata and info.json")
+        raise DatasetFormatError(
+            f"{posixpath.join(meta.root, 'meta/episodes')}: the selected episodes' columns would "
+            f"take {nbytes / 2**30:.0f} GiB ({int(lengths.sum())} frames; episode {e}: length "
+            f"{int(meta.episodes.length[e])}): check the episodes metadata and info.json"
+        )

@@ -34,8 +34,7 @@ from ..format.metadata import DatasetMetadata
 from ..format.timebase import resample_grid, resampled_lengths, timestamp_column
 from .columns import Columns
 
-__all__ = ["RESAMPLE_RULES", "SET_BY_RESAMPLING", "Resampling", "episode_bounds", "episode_lengths",
-           "resample_columns"]
+__all__ = ["RESAMPLE_RULES", "SET_BY_RESAMPLING", "Resampling", "episode_bounds", "episode_lengths", "resample_columns"]
 
 RESAMPLE_RULES = ("nearest", "previous", "linear")
 SET_BY_RESAMPLING = ("timestamp", "frame_index", "index", "episode_index", "task_index")
@@ -60,7 +59,7 @@ class Resampling:
         object.__setattr__(self, "rules", dict(self.rules))
 
     @classmethod
-    def of(cls, target_fps: int | None, rules: Mapping[str, str] | None = None) -> "Resampling | None":
+    def of(cls, target_fps: int | None, rules: Mapping[str, str] | None = None) -> Resampling | None:
         """The resampling a dataset's ``target_fps`` and ``resample`` arguments ask for (None: none)."""
         if target_fps is None:
             if rules:
@@ -138,6 +137,10 @@ def resample_columns(columns: Columns, fps: int, resampling: Resampling, first_i
         else:
             arrays[name] = values[rows[resampling.rule(name)]]
     times = columns.camera_times() if "timestamp" in columns.arrays or columns.frame_times is not None else None
-    return Columns(episodes=columns.episodes, starts=starts, arrays=arrays,
-                   images={n: [v[int(r)] for r in nearest] for n, v in columns.images.items()},
-                   frame_times=None if times is None else np.asarray(times)[nearest])
+    return Columns(
+        episodes=columns.episodes,
+        starts=starts,
+        arrays=arrays,
+        images={n: [v[int(r)] for r in nearest] for n, v in columns.images.items()},
+        frame_times=None if times is None else np.asarray(times)[nearest],
+    )

@@ -1,5 +1,5 @@
-"""The content cache of computed statistics (`tabular.column_stats`): one JSON file per (dataset, episode selection) under
-``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
+"""The content cache of computed statistics (`tabular.column_stats`): one JSON file per (dataset, episode selection)
+under ``<episodic cache>/stats/`` (`config.cache_dir`), holding the statistics of each key computed for it (with the
 key's feature description: dtype and shape, checked when read), named by the SHA-256 of what decides the result:
 
 - the code's version (`STATS_CODE_VERSION`) and the quantile sketch's size;
@@ -95,8 +95,9 @@ class StatsCache:
         except (OSError, ValueError) as e:
             logger.warning("%s: statistics cache file not readable (%s): computing again", path, e)
             return {}
-        if not (isinstance(raw, dict) and raw.get("version") == STATS_CODE_VERSION
-                and isinstance(raw.get("keys"), dict)):
+        if not (
+            isinstance(raw, dict) and raw.get("version") == STATS_CODE_VERSION and isinstance(raw.get("keys"), dict)
+        ):
             logger.warning("%s: not a statistics cache file of version %d: computing again", path, STATS_CODE_VERSION)
             return {}
         return raw["keys"]

@@ -42,8 +42,10 @@ def _list_sizes(col: pa.Array, where: str, expected: tuple[int, ...]) -> tuple[i
     if (lengths != size).any():  # ragged: name the first row that differs from the length info.json expects
         size = next((int(n) for n in expected if (lengths == n).any()), size)
         r = int(np.flatnonzero(lengths != size)[0])
-        raise DatasetFormatError(f"{where}: ragged lists: row {r} has {int(lengths[r])} values, other rows {size} "
-                                 f"(every row must hold the same number)")
+        raise DatasetFormatError(
+            f"{where}: ragged lists: row {r} has {int(lengths[r])} values, other rows {size} "
+            f"(every row must hold the same number)"
+        )
     return size, col.flatten()
 
 
@@ -105,8 +107,10 @@ def _converted(col: pa.Array, target: np.dtype, where: str) -> np.ndarray:
             bad = ~np.isfinite(values) | (values != np.round(values))
             if bad.any():
                 r = int(np.flatnonzero(bad)[0])
-                raise DatasetFormatError(f"{where}: holds {values[r].item()!r} at row {r}, info.json says {target} "
-                                         f"(a float is never truncated)")
+                raise DatasetFormatError(
+                    f"{where}: holds {values[r].item()!r} at row {r}, info.json says {target} "
+                    f"(a float is never truncated)"
+                )
         if len(values) and values.dtype != bool:
             lo, hi = np.iinfo(target).min, np.iinfo(target).max
             vmin, vmax = values.min(), values.max()
@@ -115,27 +119,41 @@ def _converted(col: pa.Array, target: np.dtype, where: str) -> np.ndarray:
     return values.astype(target, copy=False)
 
 
-def check_rows(where: str, episodes: np.ndarray, frame: np.ndarray, first_index: np.ndarray,
-               values: Mapping[str, np.ndarray], num_tasks: int | None, problems: ProblemList,
-               fps: int | None = None, tolerance_s: float = 1e-4) -> None:
+def check_rows(
+    where: str,
+    episodes: np.ndarray,
+    frame: np.ndarray,
+    first_index: np.ndarray,
+    values: Mapping[str, np.ndarray],
+    num_tasks: int | None,
+    problems: ProblemList,
+    fps: int | None = None,
+    tolerance_s: float = 1e-4,
+) -> None:
     """The bookkeeping columns of some rows of one data file against the metadata: `episodes[r]`, `frame[r]`
     (position in its episode) and `first_index[r]` (the episode's dataset_from_index) describe row r.
     Always: `index` is the episode's global index range, `timestamp` is finite, and (unless `num_tasks` is None:
     the loader's `UnknownTasks` deals with them) `task_index` names a task of the tasks table of `num_tasks`.
     With `fps` (`validate`): also `frame_index` counts the frames and `timestamp` is frame_index / fps within
     `tolerance_s`."""
+
     def report(bad: np.ndarray, column: str, what: str) -> None:
         r = int(np.flatnonzero(bad)[0])
         more = f" (and {int(bad.sum()) - 1} more rows)" if bad.sum() > 1 else ""
-        problems.add(f"{where}: episode {int(episodes[r])}: column {column!r} at frame {int(frame[r])} is "
-                     f"{values[column][r].item()!r}{what}{more}")
+        problems.add(
+            f"{where}: episode {int(episodes[r])}: column {column!r} at frame {int(frame[r])} is "
+            f"{values[column][r].item()!r}{what}{more}"
+        )
 
     if "index" in values:
         bad = values["index"] != first_index + frame
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
-            report(bad, "index", f", expected {int(first_index[r] + frame[r])} (the episodes metadata's "
-                                 f"dataset_from_index + frame)")
+            report(
+                bad,
+                "index",
+                f", expected {int(first_index[r] + frame[r])} (the episodes metadata's dataset_from_index + frame)",
+            )
     if "timestamp" in values:
         bad = ~np.isfinite(values["timestamp"])
         if bad.any():
@@ -189,7 +207,9 @@ class UnknownTasks:
             return
         bad = unknown_task_rows(task_index, self.num_tasks)
         if bad.any():
-            pairs = np.unique(np.stack([np.asarray(episodes)[bad], np.asarray(task_index)[bad]]).astype(np.int64), axis=1)
+            pairs = np.unique(
+                np.stack([np.asarray(episodes)[bad], np.asarray(task_index)[bad]]).astype(np.int64), axis=1
+            )
             for e, t in pairs.T.tolist():
                 self.found.setdefault(e, set()).add(t)
 
@@ -203,8 +223,11 @@ class UnknownTasks:
         listed = ", ".join(f"{e} ({', '.join(map(str, sorted(self.found[e])[:5]))})" for e in eps[:10])
         more = f" and {len(eps) - 10} more" if len(eps) > 10 else ""
         self.found = {}
-        warnings.warn(f"{self.where}: {len(eps)} episode(s) name task indices the tasks table lacks (it has "
-                      f"{self.num_tasks} task(s), 0..{self.num_tasks - 1}): episode (task_index): {listed}{more}; "
-                      f"task indices {tasks[:10]}; their items' task is {UNKNOWN_TASK!r} (warned once per dataset; "
-                      f"`episodic validate` lists every row; on_unknown_task='raise' refuses such a dataset)",
-                      UnknownTaskWarning, stacklevel=2)
+        warnings.warn(
+            f"{self.where}: {len(eps)} episode(s) name task indices the tasks table lacks (it has "
+            f"{self.num_tasks} task(s), 0..{self.num_tasks - 1}): episode (task_index): {listed}{more}; "
+            f"task indices {tasks[:10]}; their items' task is {UNKNOWN_TASK!r} (warned once per dataset; "
+            f"`episodic validate` lists every row; on_unknown_task='raise' refuses such a dataset)",
+            UnknownTaskWarning,
+            stacklevel=2,
+        )

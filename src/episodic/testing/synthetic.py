@@ -25,8 +25,20 @@ from ..writer.video import VideoFileWriter
 
 __all__ = ["SyntheticDataset", "camera_frames", "mixture_spec", "write_synthetic_datasets"]
 
-CAMERA_NAMES = ("front", "wrist", "top", "side", "overhead", "handeye", "head", "up", "laptop", "phone", "fixed",
-                "gripper")
+CAMERA_NAMES = (
+    "front",
+    "wrist",
+    "top",
+    "side",
+    "overhead",
+    "handeye",
+    "head",
+    "up",
+    "laptop",
+    "phone",
+    "fixed",
+    "gripper",
+)
 CAMERA_SIZES = ((16, 32), (32, 32), (24, 32), (32, 48))  # (height, width); AV1 needs width >= 32
 FPS_CHOICES = (10, 15, 20, 25, 30, 50)
 ROBOTS = ("so101_follower", "koch_follower", "aloha", "xarm")
@@ -52,8 +64,10 @@ class SyntheticDataset:
 
 
 def _features(d: SyntheticDataset, sizes: dict[str, tuple[int, int]]) -> dict:
-    feats = {d.state_key: {"dtype": "float32", "shape": [d.state_dim]},
-             "action": {"dtype": "float32", "shape": [d.action_dim]}}
+    feats = {
+        d.state_key: {"dtype": "float32", "shape": [d.state_dim]},
+        "action": {"dtype": "float32", "shape": [d.action_dim]},
+    }
     for key in d.cameras:
         h, w = sizes[key]
         feats[key] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
@@ -62,8 +76,10 @@ def _features(d: SyntheticDataset, sizes: dict[str, tuple[int, int]]) -> dict:
 
 def _episode(d: SyntheticDataset, sizes: dict, rng: np.random.Generator, e: int, n: int) -> dict[str, np.ndarray]:
     t = np.arange(n, dtype=np.float32)[:, None] / d.fps
-    out = {d.state_key: (np.sin(t + np.arange(d.state_dim, dtype=np.float32)) + e).astype(np.float32),
-           "action": (np.cos(t + np.arange(d.action_dim, dtype=np.float32)) + e).astype(np.float32)}
+    out = {
+        d.state_key: (np.sin(t + np.arange(d.state_dim, dtype=np.float32)) + e).astype(np.float32),
+        "action": (np.cos(t + np.arange(d.action_dim, dtype=np.float32)) + e).astype(np.float32),
+    }
     for c, key in enumerate(d.cameras):
         h, w = sizes[key]
         frames = np.empty((n, h, w, 3), dtype=np.uint8)
@@ -97,20 +113,34 @@ def _to_v21(root: Path, d: SyntheticDataset, sizes: dict, episodes: list[dict], 
             vw.close()
         lines.append({"episode_index": e, "tasks": [tasks[e % len(tasks)]], "length": int(part.num_rows)})
     (root / "meta/episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    (root / "meta/tasks.jsonl").write_text("".join(json.dumps({"task_index": i, "task": t}) + "\n"
-                                                   for i, t in enumerate(tasks)))
-    info.update(codebase_version="v2.1", total_chunks=1, total_videos=len(d.cameras) * len(episodes),
-                data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-                video_path=("videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-                            if d.cameras else None))
+    (root / "meta/tasks.jsonl").write_text(
+        "".join(json.dumps({"task_index": i, "task": t}) + "\n" for i, t in enumerate(tasks))
+    )
+    info.update(
+        codebase_version="v2.1",
+        total_chunks=1,
+        total_videos=len(d.cameras) * len(episodes),
+        data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        video_path=(
+            "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4" if d.cameras else None
+        ),
+    )
     for k in ("data_files_size_in_mb", "video_files_size_in_mb"):
         info.pop(k, None)
     (root / INFO_PATH).write_text(json.dumps(info, indent=2))
 
 
-def write_synthetic_datasets(root: str | os.PathLike, count: int, *, seed: int = 0, episodes: tuple[int, int] = (2, 4),
-                             length: tuple[int, int] = (5, 16), cameras: tuple[int, int] = (1, 4),
-                             v21_every: int = 4, vcodec: str = "av1") -> list[SyntheticDataset]:
+def write_synthetic_datasets(
+    root: str | os.PathLike,
+    count: int,
+    *,
+    seed: int = 0,
+    episodes: tuple[int, int] = (2, 4),
+    length: tuple[int, int] = (5, 16),
+    cameras: tuple[int, int] = (1, 4),
+    v21_every: int = 4,
+    vcodec: str = "av1",
+) -> list[SyntheticDataset]:
     """Write `count` datasets under `root` (``root/ds000``, ...): every `v21_every`-th one (from the third) in
     the v2.1 layout (0: none). Episodes per dataset and frames per episode are drawn from the inclusive
     ranges `episodes` and `length`, camera counts from `cameras` (0 allowed: tabular only)."""
@@ -125,18 +155,24 @@ def write_synthetic_datasets(root: str | os.PathLike, count: int, *, seed: int =
         slot_order = rng.permutation(n_cam)
         state_dim = int(rng.integers(6, 15))
         d = SyntheticDataset(
-            name=f"synthetic/ds{i:03d}", path=str(root / f"ds{i:03d}"),
+            name=f"synthetic/ds{i:03d}",
+            path=str(root / f"ds{i:03d}"),
             version="v2.1" if v21_every and i % v21_every == 2 else "v3.0",
-            fps=int(rng.choice(FPS_CHOICES)), robot_type=str(rng.choice(ROBOTS)),
-            state_key="observation.joints" if i % 7 == 5 else "observation.state", state_dim=state_dim,
-            action_dim=state_dim if rng.random() < 0.8 else int(rng.integers(6, 15)), cameras=keys,
-            slots={f"camera{j}": keys[int(s)] for j, s in enumerate(slot_order)})
+            fps=int(rng.choice(FPS_CHOICES)),
+            robot_type=str(rng.choice(ROBOTS)),
+            state_key="observation.joints" if i % 7 == 5 else "observation.state",
+            state_dim=state_dim,
+            action_dim=state_dim if rng.random() < 0.8 else int(rng.integers(6, 15)),
+            cameras=keys,
+            slots={f"camera{j}": keys[int(s)] for j, s in enumerate(slot_order)},
+        )
         n_ep = int(rng.integers(episodes[0], episodes[1] + 1))
         lens = [int(x) for x in rng.integers(length[0], length[1] + 1, n_ep)]
         frames = [_episode(d, sizes, rng, e, n) for e, n in enumerate(lens)]
         tasks = list(TASKS[: 1 + i % len(TASKS)])
-        with DatasetWriter(d.path, fps=d.fps, features=_features(d, sizes), robot_type=d.robot_type, vcodec=vcodec,
-                           overwrite=True) as w:
+        with DatasetWriter(
+            d.path, fps=d.fps, features=_features(d, sizes), robot_type=d.robot_type, vcodec=vcodec, overwrite=True
+        ) as w:
             for e, fr in enumerate(frames):
                 w.add_episode(fr, task=tasks[e % len(tasks)])
         if d.version == "v2.1":
@@ -150,8 +186,21 @@ def mixture_spec(datasets: list[SyntheticDataset], style: str = "episodic", **op
     is its role) and explicit state/action roles, or OpenTau's (``style="opentau"``: ``camera0..N`` in each
     dataset's shuffled slot order). `options` are added to the top level (episodic's format)."""
     if style == "opentau":
-        return {"datasets": [{"repo_id": d.name, "root": d.path, "data_features_name_mapping": {
-            **d.slots, "state": d.state_key, "actions": "action", "prompt": "task"}} for d in datasets]}
+        return {
+            "datasets": [
+                {
+                    "repo_id": d.name,
+                    "root": d.path,
+                    "data_features_name_mapping": {
+                        **d.slots,
+                        "state": d.state_key,
+                        "actions": "action",
+                        "prompt": "task",
+                    },
+                }
+                for d in datasets
+            ]
+        }
     entries = []
     for d in datasets:
         roles = {k.rsplit(".", 1)[-1]: k for k in d.cameras}
@@ -171,7 +220,9 @@ def camera_frames(h: int, w: int, n: int, seed: int) -> np.ndarray:
     if key in _FRAMES:
         return _FRAMES[key]
     rng = np.random.default_rng(seed)
-    bg = (np.kron(rng.random((h // 16 + 1, w // 16 + 1, 3)), np.ones((16, 16, 1)))[:h, :w] * 180 + 30).astype(np.float32)
+    bg = (np.kron(rng.random((h // 16 + 1, w // 16 + 1, 3)), np.ones((16, 16, 1)))[:h, :w] * 180 + 30).astype(
+        np.float32
+    )
     noise = rng.normal(0, 3, (4, h, w, 3)).astype(np.float32)
     out = np.empty((n, h, w, 3), np.uint8)
     for t in range(n):

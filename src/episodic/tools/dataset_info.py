@@ -20,11 +20,15 @@ def summary(meta: DatasetMetadata) -> str:
     ]
     if len(lengths):
         lines.append(f"lengths      min {lengths.min()}  median {int(np.median(lengths))}  max {lengths.max()} frames")
-    lines.append(f"tasks        {len(meta.tasks)}" + "".join(f"\n  [{i}] {P(t)}" for i, t in enumerate(meta.tasks[:10])))
+    lines.append(
+        f"tasks        {len(meta.tasks)}" + "".join(f"\n  [{i}] {P(t)}" for i, t in enumerate(meta.tasks[:10]))
+    )
     if len(meta.tasks) > 10:
         lines.append(f"  ... {len(meta.tasks) - 10} more")
-    lines.append(f"files        {len(eps.data_files)} data file(s)" +
-                 "".join(f", {len(c.files)} video file(s) for {P(k)}" for k, c in eps.cameras.items()))
+    lines.append(
+        f"files        {len(eps.data_files)} data file(s)"
+        + "".join(f", {len(c.files)} video file(s) for {P(k)}" for k, c in eps.cameras.items())
+    )
     lines.append("features")
     for name, f in info.features.items():
         extra = ""

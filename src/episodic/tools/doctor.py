@@ -41,16 +41,25 @@ class DoctorReport:
         c = self.cuda
         out.append(f"CUDA (torch): {', '.join(c['devices']) if c['available'] else 'no GPU: ' + c['why']}")
         d = self.container
-        out.append(f"video driver: libnvcuvid {'found' if d['libnvcuvid'] else 'not found'}; "
-                   f"NVIDIA_DRIVER_CAPABILITIES={d['NVIDIA_DRIVER_CAPABILITIES']!r}"
-                   + ("" if d["video_capability"] in (None, True) else " (lacks 'video': libnvcuvid is not mounted)"))
+        out.append(
+            f"video driver: libnvcuvid {'found' if d['libnvcuvid'] else 'not found'}; "
+            f"NVIDIA_DRIVER_CAPABILITIES={d['NVIDIA_DRIVER_CAPABILITIES']!r}"
+            + ("" if d["video_capability"] in (None, True) else " (lacks 'video': libnvcuvid is not mounted)")
+        )
         if self.nvdec.get("why"):
             out.append(f"NVDEC: unavailable: {self.nvdec['why']}")
         for g in self.nvdec.get("gpus", []):
-            table = ", ".join(f"{s['codec']}{'' if s['bit_depth'] == 8 else ' ' + str(s['bit_depth']) + '-bit'}: "
-                              + (f"yes ({s['engines']} engines, up to {s['max_width']}x{s['max_height']})"
-                                 if s["supported"] else "no" if not s.get("error") else f"? ({s['error']})")
-                              for s in g["codecs"])
+            table = ", ".join(
+                f"{s['codec']}{'' if s['bit_depth'] == 8 else ' ' + str(s['bit_depth']) + '-bit'}: "
+                + (
+                    f"yes ({s['engines']} engines, up to {s['max_width']}x{s['max_height']})"
+                    if s["supported"]
+                    else "no"
+                    if not s.get("error")
+                    else f"? ({s['error']})"
+                )
+                for s in g["codecs"]
+            )
             out.append(f"NVDEC on GPU {g['index']} ({g['name']}): {table}")
         if self.dataset:
             out.append(f"dataset: {self.dataset}")
@@ -58,10 +67,13 @@ class DoctorReport:
             if "error" in cam:
                 out.append(f"  {cam['key']}: {cam['error']}")
                 continue
-            times = ", ".join(f"{b} {t['ms']:.1f} ms" if "ms" in t else f"{b}: {t['error']}"
-                              for b, t in cam["decode"].items())
-            out.append(f"  {cam['key']}: {cam['codec']} {cam['pix_fmt']} {cam['width']}x{cam['height']} ({cam['file']}); "
-                       f"one frame: {times or 'not decoded'}")
+            times = ", ".join(
+                f"{b} {t['ms']:.1f} ms" if "ms" in t else f"{b}: {t['error']}" for b, t in cam["decode"].items()
+            )
+            out.append(
+                f"  {cam['key']}: {cam['codec']} {cam['pix_fmt']} {cam['width']}x{cam['height']} ({cam['file']}); "
+                f"one frame: {times or 'not decoded'}"
+            )
             out.append(f"    decode_device='cuda': {cam['cuda']}")
         return out
 
@@ -85,8 +97,10 @@ def _versions() -> dict[str, Any]:
 
         v["PyNvVideoCodec"] = getattr(nvc, "__version__", "?")
     except Exception as e:  # noqa: BLE001  not installed, or its native part does not load here
-        v["PyNvVideoCodec"] = f"not available ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "\
-                              f"pip install \"episodic[gpu]\")"
+        v["PyNvVideoCodec"] = (
+            f"not available ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+            f'pip install "episodic[gpu]")'
+        )
     return v
 
 
@@ -94,11 +108,17 @@ def _cuda() -> dict[str, Any]:
     import torch
 
     if not torch.cuda.is_available():
-        why = ("torch was built without CUDA" if torch.version.cuda is None else
-               "torch sees no CUDA device (no NVIDIA GPU or driver here, or CUDA_VISIBLE_DEVICES hides them)")
+        why = (
+            "torch was built without CUDA"
+            if torch.version.cuda is None
+            else "torch sees no CUDA device (no NVIDIA GPU or driver here, or CUDA_VISIBLE_DEVICES hides them)"
+        )
         return {"available": False, "why": why, "devices": []}
-    return {"available": True, "why": None,
-            "devices": [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]}
+    return {
+        "available": True,
+        "why": None,
+        "devices": [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())],
+    }
 
 
 def doctor(dataset: str | None = None, decode: bool = True) -> DoctorReport:
@@ -106,9 +126,13 @@ def doctor(dataset: str | None = None, decode: bool = True) -> DoctorReport:
     from .. import runtime
     from ..video.nvdec_caps import container_video_driver, probe_nvdec
 
-    r = DoctorReport(versions=_versions(), machine={"platform": platform.platform(), "cores": runtime.usable_cores(),
-                                                    "executable": sys.executable},
-                     cuda=_cuda(), nvdec=probe_nvdec(CODECS).to_json(), container=container_video_driver())
+    r = DoctorReport(
+        versions=_versions(),
+        machine={"platform": platform.platform(), "cores": runtime.usable_cores(), "executable": sys.executable},
+        cuda=_cuda(),
+        nvdec=probe_nvdec(CODECS).to_json(),
+        container=container_video_driver(),
+    )
     if dataset is not None:
         r.dataset = str(dataset)
         r.cameras = _cameras(dataset, r, decode)
@@ -131,13 +155,26 @@ def _cameras(location: str, r: DoctorReport, decode: bool) -> list[dict]:
         except (EpisodicError, OSError) as e:
             out.append({"key": key, "error": str(e)})
             continue
-        cam: dict[str, Any] = {"key": key, "file": rel, "codec": facts.codec, "pix_fmt": facts.pix_fmt,
-                               "height": facts.height, "width": facts.width, "decode": {}}
+        cam: dict[str, Any] = {
+            "key": key,
+            "file": rel,
+            "codec": facts.codec,
+            "pix_fmt": facts.pix_fmt,
+            "height": facts.height,
+            "width": facts.width,
+            "decode": {},
+        }
         support = None
         for g in r.nvdec.get("gpus", []):
             if g["index"] == 0:
-                support = next((s for s in g["codecs"] if (s["codec"], s["chroma"], s["bit_depth"])
-                                == (facts.codec, facts.chroma, facts.bit_depth)), None)
+                support = next(
+                    (
+                        s
+                        for s in g["codecs"]
+                        if (s["codec"], s["chroma"], s["bit_depth"]) == (facts.codec, facts.chroma, facts.bit_depth)
+                    ),
+                    None,
+                )
         why = _cuda_verdict(r, facts, support)
         cam["cuda"] = why
         if decode:
@@ -163,7 +200,7 @@ def _cuda_verdict(r: DoctorReport, facts, support: dict | None) -> str:
     if why:
         return f"refused: {why}{fix}"
     if not r.versions["PyNvVideoCodec"][:1].isdigit():
-        return "refused: PyNvVideoCodec is not installed: pip install \"episodic[gpu]\""
+        return 'refused: PyNvVideoCodec is not installed: pip install "episodic[gpu]"'
     return f"NVDEC on GPU 0 ({r.nvdec['gpus'][0]['name']}), {support['engines']} engine(s) for {facts.codec}"
 
 

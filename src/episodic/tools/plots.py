@@ -6,11 +6,10 @@ before any work is done."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
-
 
 PLOT_INSTALL = 'pip install "episodic[plot]"'
 
@@ -27,8 +26,9 @@ def _pyplot():
         import matplotlib.pyplot as plt
     except ImportError as e:
         reason = " ".join(str(e).split()) or type(e).__name__
-        raise PlottingUnavailable(f"no chart: matplotlib cannot be imported ({reason}); to draw charts: "
-                                  f"{PLOT_INSTALL}") from None
+        raise PlottingUnavailable(
+            f"no chart: matplotlib cannot be imported ({reason}); to draw charts: {PLOT_INSTALL}"
+        ) from None
     return plt
 
 
@@ -74,7 +74,7 @@ def bench_summary_chart(rows: Sequence[dict], path: str | os.PathLike, title: st
     bh = 0.38
     a2.barh(y - bh / 2, np.nan_to_num(p50), height=bh, color="#38a169", label="p50")
     a2.barh(y + bh / 2, np.nan_to_num(p95), height=bh, color="#e53e3e", label="p95")
-    for yi, a, b in zip(y, p50, p95):
+    for yi, a in zip(y, p50):
         if np.isnan(a):
             a2.text(0, yi, " n/a", va="center", fontsize=8, color="grey")
     a2.set_xlabel("batch latency, ms (lower is better)")
@@ -98,8 +98,15 @@ def _names(names, dim: int, key: str) -> list[str]:
     return flat
 
 
-def episode_figure(frames: dict[str, np.ndarray], frame_times: np.ndarray, curves: dict[str, np.ndarray],
-                   curve_names: dict[str, object], times: np.ndarray, title: str, path: str | os.PathLike) -> Path:
+def episode_figure(
+    frames: dict[str, np.ndarray],
+    frame_times: np.ndarray,
+    curves: dict[str, np.ndarray],
+    curve_names: dict[str, object],
+    times: np.ndarray,
+    title: str,
+    path: str | os.PathLike,
+) -> Path:
     """One row of frames (HWC uint8) per camera at `frame_times`, then one panel per curve (T, D) against
     `times` with a legend of its feature names."""
     plt = _pyplot()
@@ -148,15 +155,22 @@ def share_chart(shares: dict, path: str | os.PathLike, title: str = "mixture sha
     diagonal (log-log: shares span orders of magnitude), and groups as paired bars."""
     plt = _pyplot()
     entries, groups = shares["entries"], shares["groups"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, max(4.5, 0.35 * len(groups) + 2)),
-                                 gridspec_kw={"width_ratios": [1, 1.1]})
+    fig, (a1, a2) = plt.subplots(
+        1, 2, figsize=(13, max(4.5, 0.35 * len(groups) + 2)), gridspec_kw={"width_ratios": [1, 1.1]}
+    )
     t = np.array([e["target"] for e in entries], dtype=float)
     r = np.array([e["realised"] for e in entries], dtype=float)
     pos = (t > 0) & (r > 0)
     a1.scatter(t[pos], r[pos], s=12, alpha=0.7, color="#2b6cb0", label=f"entries ({int(pos.sum())})")
     if (~pos).any():
-        a1.scatter(np.maximum(t[~pos], 1e-9), np.full(int((~pos).sum()), 1e-9), s=14, marker="x", color="#e53e3e",
-                   label=f"never drawn ({int((~pos).sum())})")
+        a1.scatter(
+            np.maximum(t[~pos], 1e-9),
+            np.full(int((~pos).sum()), 1e-9),
+            s=14,
+            marker="x",
+            color="#e53e3e",
+            label=f"never drawn ({int((~pos).sum())})",
+        )
     lo = min([v for v in (*t[t > 0], *r[r > 0])] or [1e-6]) / 2
     a1.plot([lo, 1], [lo, 1], color="grey", lw=0.8, ls="--", label="realised = target")
     a1.set_xscale("log")

@@ -85,15 +85,30 @@ class ReencodeResult:
     def summary(self) -> str:
         if self.skipped:
             return f"{self.dst}: already a verified {self.vcodec} copy of {self.src}; nothing to do"
-        ratio = f" ({self.bytes_after / self.bytes_before:.2f}x the original's video bytes)" if self.bytes_before else ""
+        ratio = (
+            f" ({self.bytes_after / self.bytes_before:.2f}x the original's video bytes)" if self.bytes_before else ""
+        )
         kept = f", {self.files_kept} kept from an interrupted run" if self.files_kept else ""
-        return (f"{self.dst}: {self.files_encoded} video file(s) re-encoded to {self.vcodec} ({self.frames} frames, "
-                f"{self.seconds:.1f} s){kept}, {self.files_copied} other file(s) copied{ratio}")
+        return (
+            f"{self.dst}: {self.files_encoded} video file(s) re-encoded to {self.vcodec} ({self.frames} frames, "
+            f"{self.seconds:.1f} s){kept}, {self.files_copied} other file(s) copied{ratio}"
+        )
 
 
 def _settings(src: str, vcodec: str, gop: int, crf: int | None, pix_fmt: str, preset) -> dict:
-    return json.loads(json.dumps({"format": 1, "source": src, "vcodec": INFO_CODEC[encoder_name(vcodec)], "gop": gop,
-                                  "crf": crf, "pix_fmt": pix_fmt, "preset": preset}))
+    return json.loads(
+        json.dumps(
+            {
+                "format": 1,
+                "source": src,
+                "vcodec": INFO_CODEC[encoder_name(vcodec)],
+                "gop": gop,
+                "crf": crf,
+                "pix_fmt": pix_fmt,
+                "preset": preset,
+            }
+        )
+    )
 
 
 def _expected_info(raw: bytes, video_keys, settings: dict) -> bytes:
@@ -101,8 +116,14 @@ def _expected_info(raw: bytes, video_keys, settings: dict) -> bytes:
     info = json.loads(raw)
     for k in video_keys:
         spec = info["features"][k].setdefault("info", {})
-        spec.update({"video.codec": settings["vcodec"], "video.pix_fmt": settings["pix_fmt"],
-                     "video.g": settings["gop"], "video.crf": settings["crf"]})
+        spec.update(
+            {
+                "video.codec": settings["vcodec"],
+                "video.pix_fmt": settings["pix_fmt"],
+                "video.g": settings["gop"],
+                "video.crf": settings["crf"],
+            }
+        )
     return json.dumps(info, indent=4).encode()
 
 
@@ -124,9 +145,11 @@ def _grid_check(reader: VideoReader, fps: int, rel: str) -> None:
     off = np.flatnonzero(np.abs(t - np.arange(len(t)) / fps) > TIME_EPS_S)
     if len(off):
         i = int(off[0])
-        raise DatasetFormatError(f"{rel}: frame {i} is at {t[i]:.6f} s, not {i / fps:.6f} s (frame {i} at {fps} "
-                                 f"fps): the copy would not keep the original's frame times ({len(off)} frame(s) "
-                                 f"off the grid); reencode takes files whose frame i is at i/fps")
+        raise DatasetFormatError(
+            f"{rel}: frame {i} is at {t[i]:.6f} s, not {i / fps:.6f} s (frame {i} at {fps} "
+            f"fps): the copy would not keep the original's frame times ({len(off)} frame(s) "
+            f"off the grid); reencode takes files whose frame i is at i/fps"
+        )
 
 
 def _same_frames(src_path: str, dst_path: str) -> str | None:
@@ -214,10 +237,17 @@ class _Copy:
                 return "encoded", self._encode(a, b, rel, tick)
             except av.FFmpegError as e:
                 if attempt == ENCODE_ATTEMPTS:
-                    raise EncoderError(f"{rel}: camera {self.cameras[rel]!r}: the {self.settings['vcodec']} encoder "
-                                       f"failed at each of {ENCODE_ATTEMPTS} attempts (last: {e})") from e
-                log.warning("%s: the encoder failed (%s); encoding the file again (attempt %d of %d)", rel, e,
-                            attempt + 1, ENCODE_ATTEMPTS)
+                    raise EncoderError(
+                        f"{rel}: camera {self.cameras[rel]!r}: the {self.settings['vcodec']} encoder "
+                        f"failed at each of {ENCODE_ATTEMPTS} attempts (last: {e})"
+                    ) from e
+                log.warning(
+                    "%s: the encoder failed (%s); encoding the file again (attempt %d of %d)",
+                    rel,
+                    e,
+                    attempt + 1,
+                    ENCODE_ATTEMPTS,
+                )
         raise AssertionError("unreachable")
 
     def _encode(self, a: str, b: str, rel: str, tick) -> int:
@@ -245,9 +275,19 @@ class _Copy:
         return n
 
 
-def reencode(src: str | os.PathLike, dst: str | os.PathLike, *, vcodec: str = "h264", gop: int = 2,
-             crf: int | None = 30, pix_fmt: str = "yuv420p", preset: int | str | None = None,
-             workers: int | None = None, progress: bool = False, fsync: bool = True) -> ReencodeResult:
+def reencode(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    *,
+    vcodec: str = "h264",
+    gop: int = 2,
+    crf: int | None = 30,
+    pix_fmt: str = "yuv420p",
+    preset: int | str | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+    fsync: bool = True,
+) -> ReencodeResult:
     """Copy the dataset at `src` (a local directory) to `dst` with every video encoded again with `vcodec` ("h264",
     "hevc"; the writer's other codecs too), `gop`, `crf`, `pix_fmt` and `preset` (the writer's meanings); see the
     module docstring. `workers`: files encoded side by side (default: the usable cores, at most the files).
@@ -255,8 +295,9 @@ def reencode(src: str | os.PathLike, dst: str | os.PathLike, *, vcodec: str = "h
     t0 = time.perf_counter()
     src, dst = os.path.realpath(os.fspath(src)), os.path.realpath(os.fspath(dst))
     if not os.path.isdir(src):
-        raise DatasetFormatError(f"{src}: not a directory; reencode reads a local dataset (download a remote one "
-                                 f"first)")
+        raise DatasetFormatError(
+            f"{src}: not a directory; reencode reads a local dataset (download a remote one first)"
+        )
     if src == dst or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
         raise ExistingDirectoryError(f"{dst}: the copy must be outside the original ({src}) and not contain it")
     if directory_state(src) == SESSION:
@@ -275,8 +316,10 @@ def reencode(src: str | os.PathLike, dst: str | os.PathLike, *, vcodec: str = "h
         if why is None:
             result.skipped, result.seconds = True, time.perf_counter() - t0
             return result
-        raise ExistingDirectoryError(f"{dst}: holds a dataset that is not a {settings['vcodec']} copy of {src} with "
-                                     f"these settings ({why}); choose another directory or delete it")
+        raise ExistingDirectoryError(
+            f"{dst}: holds a dataset that is not a {settings['vcodec']} copy of {src} with "
+            f"these settings ({why}); choose another directory or delete it"
+        )
     if state == FILE:
         raise ExistingDirectoryError(f"{dst}: exists and is not a directory")
     others = [e for e in os.listdir(dst) if e != WORK_DIR] if state != ABSENT else []
@@ -309,9 +352,11 @@ def _begin(job: _Copy, work: str, result: ReencodeResult) -> None:
                 old = None
         if old != job.settings:
             diff = sorted(k for k in set(job.settings) | set(old or {}) if (old or {}).get(k) != job.settings.get(k))
-            raise ExistingDirectoryError(f"{job.dst}: an interrupted copy with other settings ({', '.join(diff)}: "
-                                         f"{ {k: (old or {}).get(k) for k in diff} }); run it again with those, or "
-                                         f"delete the directory")
+            raise ExistingDirectoryError(
+                f"{job.dst}: an interrupted copy with other settings ({', '.join(diff)}: "
+                f"{ {k: (old or {}).get(k) for k in diff} }); run it again with those, or "
+                f"delete the directory"
+            )
         result.resumed = True
     else:
         atomic_write_bytes(path, json.dumps(job.settings, indent=1).encode(), fsync=job.fsync)
@@ -328,6 +373,7 @@ def _run(job: _Copy, result: ReencodeResult, workers: int | None) -> None:
     workers = max(1, min(len(rels), workers or runtime.usable_cores())) if rels else 1
     lock = threading.Lock()
     with bar(total=frames, enabled=job.progress, desc="reencode", unit="frame") as pb:
+
         def tick(n: int) -> None:
             with lock:
                 pb.update(n)

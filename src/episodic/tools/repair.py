@@ -19,13 +19,18 @@ class RepairReport:
 
     def summary(self) -> str:
         if self.recovery is not None and not self.repaired:
-            return (f"{self.root}: the interrupted session had no complete episode ({self.recovery.summary()}); "
-                    f"its files were removed, the directory is empty")
+            return (
+                f"{self.root}: the interrupted session had no complete episode ({self.recovery.summary()}); "
+                f"its files were removed, the directory is empty"
+            )
         if self.repaired:
+            assert self.recovery is not None, "a repair recovers a session"
             return f"repaired {self.root}: {self.recovery.summary()}; finalized as a LeRobot v3.0 dataset"
         if self.cleaned:
-            return (f"{self.root}: already a finished dataset; removed {len(self.cleaned)} leftover file(s) of its "
-                    f"writing session")
+            return (
+                f"{self.root}: already a finished dataset; removed {len(self.cleaned)} leftover file(s) of its "
+                f"writing session"
+            )
         return f"{self.root}: already a finished dataset, nothing to repair"
 
 
@@ -51,5 +56,6 @@ def repair(path: str | os.PathLike, fsync: bool = True) -> RepairReport:
         return RepairReport(root, repaired=True, recovery=writer.recovery)
     if state == DATASET:
         return RepairReport(root, repaired=False, cleaned=remove_leftovers(root))
-    raise WriterSessionError(f"{root}: neither a dataset nor an interrupted writing session ({state}); "
-                             f"nothing to repair")
+    raise WriterSessionError(
+        f"{root}: neither a dataset nor an interrupted writing session ({state}); nothing to repair"
+    )

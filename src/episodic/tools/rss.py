@@ -79,7 +79,7 @@ class PeakRSS:
             self._sample()
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._sample()
         self._thread.start()
         return self

@@ -4,13 +4,14 @@ picture (camera frames at evenly spaced times, state/action curves; needs matplo
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from ..format.features import DEFAULT_FEATURES
+from ..format.metadata import DatasetMetadata
 from ..progress import bar
 from .text import printable
 
@@ -21,8 +22,11 @@ MAX_CURVE_PANELS = 4
 def curve_keys(meta) -> list[str]:
     """Vector float features to plot: observation.state and action first, then other float vectors."""
     feats = meta.info.features
-    keys = [k for k, f in feats.items() if k not in _BOOKKEEPING and not f.is_camera
-            and str(f.dtype).startswith("float") and len(f.shape) == 1]
+    keys = [
+        k
+        for k, f in feats.items()
+        if k not in _BOOKKEEPING and not f.is_camera and str(f.dtype).startswith("float") and len(f.shape) == 1
+    ]
     first = [k for k in ("observation.state", "action") if k in keys]
     return (first + [k for k in keys if k not in first])[:MAX_CURVE_PANELS]
 
@@ -33,7 +37,7 @@ class EpisodeTable:
 
     dataset: str
     episode: int
-    meta: object
+    meta: DatasetMetadata
     fps: int
     times: np.ndarray  # (T,) seconds
     task: str
@@ -50,10 +54,15 @@ def read_episode(dataset: str | os.PathLike, episode: int) -> EpisodeTable:
     tab = LeRobotDataset("show", root=dataset, episodes=[episode], video_keys=[])
     batch = tab.get_batch(np.arange(len(tab)))
     keys = curve_keys(tab.meta)
-    return EpisodeTable(dataset=os.fspath(dataset), episode=episode, meta=tab.meta, fps=tab.fps,
-                        times=batch["timestamp"].numpy().astype(np.float64).reshape(-1),
-                        task=batch["task"][0] if batch["task"] else "",
-                        curves={k: batch[k].numpy().reshape(len(tab), -1) for k in keys})
+    return EpisodeTable(
+        dataset=os.fspath(dataset),
+        episode=episode,
+        meta=tab.meta,
+        fps=tab.fps,
+        times=batch["timestamp"].numpy().astype(np.float64).reshape(-1),
+        task=batch["task"][0] if batch["task"] else "",
+        curves={k: batch[k].numpy().reshape(len(tab), -1) for k in keys},
+    )
 
 
 def episode_text(ep: EpisodeTable) -> str:
@@ -61,17 +70,28 @@ def episode_text(ep: EpisodeTable) -> str:
     n = len(ep)
     feats = ep.meta.info.features
     cams = [f"{k} {'x'.join(map(str, f.shape[:2]))}" for k, f in feats.items() if f.is_camera]
-    lines = [f"episode {ep.episode} of {ep.dataset}: {n} frames at {ep.fps} fps ({n / ep.fps:.1f} s)",
-             f"task: {ep.task}", f"cameras: {', '.join(cams) if cams else 'none'}"]
+    lines = [
+        f"episode {ep.episode} of {ep.dataset}: {n} frames at {ep.fps} fps ({n / ep.fps:.1f} s)",
+        f"task: {ep.task}",
+        f"cameras: {', '.join(cams) if cams else 'none'}",
+    ]
     for k, v in ep.curves.items():
-        lines.append(f"{k}: {v.shape[1]} values per frame" +
-                     (f", from {float(v.min()):.4g} to {float(v.max()):.4g}" if v.size else ""))
+        lines.append(
+            f"{k}: {v.shape[1]} values per frame"
+            + (f", from {float(v.min()):.4g} to {float(v.max()):.4g}" if v.size else "")
+        )
     return "\n".join(printable(line) for line in lines)
 
 
-def show_episode(dataset: str | os.PathLike, episode: int, out: str | os.PathLike, num_frames: int = 6,
-                 cameras: Sequence[str] | None = None, progress: bool = True,
-                 table: EpisodeTable | None = None) -> Path:
+def show_episode(
+    dataset: str | os.PathLike,
+    episode: int,
+    out: str | os.PathLike,
+    num_frames: int = 6,
+    cameras: Sequence[str] | None = None,
+    progress: bool = True,
+    table: EpisodeTable | None = None,
+) -> Path:
     """Write a PNG of episode `episode` of `dataset` (path or fsspec URL) to `out`; returns its path. `table`:
     its `read_episode`, when already read. Needs matplotlib (`plots.PlottingUnavailable` without it, before any
     frame is decoded)."""
@@ -94,5 +114,6 @@ def show_episode(dataset: str | os.PathLike, episode: int, out: str | os.PathLik
     # the task is dataset text: control characters escaped, '$' kept literal (matplotlib would read mathtext)
     shown_task = printable(ep.task).replace("$", r"\$")
     title = f"{shown_task}\nepisode {episode}: {n} frames at {ds.fps} fps ({n / ds.fps:.1f} s)"
-    return episode_figure({k: np.stack(v) for k, v in frames.items()}, ep.times[picks], ep.curves, names, ep.times,
-                          title, out)
+    return episode_figure(
+        {k: np.stack(v) for k, v in frames.items()}, ep.times[picks], ep.curves, names, ep.times, title, out
+    )

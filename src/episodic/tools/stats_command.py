@@ -31,8 +31,15 @@ def is_spec(target: str) -> bool:
     return os.path.isfile(os.path.expanduser(target))
 
 
-def dataset_stats(location: str, *, keys: list[str] | None = None, episodes: Any = None, workers: int | None = None,
-                  progress: bool = False, cache: Any = True) -> dict:
+def dataset_stats(
+    location: str,
+    *,
+    keys: list[str] | None = None,
+    episodes: Any = None,
+    workers: int | None = None,
+    progress: bool = False,
+    cache: Any = True,
+) -> dict:
     """Statistics of one dataset's numeric features (`keys`, default all) over `episodes` (default all)."""
     from ..checks import episode_list
     from ..format.errors import DatasetFormatError
@@ -50,17 +57,27 @@ def dataset_stats(location: str, *, keys: list[str] | None = None, episodes: Any
         sel = np.unique(episode_list(episodes))
         bad = sel[(sel < 0) | (sel >= len(meta.episodes))]
         if bad.size:
-            raise DatasetFormatError(f"{meta.root}: episodes {bad.tolist()[:10]} do not exist "
-                                     f"(0..{len(meta.episodes) - 1})")
+            raise DatasetFormatError(
+                f"{meta.root}: episodes {bad.tolist()[:10]} do not exist (0..{len(meta.episodes) - 1})"
+            )
     t0 = time.perf_counter()
-    (res,) = compute_stats([StatsJob(source, meta, tuple(keys), sel, str(meta.root))], workers=workers,
-                           progress=progress, cache=cache)
+    (res,) = compute_stats(
+        [StatsJob(source, meta, tuple(keys), sel, str(meta.root))], workers=workers, progress=progress, cache=cache
+    )
     seconds = time.perf_counter() - t0
     feats = meta.info.features
     stats = {k: ks.shaped(feats[k].shape) for k, ks in res.keys.items()}
-    return {"kind": "dataset", "dataset": str(meta.root), "episodes": res.episodes, "frames": res.frames,
-            "keys": keys, "cached": res.from_cache, "seconds": seconds,
-            "frames_computed": 0 if res.from_cache else res.frames, "stats": stats}
+    return {
+        "kind": "dataset",
+        "dataset": str(meta.root),
+        "episodes": res.episodes,
+        "frames": res.frames,
+        "keys": keys,
+        "cached": res.from_cache,
+        "seconds": seconds,
+        "frames_computed": 0 if res.from_cache else res.frames,
+        "stats": stats,
+    }
 
 
 def _group_of(group_by: str, report):
@@ -75,15 +92,21 @@ def _group_of(group_by: str, report):
     return lambda e: report.entries[e.index].robot_type
 
 
-def mixture_stats(spec: Any, *, group_by: str = "group", workers: int | None = None, progress: bool = False,
-                  cache: Any = True, on_error: str | None = None) -> dict:
+def mixture_stats(
+    spec: Any,
+    *,
+    group_by: str = "group",
+    workers: int | None = None,
+    progress: bool = False,
+    cache: Any = True,
+    on_error: str | None = None,
+) -> dict:
     """Every entry's statistics (computed from its selected rows, index selections applied, under the shared
     keys) and each group's (pooled), for the mixture `spec` (a file, dict or `MixtureSpec`)."""
     from ..mixture import preflight
+    from ..mixture.checking.split_sides import side_report
     from ..mixture.layout import MixtureLayout
     from ..mixture.norm_stats import entry_stats, pooled_stats
-
-    from ..mixture.checking.split_sides import side_report
 
     # with an eval split, the training side's (what a mixture dataset normalises both sides with)
     report = side_report(preflight(spec, on_error=on_error, progress=progress), "train")
@@ -98,15 +121,32 @@ def mixture_stats(spec: Any, *, group_by: str = "group", workers: int | None = N
     for e, st in zip(layout.entries, per_entry):
         rep = report.entries[e.index]
         vectors = [k for k, o in st.origin.items() if o == "data"]
-        entries.append({"name": e.name, "group": (group_of or (lambda x: x.group))(e), "episodes": rep.episodes,
-                        "frames": rep.frames, "state_dim": e.state_dim, "action_dim": e.action_dim,
-                        "cached": bool(vectors) and set(st.cached) == set(vectors),
-                        "origin": dict(st.origin), "stats": dict(st)})
+        entries.append(
+            {
+                "name": e.name,
+                "group": (group_of or (lambda x: x.group))(e),
+                "episodes": rep.episodes,
+                "frames": rep.frames,
+                "state_dim": e.state_dim,
+                "action_dim": e.action_dim,
+                "cached": bool(vectors) and set(st.cached) == set(vectors),
+                "origin": dict(st.origin),
+                "stats": dict(st),
+            }
+        )
     computed = sum(x["frames"] for x in entries if not x["cached"])
-    return {"kind": "mixture", "spec": report.spec.origin, "group_by": group_by, "seconds": seconds,
-            "frames": sum(x["frames"] for x in entries), "frames_computed": computed, "entries": entries,
-            "groups": {str(g): s for g, s in pooled.items()}, "state_dim": layout.state_dim,
-            "action_dim": layout.action_dim}
+    return {
+        "kind": "mixture",
+        "spec": report.spec.origin,
+        "group_by": group_by,
+        "seconds": seconds,
+        "frames": sum(x["frames"] for x in entries),
+        "frames_computed": computed,
+        "entries": entries,
+        "groups": {str(g): s for g, s in pooled.items()},
+        "state_dim": layout.state_dim,
+        "action_dim": layout.action_dim,
+    }
 
 
 def to_json(result: dict) -> dict:
@@ -148,35 +188,70 @@ def _grid(heads: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) 
 def stats_table(result: dict) -> str:
     """A compact table of `result`: per key (a dataset), or per entry and per group (a mixture), then the time."""
     lines: list[str] = []
+    rows: list[tuple[str, ...]]
     if result["kind"] == "dataset":
-        rows = [(k, "x".join(str(n) for n in np.asarray(s["mean"]).shape), _short(s["mean"]), _short(s["std"]),
-                 _short(s["min"]), _short(s["max"]), _short(s["q01"]), _short(s["q99"]))
-                for k, s in result["stats"].items()]
+        rows = [
+            (
+                k,
+                "x".join(str(n) for n in np.asarray(s["mean"]).shape),
+                _short(s["mean"]),
+                _short(s["std"]),
+                _short(s["min"]),
+                _short(s["max"]),
+                _short(s["q01"]),
+                _short(s["q99"]),
+            )
+            for k, s in result["stats"].items()
+        ]
         lines += _grid(("key", "shape", "mean", "std", "min", "max", "q01", "q99"), rows, set())
         where = "from the cache" if result["cached"] else "computed"
         lines.append(f"{result['episodes']} episodes, {result['frames']:,} frames, {len(rows)} keys: {where}")
     else:
         from ..mixture.layout import ACTION, STATE
 
-        rows = [(e["name"], str(e["group"]), str(e["episodes"]), f"{e['frames']:,}",
-                 "cache" if e["cached"] else "computed", _range(e["stats"], STATE, e["state_dim"]),
-                 _range(e["stats"], ACTION, e["action_dim"])) for e in result["entries"]]
-        lines += _grid(("entry", "group", "episodes", "frames", "from", "state min..max", "action min..max"),
-                       rows, {2, 3})
+        rows = [
+            (
+                e["name"],
+                str(e["group"]),
+                str(e["episodes"]),
+                f"{e['frames']:,}",
+                "cache" if e["cached"] else "computed",
+                _range(e["stats"], STATE, e["state_dim"]),
+                _range(e["stats"], ACTION, e["action_dim"]),
+            )
+            for e in result["entries"]
+        ]
+        lines += _grid(
+            ("entry", "group", "episodes", "frames", "from", "state min..max", "action min..max"), rows, {2, 3}
+        )
         lines.append("")
         rows = []
         for g, s in result["groups"].items():
             members = [e for e in result["entries"] if str(e["group"]) == g]
             frames = sum(e["frames"] for e in members)
             q01, q99 = (_short(s[STATE][q]) if STATE in s else "-" for q in ("q01", "q99"))
-            rows.append((g, str(len(members)), f"{frames:,}", _range(s, STATE, max(e["state_dim"] for e in members)),
-                         _range(s, ACTION, max(e["action_dim"] for e in members)), q01, q99))
-        lines += _grid(("group", "entries", "frames", "state min..max", "action min..max", "state q01", "state q99"),
-                       rows, {1, 2})
+            rows.append(
+                (
+                    g,
+                    str(len(members)),
+                    f"{frames:,}",
+                    _range(s, STATE, max(e["state_dim"] for e in members)),
+                    _range(s, ACTION, max(e["action_dim"] for e in members)),
+                    q01,
+                    q99,
+                )
+            )
+        lines += _grid(
+            ("group", "entries", "frames", "state min..max", "action min..max", "state q01", "state q99"), rows, {1, 2}
+        )
         cached = sum(1 for e in result["entries"] if e["cached"])
-        lines.append(f"{len(result['entries'])} entries ({cached} from the cache), {len(result['groups'])} group(s) "
-                     f"(by {result['group_by']}), {result['frames']:,} frames")
+        lines.append(
+            f"{len(result['entries'])} entries ({cached} from the cache), {len(result['groups'])} group(s) "
+            f"(by {result['group_by']}), {result['frames']:,} frames"
+        )
     rate = result["frames_computed"] / result["seconds"] if result["seconds"] > 0 else 0.0
-    lines.append(f"{result['frames_computed']:,} frames computed in {result['seconds']:.2f} s"
-                 + (f" ({rate:,.0f} frames/s)" if result["frames_computed"] else ""))
+    lines.append(
+        f"{result['frames_computed']:,} frames computed in {result['seconds']:.2f} s"
+        + (f" ({rate:,.0f} frames/s)" if result["frames_computed"] else "")
+    )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,8 +24,8 @@ import pyarrow.parquet as pq
 from ..format.errors import DatasetFormatError, EpisodicError, MissingFileError, ProblemList
 from ..format.metadata import DatasetMetadata
 from ..format.timebase import TIME_EPS_S, end_clamp_s, frames_to_seconds
-from ..storage.source import Source, open_source
 from ..progress import bar
+from ..storage.source import Source, open_source
 from ..tabular.values import check_rows, column_values
 from ..video import VideoReader
 from ..video.image import decode_image
@@ -32,8 +33,12 @@ from ..video.image import decode_image
 FULL_BLOCK = 64  # frames decoded at once by --full
 
 # what the loader accepts as each info.json codec name (PyAV's decoder names differ)
-_CODECS = {"av1": {"av1", "libdav1d", "libaom-av1"}, "h264": {"h264", "libx264"}, "hevc": {"hevc", "h265", "libx265"},
-           "h265": {"hevc", "h265", "libx265"}}
+_CODECS = {
+    "av1": {"av1", "libdav1d", "libaom-av1"},
+    "h264": {"h264", "libx264"},
+    "hevc": {"hevc", "h265", "libx265"},
+    "h265": {"hevc", "h265", "libx265"},
+}
 
 
 @dataclass
@@ -53,8 +58,9 @@ class Report:
         self.checked[what] = self.checked.get(what, 0) + n
 
 
-def validate(location: str, progress: bool = True, tolerance_s: float = 1e-4, decode: bool = True,
-             full: bool = False) -> Report:
+def validate(
+    location: str, progress: bool = True, tolerance_s: float = 1e-4, decode: bool = True, full: bool = False
+) -> Report:
     """Check the dataset at `location` (a directory or fsspec URL); never raises. `decode=False` skips
     decoding frames (structure only); `full=True` decodes every frame and verifies page checksums."""
     report = Report(root=str(location))
@@ -95,10 +101,10 @@ def _bar(items, desc: str, progress: bool):
     return bar(items, enabled=progress, desc=desc, unit="file")
 
 
-def _each_file(report: Report, path: str, check) -> None:
-    """Run one file's check; any exception becomes a problem naming the file."""
+def _each_file(report: Report, path: str, check: Callable[..., object], *args: object) -> None:
+    """Run one file's check, `check(*args)`; any exception becomes a problem naming the file."""
     try:
-        check()
+        check(*args)
     except EpisodicError as e:
         report.problems.extend(e.problems if isinstance(e, DatasetFormatError) else [str(e)])
     except Exception as e:  # noqa: BLE001
@@ -106,15 +112,16 @@ def _each_file(report: Report, path: str, check) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- data files
-def _check_data(meta: DatasetMetadata, source: Source, report: Report, progress: bool, tolerance_s: float,
-                full: bool) -> None:
+def _check_data(
+    meta: DatasetMetadata, source: Source, report: Report, progress: bool, tolerance_s: float, full: bool
+) -> None:
     eps = meta.episodes
     for fid in _bar(range(len(eps.data_files)), "checking data files", progress):
         rel = eps.data_files[fid]
         if not rel:  # its path was unsafe or unrenderable: reported with the metadata
             continue
         path = posixpath.join(meta.root, rel)
-        _each_file(report, path, lambda: _check_data_file(meta, source, report, fid, path, tolerance_s, full))
+        _each_file(report, path, _check_data_file, meta, source, report, fid, path, tolerance_s, full)
 
 
 def _read_table(source: Source, rel: str, path: str, owners: np.ndarray, full: bool) -> pa.Table:
@@ -129,8 +136,9 @@ def _read_table(source: Source, rel: str, path: str, owners: np.ndarray, full: b
         raise DatasetFormatError(f"{path}: not a readable parquet file ({e})") from None
 
 
-def _check_data_file(meta: DatasetMetadata, source: Source, report: Report, fid: int, path: str,
-                     tolerance_s: float, full: bool) -> None:
+def _check_data_file(
+    meta: DatasetMetadata, source: Source, report: Report, fid: int, path: str, tolerance_s: float, full: bool
+) -> None:
     eps = meta.episodes
     owners = np.flatnonzero(eps.data_file_id == fid)
     t = _read_table(source, eps.data_files[fid], path, owners, full)
@@ -164,8 +172,15 @@ def _columns(meta: DatasetMetadata, t: pa.Table, path: str, problems: ProblemLis
     return values
 
 
-def _check_episode_rows(meta: DatasetMetadata, values: dict[str, np.ndarray], owners: np.ndarray, path: str,
-                        report: Report, problems: ProblemList, tolerance_s: float) -> None:
+def _check_episode_rows(
+    meta: DatasetMetadata,
+    values: dict[str, np.ndarray],
+    owners: np.ndarray,
+    path: str,
+    report: Report,
+    problems: ProblemList,
+    tolerance_s: float,
+) -> None:
     """The rows of each episode the metadata places in this file: their number, their order, and the
     bookkeeping columns (the loader's checks plus frame_index and the timestamp grid)."""
     eps = meta.episodes
@@ -187,12 +202,22 @@ def _check_episode_rows(meta: DatasetMetadata, values: dict[str, np.ndarray], ow
     report.count("episodes' rows checked", len(good))
     frame = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     first = np.repeat(eps.dataset_from_index[good], lengths)
-    check_rows(path, ep_col[rows], frame, first, {k: v[rows] for k, v in values.items()}, len(meta.tasks), problems,
-               fps=meta.fps, tolerance_s=tolerance_s)
+    check_rows(
+        path,
+        ep_col[rows],
+        frame,
+        first,
+        {k: v[rows] for k, v in values.items()},
+        len(meta.tasks),
+        problems,
+        fps=meta.fps,
+        tolerance_s=tolerance_s,
+    )
 
 
-def _check_images(meta: DatasetMetadata, col: pa.ChunkedArray, name: str, path: str, problems: ProblemList,
-                  full: bool) -> None:
+def _check_images(
+    meta: DatasetMetadata, col: pa.ChunkedArray, name: str, path: str, problems: ProblemList, full: bool
+) -> None:
     col = col.combine_chunks()
     data = col.field("bytes") if pa.types.is_struct(col.type) else col
     rows = range(len(data)) if full else range(min(len(data), 1))
@@ -204,14 +229,17 @@ def _check_images(meta: DatasetMetadata, col: pa.ChunkedArray, name: str, path: 
             problems.add(str(e))
             return
         if img.shape[:2] != want:
-            problems.add(f"{path}: column {name!r} row {r}: image is {img.shape[0]}x{img.shape[1]}, info.json says "
-                         f"{want[0]}x{want[1]}")
+            problems.add(
+                f"{path}: column {name!r} row {r}: image is {img.shape[0]}x{img.shape[1]}, info.json says "
+                f"{want[0]}x{want[1]}"
+            )
             return
 
 
 # ---------------------------------------------------------------------------------------------- videos
-def _check_videos(meta: DatasetMetadata, source: Source, report: Report, progress: bool, tolerance_s: float,
-                  decode: bool, full: bool) -> None:
+def _check_videos(
+    meta: DatasetMetadata, source: Source, report: Report, progress: bool, tolerance_s: float, decode: bool, full: bool
+) -> None:
     eps = meta.episodes
     jobs = [(key, fid) for key, cam in eps.cameras.items() for fid in range(len(cam.files))]
     for key, fid in _bar(jobs, "checking videos", progress):
@@ -219,11 +247,20 @@ def _check_videos(meta: DatasetMetadata, source: Source, report: Report, progres
         if not rel:
             continue
         path = posixpath.join(meta.root, rel)
-        _each_file(report, path, lambda: _check_video(meta, source, report, key, fid, path, tolerance_s, decode, full))
+        _each_file(report, path, _check_video, meta, source, report, key, fid, path, tolerance_s, decode, full)
 
 
-def _check_video(meta: DatasetMetadata, source: Source, report: Report, key: str, fid: int, path: str,
-                 tolerance_s: float, decode: bool, full: bool) -> None:
+def _check_video(
+    meta: DatasetMetadata,
+    source: Source,
+    report: Report,
+    key: str,
+    fid: int,
+    path: str,
+    tolerance_s: float,
+    decode: bool,
+    full: bool,
+) -> None:
     eps = meta.episodes
     cam = eps.cameras[key]
     owners = np.flatnonzero(cam.file_id == fid)
@@ -238,22 +275,26 @@ def _check_video(meta: DatasetMetadata, source: Source, report: Report, key: str
         frame_t = frames_to_seconds(1, meta.fps)
         last = reader.index.times[-1]
         ends = []
-        for e in owners:
-            lo, hi, n = float(cam.from_ts[e]), float(cam.to_ts[e]), int(eps.length[e])
+        for ep in owners:
+            lo, hi, n = float(cam.from_ts[ep]), float(cam.to_ts[ep]), int(eps.length[ep])
             if not (np.isfinite(lo) and np.isfinite(hi)):
                 continue  # reported with the metadata
             length_s = frames_to_seconds(n, meta.fps)
             if hi - lo < length_s - tolerance_s - TIME_EPS_S or abs((hi - lo) - length_s) > frame_t + tolerance_s:
-                report.add(f"{path}: episode {e}, camera {key!r}: from/to timestamps {lo:.4f}..{hi:.4f}s span "
-                           f"{hi - lo:.4f}s but the episode has {n} frames ({length_s:.4f}s)")
+                report.add(
+                    f"{path}: episode {ep}, camera {key!r}: from/to timestamps {lo:.4f}..{hi:.4f}s span "
+                    f"{hi - lo:.4f}s but the episode has {n} frames ({length_s:.4f}s)"
+                )
             end = lo + frames_to_seconds(max(n - 1, 0), meta.fps)
             if end > last + end_clamp_s(meta.fps, tolerance_s):  # the decoder would not clamp it to the last frame
-                report.add(f"{path}: episode {e}, camera {key!r}: video ends at {last:.4f}s, before the episode's "
-                           f"last frame at {end:.4f}s (video shorter than its metadata)")
+                report.add(
+                    f"{path}: episode {ep}, camera {key!r}: video ends at {last:.4f}s, before the episode's "
+                    f"last frame at {end:.4f}s (video shorter than its metadata)"
+                )
                 continue
-            ends.append((e, lo, end))
-        for e, lo, end in ends if decode or full else ():
-            n = int(eps.length[e])
+            ends.append((ep, lo, end))
+        for ep, lo, _end in ends if decode or full else ():
+            n = int(eps.length[ep])
             # --full: every frame the loader can ask for (in blocks, one forward pass); else the first and last
             frames = np.arange(n) if full else np.unique([0, max(n - 1, 0)])
             try:
@@ -261,8 +302,9 @@ def _check_video(meta: DatasetMetadata, source: Source, report: Report, key: str
                     reader.frames_at(lo + frames_to_seconds(block, meta.fps), tolerance_s)
                     report.count("frames decoded", len(block))
             except EpisodicError as err:
-                report.add(f"episode {e}, camera {key!r}: {'a frame' if full else 'first/last frame'} not "
-                           f"decodable: {err}")
+                report.add(
+                    f"episode {ep}, camera {key!r}: {'a frame' if full else 'first/last frame'} not decodable: {err}"
+                )
     finally:
         reader.close()
 
@@ -271,8 +313,10 @@ def _check_stream(meta: DatasetMetadata, reader: VideoReader, key: str, path: st
     """The stream's frame size and codec against the camera's feature in info.json."""
     want = meta.info.camera_hw(key)[:2]
     if tuple(reader.shape) != tuple(want):
-        report.add(f"{path}: camera {key!r}: frames are {reader.shape[0]}x{reader.shape[1]} (height x width) but "
-                   f"info.json says {want[0]}x{want[1]}")
+        report.add(
+            f"{path}: camera {key!r}: frames are {reader.shape[0]}x{reader.shape[1]} (height x width) but "
+            f"info.json says {want[0]}x{want[1]}"
+        )
     codec = meta.info.features[key].info.get("video.codec")
     have = reader.codec_name
     if isinstance(codec, str) and codec in _CODECS and have not in _CODECS[codec]:

@@ -9,7 +9,7 @@ than decoding on from where the decoder already is.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -73,7 +73,11 @@ def _container_index(stream) -> tuple[list, list] | None:
     packets. Only for AV1, whose samples carry no composition offset in mp4 (index time == pts); codecs
     with B-frames (H.264, HEVC) may reorder, so their index is built from the packets."""
     entries = getattr(stream, "index_entries", None)
-    if stream.codec_context.name not in ("av1", "libdav1d", "libaom-av1") or not entries or len(entries) != stream.frames:
+    if (
+        stream.codec_context.name not in ("av1", "libdav1d", "libaom-av1")
+        or not entries
+        or len(entries) != stream.frames
+    ):
         return None
     pts = [e.timestamp for e in entries]
     return pts, [e.is_keyframe for e in entries]
@@ -124,15 +128,16 @@ class VideoReader:
                 raise VideoDecodeError(f"{path}: no video stream")
             self._stream = self._container.streams.video[0]
             if self._stream.codec_context is None:  # e.g. a truncated file: the codec's parameters are missing
-                raise VideoDecodeError(f"{path}: the video stream cannot be decoded (no codec parameters: a "
-                                       f"truncated or corrupt file?)")
+                raise VideoDecodeError(
+                    f"{path}: the video stream cannot be decoded (no codec parameters: a truncated or corrupt file?)"
+                )
             self.index = build_index(self._container, self._stream, path)
         except BaseException:
             self._container.close()
             raise
         self._stream.codec_context.thread_count = thread_count
         self._reformatter = VideoReformatter()
-        self._frames = None  # live decode generator
+        self._frames: Iterator[av.VideoFrame] | None = None  # live decode generator
         self._next = 0  # index of the frame the live generator yields next (-1: unknown)
         self.frames_decoded = 0
         self.seeks = 0
@@ -150,8 +155,9 @@ class VideoReader:
         return self._stream.codec_context.height, self._stream.codec_context.width
 
     def locate(self, times: np.ndarray, tolerance_s: float, clamp_s: float | None = None) -> np.ndarray:
-        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default
-        `timebase.end_clamp_s`: one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than tolerance_s."""
+        """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default `timebase.end_clamp_s`:
+        one frame + tolerance_s) are clamped to it. Raises FrameTimestampError for any other time farther than
+        tolerance_s."""
         times = np.asarray(times, dtype=np.float64)
         idx, dist = self.index.nearest(times)
         far = dist >= tolerance_s
@@ -164,7 +170,8 @@ class VideoReader:
         if bad.any():
             raise FrameTimestampError(
                 f"{self.path}: no frame within tolerance_s={tolerance_s} of timestamps "
-                f"{np.round(times[bad][:8], 6).tolist()} (nearest frames at {np.round(self.index.times[idx[bad][:8]], 6).tolist()}; "
+                f"{np.round(times[bad][:8], 6).tolist()} "
+                f"(nearest frames at {np.round(self.index.times[idx[bad][:8]], 6).tolist()}; "
                 f"the file holds {len(self.index)} frames from {self.index.times[0]:.4f}s to {last:.4f}s)",
             )
         return idx
@@ -176,8 +183,9 @@ class VideoReader:
         self.decode_into(frame_indices, out, _HWC_UINT8)
         return out
 
-    def decode_into(self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput,
-                    slots: np.ndarray | None = None) -> None:
+    def decode_into(
+        self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput, slots: np.ndarray | None = None
+    ) -> None:
         """Write frame `frame_indices[i]` into `dest[slots[i]]` (default `dest[i]`; `dest`: (N, *output.shape(
         self.shape)) of output.dtype) in one forward pass: frames in file order, each decoded once however
         often it is asked for, converted straight into its slot."""
@@ -207,10 +215,12 @@ class VideoReader:
         self._next = k
         self.seeks += 1
 
-    def _decode_until(self, f: int) -> np.ndarray:
+    def _decode_until(self, f: int) -> av.VideoFrame:
         target = int(self.index.pts[f])
+        frames = self._frames
+        assert frames is not None, "a seek starts the live generator first"
         try:
-            for frame in self._frames:
+            for frame in frames:
                 self.frames_decoded += 1
                 if frame.pts is None:
                     continue
@@ -221,7 +231,9 @@ class VideoReader:
                     return frame
         except av.FFmpegError as e:
             self._frames = None
-            raise VideoDecodeError(f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})") from None
+            raise VideoDecodeError(
+                f"{self.path}: decoding the frame at {self.index.times[f]:.4f}s failed ({e})"
+            ) from None
         self._frames = None
         raise VideoDecodeError(
             f"{self.path}: the file ended before the frame at {self.index.times[f]:.4f}s (truncated video?)"
@@ -243,8 +255,9 @@ _READER_PICTURES = 4
 DEFAULT_MIN_OPEN = 32
 
 
-def default_cache_size(files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES,
-                       minimum: int = DEFAULT_MIN_OPEN) -> int:
+def default_cache_size(
+    files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = DEFAULT_MIN_OPEN
+) -> int:
     """The decoder cache size of a process when the user gives none, one rule for every dataset: one reader per
     video file the process reads from at once (`files`: (height, width, number of files) per camera: a
     map-style dataset's whole selection, a streaming consumer's pooled and prefetched episodes), since
@@ -318,8 +331,13 @@ class DecoderCache:
         """This process's hits, misses, evictions, hit rate and open readers."""
         c = self.counters.local()
         hits, misses = c["decoder_hits"], c["decoder_misses"]
-        return {"hits": hits, "misses": misses, "evictions": c["decoder_evictions"],
-                "hit_rate": (hits / (hits + misses)) if hits + misses else 0.0, "open": len(self._readers)}
+        return {
+            "hits": hits,
+            "misses": misses,
+            "evictions": c["decoder_evictions"],
+            "hit_rate": (hits / (hits + misses)) if hits + misses else 0.0,
+            "open": len(self._readers),
+        }
 
     def clear(self) -> None:
         for r in self._readers.values():

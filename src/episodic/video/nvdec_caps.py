@@ -19,12 +19,31 @@ import ctypes
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["CODEC_IDS", "CodecSupport", "GpuCaps", "NvdecProbe", "NvdecUnavailable", "container_video_driver",
-           "load_driver", "probe_nvdec", "unsupported_reason"]
+__all__ = [
+    "CODEC_IDS",
+    "CodecSupport",
+    "GpuCaps",
+    "NvdecProbe",
+    "NvdecUnavailable",
+    "container_video_driver",
+    "load_driver",
+    "probe_nvdec",
+    "unsupported_reason",
+]
 
 # cudaVideoCodec (cuviddec.h) by the codec's canonical FFmpeg name
-CODEC_IDS = {"mpeg1video": 0, "mpeg2video": 1, "mpeg4": 2, "vc1": 3, "h264": 4, "mjpeg": 5, "hevc": 8, "vp8": 9,
-             "vp9": 10, "av1": 11}
+CODEC_IDS = {
+    "mpeg1video": 0,
+    "mpeg2video": 1,
+    "mpeg4": 2,
+    "vc1": 3,
+    "h264": 4,
+    "mjpeg": 5,
+    "hevc": 8,
+    "vp8": 9,
+    "vp9": 10,
+    "av1": 11,
+}
 _CHROMA = {400: 0, 420: 1, 422: 2, 444: 3}  # cudaVideoChromaFormat
 LIBCUDA, LIBNVCUVID = "libcuda.so.1", "libnvcuvid.so.1"
 
@@ -36,12 +55,24 @@ class NvdecUnavailable(RuntimeError):
 class _DecodeCaps(ctypes.Structure):
     """CUVIDDECODECAPS (cuviddec.h, Video Codec SDK 11-13); trailing room for fields a newer driver adds."""
 
-    _fields_ = [("eCodecType", ctypes.c_int), ("eChromaFormat", ctypes.c_int), ("nBitDepthMinus8", ctypes.c_uint),
-                ("reserved1", ctypes.c_uint * 3), ("bIsSupported", ctypes.c_ubyte), ("nNumNVDECs", ctypes.c_ubyte),
-                ("nOutputFormatMask", ctypes.c_ushort), ("nMaxWidth", ctypes.c_uint), ("nMaxHeight", ctypes.c_uint),
-                ("nMaxMBCount", ctypes.c_uint), ("nMinWidth", ctypes.c_ushort), ("nMinHeight", ctypes.c_ushort),
-                ("bIsHistogramSupported", ctypes.c_ubyte), ("nCounterBitDepth", ctypes.c_ubyte),
-                ("nMaxHistogramBins", ctypes.c_ushort), ("reserved3", ctypes.c_uint * 26)]
+    _fields_ = [
+        ("eCodecType", ctypes.c_int),
+        ("eChromaFormat", ctypes.c_int),
+        ("nBitDepthMinus8", ctypes.c_uint),
+        ("reserved1", ctypes.c_uint * 3),
+        ("bIsSupported", ctypes.c_ubyte),
+        ("nNumNVDECs", ctypes.c_ubyte),
+        ("nOutputFormatMask", ctypes.c_ushort),
+        ("nMaxWidth", ctypes.c_uint),
+        ("nMaxHeight", ctypes.c_uint),
+        ("nMaxMBCount", ctypes.c_uint),
+        ("nMinWidth", ctypes.c_ushort),
+        ("nMinHeight", ctypes.c_ushort),
+        ("bIsHistogramSupported", ctypes.c_ubyte),
+        ("nCounterBitDepth", ctypes.c_ubyte),
+        ("nMaxHistogramBins", ctypes.c_ushort),
+        ("reserved3", ctypes.c_uint * 26),
+    ]
 
 
 @dataclass(frozen=True)
@@ -87,8 +118,13 @@ class NvdecProbe:
         return next((g.name for g in self.gpus if g.index == gpu), f"GPU {gpu}")
 
     def to_json(self) -> dict:
-        return {"why": self.why, "gpus": [{"index": g.index, "name": g.name,
-                                           "codecs": [s.to_json() for s in g.codecs.values()]} for g in self.gpus]}
+        return {
+            "why": self.why,
+            "gpus": [
+                {"index": g.index, "name": g.name, "codecs": [s.to_json() for s in g.codecs.values()]}
+                for g in self.gpus
+            ],
+        }
 
 
 class _Driver:
@@ -128,8 +164,9 @@ class _Driver:
         try:
             self._check(push(ctx), "cuCtxPushCurrent")
             try:
-                c = _DecodeCaps(eCodecType=CODEC_IDS[codec], eChromaFormat=_CHROMA[chroma],
-                                nBitDepthMinus8=bit_depth - 8)
+                c = _DecodeCaps(
+                    eCodecType=CODEC_IDS[codec], eChromaFormat=_CHROMA[chroma], nBitDepthMinus8=bit_depth - 8
+                )
                 rc = self.cuvid.cuvidGetDecoderCaps(ctypes.byref(c))
             finally:
                 pop(ctypes.byref(ctypes.c_void_p()))
@@ -137,9 +174,17 @@ class _Driver:
             release(dev)
         if rc != 0:
             return CodecSupport(codec, chroma, bit_depth, error=f"cuvidGetDecoderCaps returned {rc}")
-        return CodecSupport(codec, chroma, bit_depth, supported=bool(c.bIsSupported), engines=int(c.nNumNVDECs),
-                            max_width=int(c.nMaxWidth), max_height=int(c.nMaxHeight), min_width=int(c.nMinWidth),
-                            min_height=int(c.nMinHeight))
+        return CodecSupport(
+            codec,
+            chroma,
+            bit_depth,
+            supported=bool(c.bIsSupported),
+            engines=int(c.nNumNVDECs),
+            max_width=int(c.nMaxWidth),
+            max_height=int(c.nMaxHeight),
+            min_width=int(c.nMinWidth),
+            min_height=int(c.nMinHeight),
+        )
 
 
 def load_driver():
@@ -149,8 +194,11 @@ def load_driver():
         try:
             libs.append(ctypes.CDLL(name))
         except OSError as e:
-            hint = (" (in a container: NVIDIA_DRIVER_CAPABILITIES must include 'video' for the runtime to mount it)"
-                    if name == LIBNVCUVID else " (no NVIDIA driver on this machine)")
+            hint = (
+                " (in a container: NVIDIA_DRIVER_CAPABILITIES must include 'video' for the runtime to mount it)"
+                if name == LIBNVCUVID
+                else " (no NVIDIA driver on this machine)"
+            )
             raise NvdecUnavailable(f"{name} not found{hint}: {e}") from None
     return _Driver(*libs)
 
@@ -167,8 +215,9 @@ def probe_nvdec(codecs=(("h264", 420, 8), ("hevc", 420, 8), ("av1", 420, 8))) ->
             g = GpuCaps(i, driver.name(i))
             for codec, chroma, depth in codecs:
                 if codec not in CODEC_IDS or chroma not in _CHROMA:
-                    g.codecs[(codec, chroma, depth)] = CodecSupport(codec, chroma, depth,
-                                                                    error="NVDEC has no such codec or chroma format")
+                    g.codecs[(codec, chroma, depth)] = CodecSupport(
+                        codec, chroma, depth, error="NVDEC has no such codec or chroma format"
+                    )
                     continue
                 g.codecs[(codec, chroma, depth)] = driver.caps(i, codec, chroma, depth)
             gpus.append(g)
@@ -184,8 +233,9 @@ def unsupported_reason(support: CodecSupport | None, height: int, width: int) ->
     if support.error:
         return support.error
     if not support.supported:
-        return (f"NVDEC on this GPU has no {support.codec} decoder for {support.chroma} chroma at "
-                f"{support.bit_depth} bits")
+        return (
+            f"NVDEC on this GPU has no {support.codec} decoder for {support.chroma} chroma at {support.bit_depth} bits"
+        )
     if support.max_width and (width > support.max_width or height > support.max_height):
         return f"{width}x{height} exceeds NVDEC's {support.max_width}x{support.max_height}"
     if width < support.min_width or height < support.min_height:
@@ -202,6 +252,9 @@ def container_video_driver() -> dict:
         found, error = True, None
     except OSError as e:
         found, error = False, str(e)
-    return {"NVIDIA_DRIVER_CAPABILITIES": caps,
-            "video_capability": None if caps is None else any(c.strip() in ("video", "all") for c in caps.split(",")),
-            "libnvcuvid": found, "libnvcuvid_error": error}
+    return {
+        "NVIDIA_DRIVER_CAPABILITIES": caps,
+        "video_capability": None if caps is None else any(c.strip() in ("video", "all") for c in caps.split(",")),
+        "libnvcuvid": found,
+        "libnvcuvid_error": error,
+    }

@@ -34,6 +34,7 @@ distances in `FrameOutput.depth_unit` ((1, H, W)); resized, they take each outpu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import av
 import numpy as np
@@ -87,7 +88,10 @@ class FrameOutput:
 
     def frame_hw(self, src_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of an output frame for a source of `src_hw`."""
-        return tuple(src_hw) if self.size is None else self.size
+        if self.size is not None:
+            return self.size
+        h, w = src_hw
+        return h, w
 
     @property
     def channels(self) -> int:
@@ -120,15 +124,15 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
         return
     if out.channels_first and (scaled or planar_exact(frame)):
         for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
-            _put(_rows(p, h, w), dest[c, top:top + h, left:left + w])
+            _put(_rows(p, h, w), dest[c, top : top + h, left : left + w])
     else:
         rgb = _rows(_reformat(reformatter, frame, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
         if out.channels_first:
-            _put(rgb.transpose(2, 0, 1), dest[:, top:top + h, left:left + w])
+            _put(rgb.transpose(2, 0, 1), dest[:, top : top + h, left : left + w])
         else:
-            _put(rgb, dest[top:top + h, left:left + w])
+            _put(rgb, dest[top : top + h, left : left + w])
     axis = 1 if out.channels_first else 0
-    if (h, w) != dest.shape[axis:axis + 2]:
+    if (h, w) != dest.shape[axis : axis + 2]:
         _zero_border(dest, top, left, h, w, axis=axis)
 
 
@@ -138,7 +142,7 @@ def depth_codes(frame, reformatter: VideoReformatter) -> np.ndarray:
     if frame.format.name != PIX_FMT:
         frame = _reformat(reformatter, frame, PIX_FMT, frame.height, frame.width, False)
     plane = frame.planes[0]
-    return np.frombuffer(plane, "<u2").reshape(frame.height, plane.line_size // 2)[:, :frame.width]
+    return np.frombuffer(plane, "<u2").reshape(frame.height, plane.line_size // 2)[:, : frame.width]
 
 
 def _write_depth(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoReformatter, place: tuple) -> None:
@@ -150,7 +154,8 @@ def _write_depth(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRe
         cols = np.minimum(((np.arange(w) + 0.5) * (sw / w)).astype(np.int64), sw - 1)
         codes = codes[rows[:, None], cols[None, :]]
     plane = dest[0] if out.channels_first else dest[..., 0]
-    out.depth.dequantise(codes, plane[top:top + h, left:left + w], out.depth_unit)
+    assert out.depth is not None, "a depth camera's output"
+    out.depth.dequantise(codes, plane[top : top + h, left : left + w], out.depth_unit)
     if (h, w) != plane.shape:
         _zero_border(plane, top, left, h, w, axis=0)
 
@@ -159,8 +164,13 @@ def planar_exact(frame) -> bool:
     """Whether swscale's gbrp output of frames like `frame` (pixel format, colorspace, range, size) at their own
     size equals its rgb24 output, checked once per process on a frame of random pixels (see the module docstring).
     """
-    key = (frame.format.name, getattr(frame, "colorspace", None), getattr(frame, "color_range", None),
-           frame.height, frame.width)
+    key = (
+        frame.format.name,
+        getattr(frame, "colorspace", None),
+        getattr(frame, "color_range", None),
+        frame.height,
+        frame.width,
+    )
     exact = _PLANAR_EXACT.get(key)
     if exact is None:
         exact = _PLANAR_EXACT[key] = _probe_planar(key)
@@ -175,7 +185,7 @@ def _probe_planar(key: tuple) -> bool:
             setattr(probe, attr, value)
     rng = np.random.default_rng(0)
     for p in probe.planes:
-        np.frombuffer(p, np.uint8)[:] = rng.integers(0, 256, p.buffer_size, dtype=np.uint8)
+        np.frombuffer(memoryview(p), np.uint8)[:] = rng.integers(0, 256, p.buffer_size, dtype=np.uint8)
     reformatter = VideoReformatter()
     planes = [_rows(p, h, w) for p in _reformat(reformatter, probe, "gbrp", h, w, False).planes]
     rgb = _rows(_reformat(reformatter, probe, "rgb24", h, w, False).planes[0], h, w * 3).reshape(h, w, 3)
@@ -215,7 +225,7 @@ def _zero_border(dest: np.ndarray, top: int, left: int, h: int, w: int, axis: in
 def _reformat(reformatter: VideoReformatter, frame, fmt: str, h: int, w: int, scaled: bool):
     """The frame in `fmt` at (h, w), converted on this thread (swscale's own threads would compete with the
     decode threads). PyAV < 16 has no `threads` argument; its reformat is single-threaded anyway."""
-    kwargs = {"format": fmt, "width": w, "height": h}
+    kwargs: dict[str, Any] = {"format": fmt, "width": w, "height": h}
     if scaled:
         kwargs["interpolation"] = Interpolation.BILINEAR
     if _THREADS_ARG[0]:

@@ -40,7 +40,9 @@ def chroma_and_depth(pix_fmt: str) -> tuple[int, int]:
     if fmt.is_rgb:
         return 444, depth
     luma, chroma = comps[0], comps[1]
-    return {(True, True): 420, (False, True): 422}.get((chroma.height < luma.height, chroma.width < luma.width), 444), depth
+    return {(True, True): 420, (False, True): 422}.get(
+        (chroma.height < luma.height, chroma.width < luma.width), 444
+    ), depth
 
 
 def probe_stream(path: str) -> StreamFacts:
@@ -53,8 +55,13 @@ def probe_stream(path: str) -> StreamFacts:
             cc = s.codec_context
             if cc is None or cc.format is None:
                 raise VideoDecodeError(f"{path}: the video stream has no codec parameters (truncated or corrupt?)")
-            return StreamFacts(codec=cc.codec.canonical_name, pix_fmt=cc.format.name, height=cc.height, width=cc.width,
-                               frames=int(s.frames or 0))
+            return StreamFacts(
+                codec=cc.codec.canonical_name,
+                pix_fmt=cc.format.name,
+                height=cc.height,
+                width=cc.width,
+                frames=int(s.frames or 0),
+            )
     except FileNotFoundError:
         raise VideoDecodeError(f"{path}: video file not found") from None
     except (av.FFmpegError, OSError) as e:

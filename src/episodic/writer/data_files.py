@@ -63,8 +63,14 @@ def episode_table(columns: Mapping[str, np.ndarray], features: Mapping[str, Feat
     return pa.Table.from_arrays([column(columns[k], features[k]) for k in schema.names], schema=schema)
 
 
-def write_parquet(path: str, schema: pa.Schema, tables: Iterable[pa.Table], row_group_per_table: bool = True,
-                  fsync: bool = False, page_index: bool = False) -> int:
+def write_parquet(
+    path: str,
+    schema: pa.Schema,
+    tables: Iterable[pa.Table],
+    row_group_per_table: bool = True,
+    fsync: bool = False,
+    page_index: bool = False,
+) -> int:
     """Write `tables` as one parquet file at `path` (temporary name, then renamed; flushed to the disk first
     with `fsync`), each table one row group unless `row_group_per_table` is False; returns the number of rows.
     Every page has a CRC32 checksum; `page_index` also writes the page index (each page's offset and value
@@ -75,8 +81,9 @@ def write_parquet(path: str, schema: pa.Schema, tables: Iterable[pa.Table], row_
         sink = pa.OSFile(tmp, "wb")
         try:
             # page checksums (CRC32, read back by the loader): damaged bytes inside a page are an error, not wrong rows
-            writer = pq.ParquetWriter(sink, schema, compression=COMPRESSION, write_page_checksum=True,
-                                      write_page_index=page_index)
+            writer = pq.ParquetWriter(
+                sink, schema, compression=COMPRESSION, write_page_checksum=True, write_page_index=page_index
+            )
             try:
                 for table in tables:
                     writer.write_table(table, row_group_size=max(table.num_rows, 1) if row_group_per_table else None)

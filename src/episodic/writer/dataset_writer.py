@@ -62,18 +62,33 @@ class DatasetWriter:
     copying them once (no re-encoding), then writes the metadata; meta/info.json comes last.
     """
 
-    def __init__(self, root: str | os.PathLike, fps: int, features: Mapping[str, Mapping[str, Any]],
-                 robot_type: str | None = None, vcodec: str = "av1", gop: int = 2, crf: int | None = 30,
-                 pix_fmt: str = "yuv420p", preset: int | str | None = None, data_files_size_in_mb: float = 100,
-                 video_files_size_in_mb: float = 200, chunks_size: int = 1000, overwrite: bool = False,
-                 resume: bool = False, fsync: bool = True):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        fps: int,
+        features: Mapping[str, Mapping[str, Any]],
+        robot_type: str | None = None,
+        vcodec: str = "av1",
+        gop: int = 2,
+        crf: int | None = 30,
+        pix_fmt: str = "yuv420p",
+        preset: int | str | None = None,
+        data_files_size_in_mb: float = 100,
+        video_files_size_in_mb: float = 200,
+        chunks_size: int = 1000,
+        overwrite: bool = False,
+        resume: bool = False,
+        fsync: bool = True,
+    ):
         self.root = os.path.abspath(os.fspath(root))
         if overwrite and resume:
             raise ValueError("overwrite=True and resume=True exclude each other")
         if isinstance(fps, bool) or not isinstance(fps, (int, np.integer)) or fps <= 0:
             raise ValueError(f"fps must be a positive integer, got {fps!r}")
-        for name, value in (("data_files_size_in_mb", data_files_size_in_mb),
-                            ("video_files_size_in_mb", video_files_size_in_mb)):
+        for name, value in (
+            ("data_files_size_in_mb", data_files_size_in_mb),
+            ("video_files_size_in_mb", video_files_size_in_mb),
+        ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if isinstance(chunks_size, bool) or not isinstance(chunks_size, int) or chunks_size < 1:
@@ -83,7 +98,7 @@ class DatasetWriter:
         self.video_keys = [k for k, f in self.features.items() if f.is_video]
         self.data_keys = [k for k, f in self.features.items() if not f.is_video]
         self.robot_type = robot_type
-        self.video_opts = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
+        self.video_opts: dict[str, Any] = dict(vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset)
         name = encoder_name(vcodec)
         if self.video_keys:
             check_gop(name, gop)
@@ -116,12 +131,13 @@ class DatasetWriter:
         """The encoder settings of camera `key`: the writer's; a depth camera's (`format.depth`) are its 12-bit codes
         in lossless HEVC (``gray12le``), at the writer's gop."""
         if self.features[key].is_depth:
-            return dict(vcodec="hevc", gop=self.video_opts["gop"], crf=None, pix_fmt=DEPTH_PIX_FMT, preset=None,
-                        lossless=True)
+            return dict(
+                vcodec="hevc", gop=self.video_opts["gop"], crf=None, pix_fmt=DEPTH_PIX_FMT, preset=None, lossless=True
+            )
         return self.video_opts
 
     @classmethod
-    def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> "DatasetWriter":
+    def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> DatasetWriter:
         """Continue the interrupted session in `root` with its own settings: `add_episode` goes on after its
         last complete episode. `.recovery` says what was kept and what was dropped."""
         settings = read_settings(os.path.abspath(os.fspath(root)))
@@ -129,9 +145,16 @@ class DatasetWriter:
         return cls(root, resume=True, fsync=fsync, **args)
 
     def _settings(self) -> dict[str, Any]:
-        s = {"session_format": 1, "fps": self.fps, "features": {k: f.to_json() for k, f in self.features.items()},
-             "robot_type": self.robot_type, **self.video_opts, "data_files_size_in_mb": self.sizes[0],
-             "video_files_size_in_mb": self.sizes[1], "chunks_size": self.chunks_size}
+        s = {
+            "session_format": 1,
+            "fps": self.fps,
+            "features": {k: f.to_json() for k, f in self.features.items()},
+            "robot_type": self.robot_type,
+            **self.video_opts,
+            "data_files_size_in_mb": self.sizes[0],
+            "video_files_size_in_mb": self.sizes[1],
+            "chunks_size": self.chunks_size,
+        }
         return json.loads(json.dumps(s))  # as read back from the file (lists, not tuples)
 
     @property
@@ -155,14 +178,20 @@ class DatasetWriter:
             task_ids.setdefault(t, len(task_ids))
         frame_index = np.arange(n, dtype=np.int64)
         columns = {k: arrays[k] for k in self.data_keys if k in arrays}
-        columns.update(timestamp=timestamp_column(frame_index, self.fps), frame_index=frame_index,
-                       episode_index=np.full(n, ep, np.int64),
-                       index=np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
-                       task_index=np.array([task_ids[t] for t in tasks], dtype=np.int64))
+        columns.update(
+            timestamp=timestamp_column(frame_index, self.fps),
+            frame_index=frame_index,
+            episode_index=np.full(n, ep, np.int64),
+            index=np.arange(self.total_frames, self.total_frames + n, dtype=np.int64),
+            task_index=np.array([task_ids[t] for t in tasks], dtype=np.int64),
+        )
         stats = {k: array_stats(columns[k]) for k in self.data_keys if self.features[k].dtype not in ("string", "bool")}
         for k in self.video_keys:  # a depth camera's in its depth_unit (LeRobot 0.6), RGB in [0, 1]
-            stats[k] = array_stats(arrays[k][::max(1, n // MAX_IMAGE_STATS_FRAMES)], image=True,
-                                   scale=1.0 if self.features[k].is_depth else 255.0)
+            stats[k] = array_stats(
+                arrays[k][:: max(1, n // MAX_IMAGE_STATS_FRAMES)],
+                image=True,
+                scale=1.0 if self.features[k].is_depth else 255.0,
+            )
         stats_json = {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
 
         row: dict[str, Any] = {"episode_index": ep, "tasks": list(dict.fromkeys(tasks)), "length": n}
@@ -173,20 +202,37 @@ class DatasetWriter:
             path = self._session.segment_path(g, ep)
             sizes["data"] = write_segment(episode_table(columns, self.features, self._schema), path, fsync=self.fsync)
             written.append(path)
-            row.update({"data/chunk_index": g.chunk, "data/file_index": g.file,
-                        "dataset_from_index": self.total_frames, "dataset_to_index": self.total_frames + n})
+            row.update(
+                {
+                    "data/chunk_index": g.chunk,
+                    "data/file_index": g.file,
+                    "dataset_from_index": self.total_frames,
+                    "dataset_to_index": self.total_frames + n,
+                }
+            )
             for k in self.video_keys:
                 vg = self._videos[k].open
                 path = self._session.segment_path(vg, ep)
                 f = self.features[k]
-                pixels = f.depth.quantise(arrays[k], f.depth.unit) if f.is_depth else arrays[k]
-                sizes["videos"][k] = encode_file(path, pixels, self.fps, fsync=self.fsync,
-                                                 label=f"{self.root}: episode {ep}: camera {k!r}", **self.camera_opts(k))
+                pixels = f.depth_coding.quantise(arrays[k], f.depth_coding.unit or "m") if f.is_depth else arrays[k]
+                sizes["videos"][k] = encode_file(
+                    path,
+                    pixels,
+                    self.fps,
+                    fsync=self.fsync,
+                    label=f"{self.root}: episode {ep}: camera {k!r}",
+                    **self.camera_opts(k),
+                )
                 written.append(path)
                 start = frames_to_seconds(vg.frames, self.fps)
-                row.update({f"videos/{k}/chunk_index": vg.chunk, f"videos/{k}/file_index": vg.file,
-                            f"videos/{k}/from_timestamp": start,
-                            f"videos/{k}/to_timestamp": start + frames_to_seconds(n, self.fps)})
+                row.update(
+                    {
+                        f"videos/{k}/chunk_index": vg.chunk,
+                        f"videos/{k}/file_index": vg.file,
+                        f"videos/{k}/from_timestamp": start,
+                        f"videos/{k}/to_timestamp": start + frames_to_seconds(n, self.fps),
+                    }
+                )
             self._session.append({"episode": row, "stats": stats_json, "bytes": sizes})
         except BaseException:
             for p in written:
@@ -205,20 +251,35 @@ class DatasetWriter:
             return self.root
         self._check_usable()
         if not self.episodes:
-            raise WriterError(f"{self.root}: no episode was added, and a dataset of no episode is not written (no "
-                              f"loader takes one): add an episode, or end the session with abort(discard=True)")
+            raise WriterError(
+                f"{self.root}: no episode was added, and a dataset of no episode is not written (no "
+                f"loader takes one): add an episode, or end the session with abort(discard=True)"
+            )
         self._join_pending()
         for series in (self._data, *self._videos.values()):
             if series.open.episodes:
                 self._join(series.open)
                 series.joined(series.open)
         codec = INFO_CODEC[encoder_name(self.video_opts["vcodec"])]
-        write_metadata(self.root, fps=self.fps, features=self.features,
-                       video_info={"video.codec": codec, "video.pix_fmt": self.video_opts["pix_fmt"],
-                                   "video.g": self.video_opts["gop"], "video.crf": self.video_opts["crf"]},
-                       episodes=self.episodes, episode_stats=self.episode_stats, tasks=list(self.tasks),
-                       total_frames=self.total_frames, chunks_size=self.chunks_size, sizes_mb=self.sizes,
-                       robot_type=self.robot_type, fsync=self.fsync)
+        write_metadata(
+            self.root,
+            fps=self.fps,
+            features=self.features,
+            video_info={
+                "video.codec": codec,
+                "video.pix_fmt": self.video_opts["pix_fmt"],
+                "video.g": self.video_opts["gop"],
+                "video.crf": self.video_opts["crf"],
+            },
+            episodes=self.episodes,
+            episode_stats=self.episode_stats,
+            tasks=list(self.tasks),
+            total_frames=self.total_frames,
+            chunks_size=self.chunks_size,
+            sizes_mb=self.sizes,
+            robot_type=self.robot_type,
+            fsync=self.fsync,
+        )
         self._session.finish()
         self._finalized = self._closed = True
         return self.root
@@ -240,7 +301,7 @@ class DatasetWriter:
         except Exception as e:  # noqa: BLE001  see the docstring
             log.warning("%s: cleaning up after abort failed: %s", self.root, e)
 
-    def __enter__(self) -> "DatasetWriter":
+    def __enter__(self) -> DatasetWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -254,9 +315,14 @@ class DatasetWriter:
             return
         self.abort()
         if self.episodes:
-            log.warning("%s: writing stopped by %s; its %d complete episode(s) are kept: finalize them with "
-                        "`episodic repair %s` or continue with DatasetWriter.reopen()", self.root,
-                        exc_type.__name__, len(self.episodes), self.root)
+            log.warning(
+                "%s: writing stopped by %s; its %d complete episode(s) are kept: finalize them with "
+                "`episodic repair %s` or continue with DatasetWriter.reopen()",
+                self.root,
+                exc_type.__name__,
+                len(self.episodes),
+                self.root,
+            )
 
     # ------------------------------------------------------------------ internals
     def _check_usable(self) -> None:
@@ -264,7 +330,6 @@ class DatasetWriter:
             raise WriterError(f"{self.root}: dataset already finalized")
         if self._closed:
             raise WriterError(f"{self.root}: writer aborted; reopen the session with DatasetWriter.reopen()")
-
 
     def _commit(self, row: dict[str, Any], stats: dict, sizes: dict[str, Any]) -> None:
         """Account for a complete episode (just added, or replayed from the journal)."""
@@ -295,31 +360,41 @@ class DatasetWriter:
                 got = concat_mp4(segments, final, self.fps, fsync=self.fsync)
             if got != g.frames:
                 os.unlink(final)
-                raise WriterSessionError(f"{final}: joined {got} frames from {len(segments)} segments, "
-                                         f"expected {g.frames}")
+                raise WriterSessionError(
+                    f"{final}: joined {got} frames from {len(segments)} segments, expected {g.frames}"
+                )
         self._session.remove_group(g)
 
-    def _recover(self) -> "Recovery":
+    def _recover(self) -> Recovery:
         """Rebuild the state from the journal; drop what no complete episode owns."""
         records, torn = self._session.read_journal()
         for i, rec in enumerate(records):
             row = rec["episode"]
             where = f"{self._session.journal}:{i + 1}"
             try:
-                ok = (row["episode_index"] == i and row["dataset_from_index"] == self.total_frames
-                      and (row["data/chunk_index"], row["data/file_index"])
-                      == (self._data.open.chunk, self._data.open.file)
-                      and all((row[f"videos/{k}/chunk_index"], row[f"videos/{k}/file_index"],
-                               row[f"videos/{k}/from_timestamp"])
-                              == (s.open.chunk, s.open.file, frames_to_seconds(s.open.frames, self.fps))
-                              for k, s in self._videos.items()))
+                ok = (
+                    row["episode_index"] == i
+                    and row["dataset_from_index"] == self.total_frames
+                    and (row["data/chunk_index"], row["data/file_index"])
+                    == (self._data.open.chunk, self._data.open.file)
+                    and all(
+                        (
+                            row[f"videos/{k}/chunk_index"],
+                            row[f"videos/{k}/file_index"],
+                            row[f"videos/{k}/from_timestamp"],
+                        )
+                        == (s.open.chunk, s.open.file, frames_to_seconds(s.open.frames, self.fps))
+                        for k, s in self._videos.items()
+                    )
+                )
                 if ok:
                     self._commit(row, rec["stats"], rec["bytes"])
             except (KeyError, TypeError) as e:
                 raise WriterSessionError(f"{where}: episode record lacks a field ({e})") from None
             if not ok:
-                raise WriterSessionError(f"{where}: episode {row.get('episode_index')!r} does not continue the "
-                                         f"episodes before it")
+                raise WriterSessionError(
+                    f"{where}: episode {row.get('episode_index')!r} does not continue the episodes before it"
+                )
         keep: set[str] = set()
         for series in (self._data, *self._videos.values()):
             last = series.open
@@ -328,21 +403,27 @@ class DatasetWriter:
             for g in [*series.pending, series.open]:
                 if os.path.exists(os.path.join(self.root, g.rel)):
                     continue
-                for e in g.episodes:
-                    path = self._session.segment_path(g, e)
+                for ep in g.episodes:
+                    path = self._session.segment_path(g, ep)
                     if not os.path.isfile(path):
-                        raise WriterSessionError(f"{path}: segment of complete episode {e} is missing; the session "
-                                                 f"cannot be finalized with it")
+                        raise WriterSessionError(
+                            f"{path}: segment of complete episode {ep} is missing; the session "
+                            f"cannot be finalized with it"
+                        )
                     keep.add(path)
         temps = temp_files(self.root)
         for p in temps:
             _unlink_quietly(p)
         dropped = [os.path.relpath(p, self.root) for p in self._session.remove_orphans(keep)]
         n = len(self.episodes)
-        recovery = Recovery(episodes=n, frames=self.total_frames, torn_bytes=torn,
-                            partial_files=[p for p in dropped if _segment_episode(p) >= n],
-                            joined_files=[p for p in dropped if _segment_episode(p) < n],
-                            temp_files=[os.path.relpath(p, self.root) for p in temps])
+        recovery = Recovery(
+            episodes=n,
+            frames=self.total_frames,
+            torn_bytes=torn,
+            partial_files=[p for p in dropped if _segment_episode(p) >= n],
+            joined_files=[p for p in dropped if _segment_episode(p) < n],
+            temp_files=[os.path.relpath(p, self.root) for p in temps],
+        )
         log.info("%s: reopened: %s", self.root, recovery.summary())
         return recovery
 

@@ -14,14 +14,26 @@ import numpy as np
 from ..format.errors import DatasetFormatError, WriterInputError
 from ..format.features import DEFAULT_FEATURES, Feature
 
-NUMERIC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                  "float16", "float32", "float64")
+NUMERIC_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
 WRITABLE_DTYPES = (*NUMERIC_DTYPES, "string", "video")
 # One frame of one feature is at most this many bytes: a parquet page (and an Arrow list size) holds no more.
-MAX_FRAME_BYTES = 2 ** 31 - 1
+MAX_FRAME_BYTES = 2**31 - 1
 # FFmpeg takes no picture of width w and height h with (8 * w + 1024) * (h + 128) >= 2^31 - 1 (its
 # av_image_check_size; about 268 million pixels): larger cameras are refused before a frame is allocated.
-_FFMPEG_PICTURE_LIMIT = 2 ** 31 - 1
+_FFMPEG_PICTURE_LIMIT = 2**31 - 1
 # Unicode categories a task string must not contain: control characters (terminal escapes, newlines, tabs),
 # lone surrogates (not representable in UTF-8, so not in a parquet file), line and paragraph separators.
 _BAD_CATEGORIES = ("Cc", "Cs", "Zl", "Zp")
@@ -38,8 +50,9 @@ def check_features(features: Any) -> dict[str, Feature]:
     """The writer's features: the user's (validated) with LeRobot's default columns; defaults may be listed
     only with their own dtype and shape (they are written by the writer)."""
     if not isinstance(features, Mapping) or not features:
-        raise WriterInputError(f"features must be a non-empty mapping of name -> {{'dtype', 'shape'}}, "
-                               f"got {features!r}")
+        raise WriterInputError(
+            f"features must be a non-empty mapping of name -> {{'dtype', 'shape'}}, got {features!r}"
+        )
     out: dict[str, Feature] = {}
     for name, spec in features.items():
         if not isinstance(name, str) or not name.strip():
@@ -57,25 +70,30 @@ def check_features(features: Any) -> dict[str, Feature]:
         if name in DEFAULT_FEATURES:
             default = Feature.from_json(name, DEFAULT_FEATURES[name])
             if (f.dtype, f.shape) != (default.dtype, default.shape):
-                raise WriterInputError(f"{where}: written by the writer as {default.dtype} {list(default.shape)}, "
-                                       f"declared as {f.dtype} {list(f.shape)}; leave it out")
+                raise WriterInputError(
+                    f"{where}: written by the writer as {default.dtype} {list(default.shape)}, "
+                    f"declared as {f.dtype} {list(f.shape)}; leave it out"
+                )
             out[name] = default
             continue
         if f.is_image:
             raise WriterInputError(f"{where}: 'image' features are not written by episodic; use 'video'")
         if f.dtype not in WRITABLE_DTYPES:
-            raise WriterInputError(f"{where}: dtype {f.dtype!r} is not one the writer stores; use one of "
-                                   f"{', '.join(WRITABLE_DTYPES)}")
+            raise WriterInputError(
+                f"{where}: dtype {f.dtype!r} is not one the writer stores; use one of {', '.join(WRITABLE_DTYPES)}"
+            )
         if not f.shape or any(s < 1 for s in f.shape):
             raise WriterInputError(f"{where}: shape must be a non-empty list of positive ints, got {list(f.shape)}")
         if f.is_video and f.is_depth:
             if f.shape[2] != 1:
                 raise WriterInputError(f"{where}: a depth camera needs shape [height, width, 1], got {list(f.shape)}")
-            if f.depth.unit is None:  # the unit of the depth given, and of its statistics: metres unless told
+            if f.depth_coding.unit is None:  # the unit of the depth given, and of its statistics: metres unless told
                 f = Feature(f.name, f.dtype, f.shape, f.names, {**f.info, "depth_unit": "m"})
         elif f.is_video and f.shape[2] != 3:
-            raise WriterInputError(f"{where}: a video camera needs shape [height, width, 3] (RGB), or [height, width, "
-                                   f"1] with info.is_depth_map (depth), got {list(f.shape)}")
+            raise WriterInputError(
+                f"{where}: a video camera needs shape [height, width, 3] (RGB), or [height, width, "
+                f"1] with info.is_depth_map (depth), got {list(f.shape)}"
+            )
         _check_size(where, f)
         if f.dtype == "string" and f.shape != (1,):
             raise WriterInputError(f"{where}: a string feature has shape [1], got {list(f.shape)}")
@@ -91,14 +109,18 @@ def _check_size(where: str, f: Feature) -> None:
         h, w, _ = f.shape
         aligned_w, aligned_h = -(-w // 16) * 16, -(-h // 16) * 16  # FFmpeg checks the 16-aligned size too
         if (8 * aligned_w + 1024) * (aligned_h + 128) >= _FFMPEG_PICTURE_LIMIT:
-            raise WriterInputError(f"{where}: {w}x{h} frames are larger than FFmpeg encodes (about 268 million "
-                                   f"pixels at most); a video camera needs a smaller shape than {list(f.shape)}")
+            raise WriterInputError(
+                f"{where}: {w}x{h} frames are larger than FFmpeg encodes (about 268 million "
+                f"pixels at most); a video camera needs a smaller shape than {list(f.shape)}"
+            )
         return
     itemsize = np.dtype(f.dtype).itemsize if f.dtype in NUMERIC_DTYPES else 1
     nbytes = math.prod(f.shape) * itemsize
     if nbytes > MAX_FRAME_BYTES:
-        raise WriterInputError(f"{where}: one frame of shape {list(f.shape)} {f.dtype} is {nbytes:,} bytes; the writer "
-                               f"stores at most {MAX_FRAME_BYTES:,} bytes (2 GiB) per frame and feature (a parquet page)")
+        raise WriterInputError(
+            f"{where}: one frame of shape {list(f.shape)} {f.dtype} is {nbytes:,} bytes; the writer "
+            f"stores at most {MAX_FRAME_BYTES:,} bytes (2 GiB) per frame and feature (a parquet page)"
+        )
 
 
 def check_tasks(ep: int, task: Any, n: int) -> list[str]:
@@ -107,8 +129,10 @@ def check_tasks(ep: int, task: Any, n: int) -> list[str]:
         check_task_string(ep, task)
         return [str(task)] * n
     if isinstance(task, (bytes, bytearray, Mapping)) or not isinstance(task, Iterable):
-        raise WriterInputError(f"episode {ep}: task must be a string or a sequence of {n} strings (one per frame), "
-                               f"got {type(task).__name__}")
+        raise WriterInputError(
+            f"episode {ep}: task must be a string or a sequence of {n} strings (one per frame), "
+            f"got {type(task).__name__}"
+        )
     tasks = list(task)
     if len(tasks) != n:
         raise WriterInputError(f"episode {ep}: {len(tasks)} task strings for {n} frames")
@@ -139,8 +163,10 @@ def check_episode(ep: int, frames: Any, features: Mapping[str, Feature]) -> tupl
     unknown = [k for k in frames if k not in features]
     written = [k for k in frames if k in DEFAULT_FEATURES]
     if missing or unknown or written:
-        raise WriterInputError(f"episode {ep}: missing features {missing}, unknown features {unknown}"
-                               + (f", features the writer writes itself {written}" if written else ""))
+        raise WriterInputError(
+            f"episode {ep}: missing features {missing}, unknown features {unknown}"
+            + (f", features the writer writes itself {written}" if written else "")
+        )
     arrays = {k: _check_array(ep, features[k], frames[k]) for k in user}
     lengths = {k: len(a) for k, a in arrays.items()}
     n = next(iter(lengths.values()))
@@ -159,19 +185,22 @@ def _check_array(ep: int, f: Feature, value: Any) -> np.ndarray:
         raise WriterInputError(f"{where}: needs one row per frame, got a single value {value!r}")
     if f.is_video and f.is_depth:  # distances in the feature's depth_unit: metres (floats) or millimetres (ints)
         h, w, _ = f.shape
-        kind = "f" if f.depth.unit == "m" else "iu"
+        kind = "f" if f.depth_coding.unit == "m" else "iu"
         if a.dtype.kind not in kind or a.shape[1:] not in ((h, w), (h, w, 1)):
-            want = "float metres" if f.depth.unit == "m" else "integer millimetres"
-            raise WriterInputError(f"{where}: a depth camera with depth_unit {f.depth.unit!r} needs {want} of shape "
-                                   f"(T, {h}, {w}, 1), got {a.dtype} {a.shape}")
+            want = "float metres" if f.depth_coding.unit == "m" else "integer millimetres"
+            raise WriterInputError(
+                f"{where}: a depth camera with depth_unit {f.depth_coding.unit!r} needs {want} of shape "
+                f"(T, {h}, {w}, 1), got {a.dtype} {a.shape}"
+            )
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise WriterInputError(f"{where}: depth values must be finite (a missing depth is 0)")
         return a.reshape(len(a), h, w, 1)
     if f.is_video:
         h, w, c = f.shape
         if a.dtype != np.uint8 or a.shape[1:] != (h, w, c):
-            raise WriterInputError(f"{where}: camera needs uint8 frames of shape (T, {h}, {w}, {c}), "
-                                   f"got {a.dtype} {a.shape}")
+            raise WriterInputError(
+                f"{where}: camera needs uint8 frames of shape (T, {h}, {w}, {c}), got {a.dtype} {a.shape}"
+            )
         return a
     per_frame = a.shape[1:] or (1,)
     if tuple(per_frame) != f.shape:

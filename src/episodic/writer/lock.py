@@ -20,12 +20,12 @@ class DirectoryLock:
     """A held lock on `path` (see the module docstring); `release()` gives it back."""
 
     def __init__(self, path: str, fd: int, previous: str):
-        self.path, self._fd = path, fd
+        self.path = path
+        self._fd: int | None = fd
         self.previous = previous  # a holder that died without releasing it (its pid, host, time), or ''
 
-
     @classmethod
-    def acquire(cls, path: str, what: str) -> "DirectoryLock":
+    def acquire(cls, path: str, what: str) -> DirectoryLock:
         """Take the lock or raise `WriterLockedError` naming the holder; `what` is the directory it guards."""
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -34,8 +34,9 @@ class DirectoryLock:
             except BlockingIOError:
                 holder = _read(fd) or "another process"
                 os.close(fd)
-                raise WriterLockedError(f"{what}: another writer is using this directory ({holder}); "
-                                        f"wait for it to finish or stop it") from None
+                raise WriterLockedError(
+                    f"{what}: another writer is using this directory ({holder}); wait for it to finish or stop it"
+                ) from None
             except BaseException:
                 os.close(fd)
                 raise

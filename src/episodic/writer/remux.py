@@ -14,7 +14,7 @@ start at time 0; this is the general case: any packet range of any file, at any 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -66,7 +66,7 @@ def packet_table(path: str, label: str | None = None) -> PacketTable:
             stream = container.streams.video[0]
             params = params_key(stream_params(stream))
             time_base = stream.time_base
-            rows = []
+            rows: list[tuple[int, int, bool, int, int]] = []
             for p in container.demux(stream):
                 if p.dts is None:  # the demuxer's flush packet
                     continue
@@ -80,8 +80,15 @@ def packet_table(path: str, label: str | None = None) -> PacketTable:
     if not rows:
         raise DatasetFormatError(f"{where}: the video stream has no packet")
     a = np.array(rows, dtype=np.int64)
-    return PacketTable(pts=a[:, 0], dts=a[:, 1], key=a[:, 2].astype(bool), size=a[:, 3], duration=a[:, 4],
-                       time_base=Fraction(time_base), params=params)
+    return PacketTable(
+        pts=a[:, 0],
+        dts=a[:, 1],
+        key=a[:, 2].astype(bool),
+        size=a[:, 3],
+        duration=a[:, 4],
+        time_base=Fraction(time_base),
+        params=params,
+    )
 
 
 @dataclass(frozen=True)
@@ -117,8 +124,10 @@ def copy_runs(runs: Sequence[PacketRun], final: str, fsync: bool = False) -> int
 
 
 def _mux(runs: Sequence[PacketRun], out) -> int:
-    ost, ref, total = None, None, 0
-    inp, packets, pos, current = None, None, 0, None
+    ost, total = None, 0
+    ref: tuple = ()  # the first run's stream_params
+    inp, pos, current = None, 0, None
+    packets: Iterator[av.Packet] = iter(())  # the current file's packets (opened by the first run)
     try:
         for run in runs:
             where = run.label or run.path
@@ -135,15 +144,19 @@ def _mux(runs: Sequence[PacketRun], out) -> int:
                     ost.time_base = ist.time_base
                     ref = params
                 elif params != ref:
-                    raise WriterSessionError(f"{where}: encoded with other settings than {runs[0].label or runs[0].path} "
-                                             f"({params_key(params)} vs {params_key(ref)}); its packets cannot join "
-                                             f"the same file")
+                    raise WriterSessionError(
+                        f"{where}: encoded with other settings than {runs[0].label or runs[0].path} "
+                        f"({params_key(params)} vs {params_key(ref)}); its packets cannot join "
+                        f"the same file"
+                    )
                 packets = (p for p in inp.demux(ist) if p.dts is not None)
                 pos, current = 0, run.path
             for p in packets:
                 if pos >= run.start:
-                    p.pts += run.shift
-                    p.dts += run.shift
+                    pts, dts = p.pts, p.dts
+                    if pts is None or dts is None:  # the packet table refuses such a file: it changed since
+                        raise DatasetFormatError(f"{where}: packet {pos} has no presentation time")
+                    p.pts, p.dts = pts + run.shift, dts + run.shift
                     p.stream = ost
                     out.mux(p)
                     total += 1

@@ -88,19 +88,25 @@ def _refuse(root: str, state: str, overwrite: bool, resume: bool) -> None:
     if state == FILE:
         raise ExistingDirectoryError(f"{root}: exists and is not a directory")
     if state == FOREIGN:
-        raise ExistingDirectoryError(f"{root}: not empty and not a LeRobot dataset (no {INFO_PATH}); the writer "
-                                     f"neither writes into it nor deletes it, even with overwrite=True: choose a "
-                                     f"new or empty directory")
+        raise ExistingDirectoryError(
+            f"{root}: not empty and not a LeRobot dataset (no {INFO_PATH}); the writer "
+            f"neither writes into it nor deletes it, even with overwrite=True: choose a "
+            f"new or empty directory"
+        )
     if state == DATASET and not overwrite:
         if resume:
-            raise ExistingDirectoryError(f"{root}: holds a finished dataset; resume=True continues an interrupted "
-                                         f"session only (appending to a finished dataset is not supported)")
+            raise ExistingDirectoryError(
+                f"{root}: holds a finished dataset; resume=True continues an interrupted "
+                f"session only (appending to a finished dataset is not supported)"
+            )
         raise ExistingDirectoryError(f"{root}: holds a dataset (pass overwrite=True to replace it)")
     if state == SESSION and not (overwrite or resume):
-        raise ExistingDirectoryError(f"{root}: holds an interrupted writing session: continue it with "
-                                     f"DatasetWriter.reopen(root) (or DatasetWriter(..., resume=True)), finalize its "
-                                     f"complete episodes with `episodic repair {root}`, or pass overwrite=True to "
-                                     f"start over")
+        raise ExistingDirectoryError(
+            f"{root}: holds an interrupted writing session: continue it with "
+            f"DatasetWriter.reopen(root) (or DatasetWriter(..., resume=True)), finalize its "
+            f"complete episodes with `episodic repair {root}`, or pass overwrite=True to "
+            f"start over"
+        )
 
 
 class Session:
@@ -116,7 +122,7 @@ class Session:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, root: str, settings: dict[str, Any], overwrite: bool, resume: bool, fsync: bool) -> "Session":
+    def open(cls, root: str, settings: dict[str, Any], overwrite: bool, resume: bool, fsync: bool) -> Session:
         """Lock `root` and start a session there (a new one, or the interrupted one when `resume` and its
         settings equal `settings`). Refuses, before changing anything, a directory it must not write into."""
         _refuse(root, directory_state(root), overwrite, resume)
@@ -173,8 +179,10 @@ class Session:
         diff = [k for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
         if diff:
             shown = "; ".join(f"{k}: session {old.get(k)!r}, now {settings.get(k)!r}" for k in diff)
-            raise WriterSessionError(f"{self.root}: the interrupted session was written with other settings ({shown}); "
-                                     f"reopen it with DatasetWriter.reopen(root) to use its own")
+            raise WriterSessionError(
+                f"{self.root}: the interrupted session was written with other settings ({shown}); "
+                f"reopen it with DatasetWriter.reopen(root) to use its own"
+            )
         self.resumed = True
 
     # ------------------------------------------------------------------ journal

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import av
@@ -21,11 +20,19 @@ from .. import config
 from ..format.errors import EncoderError, WriterInputError, WriterSessionError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
+from .encoder_watch import EncoderStalled, watched
 
 log = logging.getLogger(__name__)
 
-CODECS = {"av1": "libsvtav1", "libsvtav1": "libsvtav1", "h264": "libx264", "libx264": "libx264",
-          "hevc": "libx265", "h265": "libx265", "libx265": "libx265"}
+CODECS = {
+    "av1": "libsvtav1",
+    "libsvtav1": "libsvtav1",
+    "h264": "libx264",
+    "libx264": "libx264",
+    "hevc": "libx265",
+    "h265": "libx265",
+    "libx265": "libx265",
+}
 INFO_CODEC = {"libsvtav1": "av1", "libx264": "h264", "libx265": "hevc"}
 
 
@@ -45,16 +52,22 @@ X265_MIN_WIDTH = 49
 
 def _refuse_unsafe_size(name: str, width: int, height: int) -> None:
     if name == "libsvtav1" and width < SVT_AV1_MIN_WIDTH:
-        raise WriterInputError(f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
-                               f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'")
+        raise WriterInputError(
+            f"{width}x{height} frames are too narrow for AV1 (SVT-AV1): width must be >= "
+            f"{SVT_AV1_MIN_WIDTH}; use a wider camera or vcodec='h264'"
+        )
     if name == "libsvtav1" and height <= SVT_AV1_SHORT_HEIGHT and width > SVT_AV1_SHORT_MAX_WIDTH:
-        raise WriterInputError(f"{width}x{height} frames are too flat for AV1 (SVT-AV1 never finishes such a "
-                               f"stream): frames wider than {SVT_AV1_SHORT_MAX_WIDTH} need a height >= "
-                               f"{SVT_AV1_SHORT_HEIGHT + 1}; use a taller camera or vcodec='h264'")
+        raise WriterInputError(
+            f"{width}x{height} frames are too flat for AV1 (SVT-AV1 never finishes such a "
+            f"stream): frames wider than {SVT_AV1_SHORT_MAX_WIDTH} need a height >= "
+            f"{SVT_AV1_SHORT_HEIGHT + 1}; use a taller camera or vcodec='h264'"
+        )
     if name == "libx265" and width < X265_MIN_WIDTH:
-        raise WriterInputError(f"{width}x{height} frames are too narrow for HEVC (x265 corrupts memory below "
-                               f"{X265_MIN_WIDTH} pixels): width must be >= {X265_MIN_WIDTH}; use a wider camera "
-                               f"or vcodec='h264'")
+        raise WriterInputError(
+            f"{width}x{height} frames are too narrow for HEVC (x265 corrupts memory below "
+            f"{X265_MIN_WIDTH} pixels): width must be >= {X265_MIN_WIDTH}; use a wider camera "
+            f"or vcodec='h264'"
+        )
 
 
 def check_gop(name: str, gop) -> None:
@@ -64,8 +77,10 @@ def check_gop(name: str, gop) -> None:
     if name == "libsvtav1" and gop == 1:
         # every frame a key frame: SVT-AV1 4.1 then, at random, never finishes the stream (its flush waits
         # forever; seen once in 10 to 50 episodes of 42 frames at 128x64, with the default preset too)
-        raise WriterInputError("gop=1 (every frame a key frame) is not written with AV1: SVT-AV1 at random never "
-                               "finishes such a stream; use gop >= 2, or vcodec='h264' or 'hevc' for key frames only")
+        raise WriterInputError(
+            "gop=1 (every frame a key frame) is not written with AV1: SVT-AV1 at random never "
+            "finishes such a stream; use gop >= 2, or vcodec='h264' or 'hevc' for key frames only"
+        )
 
 
 def encoder_name(vcodec: str) -> str:
@@ -75,8 +90,18 @@ def encoder_name(vcodec: str) -> str:
         raise WriterInputError(f"unknown video codec {vcodec!r}; choose one of {sorted(set(CODECS))}") from None
 
 
-def _add_stream(container, width: int, height: int, fps: int, vcodec: str, gop: int, crf: int | None, pix_fmt: str,
-                preset: int | str | None, lossless: bool = False):
+def _add_stream(
+    container,
+    width: int,
+    height: int,
+    fps: int,
+    vcodec: str,
+    gop: int,
+    crf: int | None,
+    pix_fmt: str,
+    preset: int | str | None,
+    lossless: bool = False,
+):
     name = encoder_name(vcodec)
     check_gop(name, gop)
     _refuse_unsafe_size(name, width, height)
@@ -109,8 +134,8 @@ def video_frame(img: np.ndarray, pix_fmt: str) -> av.VideoFrame:
     codes = img.reshape(img.shape[0], img.shape[1])
     frame = av.VideoFrame(codes.shape[1], codes.shape[0], "gray12le")
     plane = frame.planes[0]
-    rows = np.frombuffer(plane, np.uint8).reshape(codes.shape[0], plane.line_size)
-    rows[:, :codes.shape[1] * 2] = codes.astype("<u2").view(np.uint8).reshape(codes.shape[0], -1)
+    rows = np.frombuffer(memoryview(plane), np.uint8).reshape(codes.shape[0], plane.line_size)
+    rows[:, : codes.shape[1] * 2] = codes.astype("<u2").view(np.uint8).reshape(codes.shape[0], -1)
     return frame
 
 
@@ -122,60 +147,39 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
             stream, _ = _add_stream(container, width, height, fps, **opts)
             stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
             gray = opts.get("pix_fmt") == "gray12le"
-            frame = video_frame(np.zeros((height, width) if gray else (height, width, 3), np.uint16 if gray else np.uint8),
-                                opts.get("pix_fmt", "yuv420p"))
+            frame = video_frame(
+                np.zeros((height, width) if gray else (height, width, 3), np.uint16 if gray else np.uint8),
+                opts.get("pix_fmt", "yuv420p"),
+            )
             frame.pts = 0
-            for packet in [*stream.encode(frame), *flush_encoder(stream, f"camera {key!r} (the encoder probe)")]:
+            packets = watched(
+                lambda tick: [*stream.encode(frame), *stream.encode(None)], f"camera {key!r} (the encoder probe)"
+            )
+            for packet in packets:
                 container.mux(packet)
-    except EncoderStalled as e:  # the container is left open: its encoder's thread is still inside it
+    except EncoderStalled as e:  # the stalled encoder is left behind (its container with it, by its thread)
         raise EncoderError(f"camera {key!r}: {e}") from None
     except WriterInputError as e:  # refused before encoding (e.g. too narrow for the encoder)
         raise WriterInputError(f"camera {key!r}: {e}") from None
     except av.FFmpegError as e:
-        raise WriterInputError(f"camera {key!r}: {opts.get('vcodec')} cannot encode {width}x{height} "
-                               f"{opts.get('pix_fmt')} frames with these options ({e})") from None
+        raise WriterInputError(
+            f"camera {key!r}: {opts.get('vcodec')} cannot encode {width}x{height} "
+            f"{opts.get('pix_fmt')} frames with these options ({e})"
+        ) from None
 
 
 ENCODE_ATTEMPTS = 3
 
 
-class EncoderStalled(Exception):
-    """An encoder did not finish a file within `config.encoder_flush_timeout_s()`: it is taken for hung."""
-
-
-def flush_encoder(stream, label: str) -> list:
-    """The packets `stream`'s encoder still holds (`stream.encode(None)`), or `EncoderStalled` when it does not
-    finish within `config.encoder_flush_timeout_s()`. SVT-AV1 was seen never to return from its flush, at
-    random, on a loaded machine (two writers of hundreds of episodes each hung there, AV1 gop=2 at 96x128 and
-    480x640; plain PyAV too, with gop=1). The flush runs on a thread: a hung one is left behind (it holds no lock
-    of ours and waits without CPU), its container never closed (that thread is inside it), and the file is
-    encoded again from its frames by a fresh encoder (`encode_file`)."""
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["packets"] = stream.encode(None)
-        except BaseException as e:  # noqa: BLE001 -- handed to the caller
-            result["error"] = e
-
-    thread = threading.Thread(target=run, name="episodic-encoder-flush", daemon=True)
-    thread.start()
-    timeout = config.encoder_flush_timeout_s()
-    thread.join(timeout)
-    if thread.is_alive():
-        _STALLED.append(stream)  # never collected: its thread still uses it
-        raise EncoderStalled(f"{label}: the encoder did not finish within {timeout:g} s "
-                             f"(EPISODIC_ENCODER_FLUSH_TIMEOUT); it is left behind")
-    if "error" in result:
-        raise result["error"]
-    return result["packets"]
-
-
-_STALLED: list = []  # encoders whose flush never returned: kept alive, as their threads are
-
-
-def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, attempts: int = ENCODE_ATTEMPTS,
-                label: str = "", **opts) -> int:
+def encode_file(
+    path: str,
+    frames: np.ndarray,
+    fps: int,
+    fsync: bool = False,
+    attempts: int = ENCODE_ATTEMPTS,
+    label: str = "",
+    **opts,
+) -> int:
     """Encode HWC uint8 `frames` into the mp4 `path` (temporary name, renamed when complete); returns its
     encoded bytes. An encoder error (`av.FFmpegError`) or a hung encoder (`EncoderStalled`) costs the attempt, not
     the frames: the file is encoded again from them by a fresh encoder, up to `attempts` times, then
@@ -191,10 +195,20 @@ def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, at
         except (av.FFmpegError, EncoderStalled) as e:
             writer.abort()
             if attempt == attempts:
-                raise EncoderError(f"{label or path}: the {writer.codec} encoder failed on its {n} frames at each of "
-                                   f"{attempts} attempts (last: {type(e).__name__}: {e})") from e
-            log.warning("%s: the %s encoder failed (%s: %s); encoding the %d frames again (attempt %d of %d)",
-                        label or path, writer.codec, type(e).__name__, e, n, attempt + 1, attempts)
+                raise EncoderError(
+                    f"{label or path}: the {writer.codec} encoder failed on its {n} frames at each of "
+                    f"{attempts} attempts (last: {type(e).__name__}: {e})"
+                ) from e
+            log.warning(
+                "%s: the %s encoder failed (%s: %s); encoding the %d frames again (attempt %d of %d)",
+                label or path,
+                writer.codec,
+                type(e).__name__,
+                e,
+                n,
+                attempt + 1,
+                attempts,
+            )
         except BaseException:
             writer.abort()
             raise
@@ -204,11 +218,22 @@ def encode_file(path: str, frames: np.ndarray, fps: int, fsync: bool = False, at
 class VideoFileWriter:
     """An mp4 being written under a temporary name; `close()` flushes the encoder and renames it."""
 
-    def __init__(self, final_path: str, width: int, height: int, fps: int, vcodec: str = "av1", gop: int = 2,
-                 crf: int | None = 30, pix_fmt: str = "yuv420p", preset: int | str | None = None,
-                 lossless: bool = False):
+    def __init__(
+        self,
+        final_path: str,
+        width: int,
+        height: int,
+        fps: int,
+        vcodec: str = "av1",
+        gop: int = 2,
+        crf: int | None = 30,
+        pix_fmt: str = "yuv420p",
+        preset: int | str | None = None,
+        lossless: bool = False,
+    ):
         self.final_path = final_path
         self.fps = fps
+        self.stalled = False  # its encoder stopped making progress (`encoder_watch`)
         self.frames = 0
         self.bytes = 0  # encoded bytes so far (the file on disk lags behind the muxer's buffer)
         encoder_name(vcodec)
@@ -217,8 +242,9 @@ class VideoFileWriter:
         self._container = self._sink = None
         try:
             self._sink, self._container = open_output(self.tmp_path)
-            self._stream, name = _add_stream(self._container, width, height, fps, vcodec, gop, crf, pix_fmt, preset,
-                                             lossless)
+            self._stream, name = _add_stream(
+                self._container, width, height, fps, vcodec, gop, crf, pix_fmt, preset, lossless
+            )
         except BaseException:
             self.abort()
             raise
@@ -227,37 +253,52 @@ class VideoFileWriter:
 
     def add(self, frames: np.ndarray) -> float:
         """Append HWC uint8 frames (a ``gray12le`` file: uint16 codes); returns the time (seconds) of the first one
-        inside this file."""
+        inside this file. `EncoderStalled` when the encoder stops making progress (`encoder_watch`)."""
         start = frames_to_seconds(self.frames, self.fps)
+        self._watched(lambda tick: self._add(frames, tick))
+        return start
+
+    def _add(self, frames: np.ndarray, tick: Callable[[], None]) -> None:
+        container = self._container
+        assert container is not None, "opened by the constructor"
         for img in frames:
             frame = video_frame(img, self.pix_fmt)
             frame.pts = self.frames
             frame.time_base = Fraction(1, self.fps)
             for packet in self._stream.encode(frame):
                 self.bytes += packet.size
-                self._container.mux(packet)
+                container.mux(packet)
             self.frames += 1
-        return start
+            tick()
+
+    def _watched(self, work):
+        try:
+            return watched(work, self.final_path)
+        except EncoderStalled:
+            self.stalled = True  # its thread is still inside the container: never close it
+            raise
 
     def size(self) -> int:
         return self.bytes
 
     def close(self, fsync: bool = False) -> None:
         """Flush the encoder, close the file and rename it (flushed to the disk first with `fsync`)."""
+        sink, container = self._sink, self._container
+        assert sink is not None and container is not None, "opened by the constructor"
         try:
-            for packet in flush_encoder(self._stream, self.final_path):
+            for packet in self._watched(lambda tick: self._stream.encode(None)):
                 self.bytes += packet.size
-                self._container.mux(packet)
-            finish_output(self._sink, self._container, self.tmp_path, self.frames)
+                container.mux(packet)
+            finish_output(sink, container, self.tmp_path, self.frames)
             self._file.commit(fsync=fsync)
         except BaseException:
             self.abort()
             raise
 
     def abort(self) -> None:
-        """Drop the file (never raises). A stalled encoder's container is left open (its flush thread is inside
-        it): only the file goes."""
-        if not any(s is self._stream for s in _STALLED):
+        """Drop the file (never raises). A stalled encoder's container is left open (its thread is inside it):
+        only the file goes."""
+        if not self.stalled:
             close_output(self._sink, self._container)
         self._file.discard()
 
@@ -334,8 +375,14 @@ def stream_params(stream) -> tuple:
     """What two video streams must share for their packets to be joined into one: codec, frame size, pixel
     format, codec configuration (extradata), time base."""
     cc = stream.codec_context
-    return (cc.name, cc.width, cc.height, cc.format.name if cc.format else None, bytes(cc.extradata or b""),
-            stream.time_base)
+    return (
+        cc.name,
+        cc.width,
+        cc.height,
+        cc.format.name if cc.format else None,
+        bytes(cc.extradata or b""),
+        stream.time_base,
+    )
 
 
 def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = False) -> int:
@@ -361,12 +408,15 @@ def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = Fals
 
 
 def _remux(segments: Sequence[str], out, fps: int) -> int:
-    ost, ref, ticks, offset, total = None, None, 0, 0, 0
+    ost, ticks, offset, total = None, 0, 0, 0
+    ref: tuple = ()  # the first segment's stream_params
     for path in segments:
         with av.open(path) as inp:
             ist = inp.streams.video[0]
             params = stream_params(ist)
             if ost is None:
+                if ist.time_base is None:
+                    raise WriterSessionError(f"{path}: the video stream has no time base")
                 ost = out.add_stream_from_template(ist, opaque=True)
                 ost.time_base = ist.time_base
                 ref, frame_ticks = params, Fraction(1, fps) / ist.time_base
@@ -374,12 +424,16 @@ def _remux(segments: Sequence[str], out, fps: int) -> int:
                     raise WriterSessionError(f"{path}: time base {ist.time_base} does not divide a frame at {fps} fps")
                 ticks = int(frame_ticks)
             elif params != ref:
-                raise WriterSessionError(f"{path}: encoded with other settings than {segments[0]} "
-                                         f"({params[:4]} vs {ref[:4]}); the segments cannot be joined")
+                raise WriterSessionError(
+                    f"{path}: encoded with other settings than {segments[0]} "
+                    f"({params[:4]} vs {ref[:4]}); the segments cannot be joined"
+                )
             count = 0
             for packet in inp.demux(ist):
                 if packet.dts is None:  # the demuxer's flush packet
                     continue
+                if packet.pts is None:
+                    raise WriterSessionError(f"{path}: packet {count} has no presentation time")
                 if count == 0 and packet.pts != 0:
                     raise WriterSessionError(f"{path}: the first frame is at {packet.pts} x {ist.time_base} s, not 0")
                 packet.pts += offset

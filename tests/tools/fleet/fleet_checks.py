@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from episodic import LeRobotDataset
+
 from support import assert_items_equal
 
 
@@ -24,8 +25,11 @@ def items_equal(a: Path | str, b: Path | str, every: int = 1, windows: bool = Tr
     da = LeRobotDataset("a", root=a, return_uint8=True)
     db = LeRobotDataset("b", root=b, return_uint8=True)
     assert len(da) == len(db) and da.meta.camera_keys == db.meta.camera_keys
-    idx = sorted(set(range(0, len(da), every)) | set(da.meta.episodes["dataset_from_index"].tolist())
-                 | set((da.meta.episodes["dataset_to_index"] - 1).tolist()))
+    idx = sorted(
+        set(range(0, len(da), every))
+        | set(da.meta.episodes["dataset_from_index"].tolist())
+        | set((da.meta.episodes["dataset_to_index"] - 1).tolist())
+    )
     for i in idx:
         assert_items_equal(da[i], db[i])
     if windows:
@@ -42,8 +46,11 @@ def items_equal(a: Path | str, b: Path | str, every: int = 1, windows: bool = Tr
 def tree_digest(root: Path | str) -> dict[str, str]:
     """Every file under `root` -> SHA-1 of its bytes and its mtime."""
     root = Path(root)
-    return {str(p.relative_to(root)): f"{hashlib.sha1(p.read_bytes()).hexdigest()}:{p.stat().st_mtime_ns}"
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): f"{hashlib.sha1(p.read_bytes()).hexdigest()}:{p.stat().st_mtime_ns}"
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def as_v21(src: Path, dst: Path) -> Path:
@@ -67,14 +74,19 @@ def as_v21(src: Path, dst: Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(data.filter(pa.array(ep_col == e)), out)
         for key in cameras:
-            path = src / info["video_path"].format(video_key=key, chunk_index=row[f"videos/{key}/chunk_index"],
-                                                   file_index=row[f"videos/{key}/file_index"])
+            path = src / info["video_path"].format(
+                video_key=key, chunk_index=row[f"videos/{key}/chunk_index"], file_index=row[f"videos/{key}/file_index"]
+            )
             target = dst / f"videos/chunk-{chunk:03d}/{key}/episode_{e:06d}.mp4"
             target.parent.mkdir(parents=True, exist_ok=True)
             _cut(path, target, row[f"videos/{key}/from_timestamp"], row["length"], fps)
     (dst / "meta").mkdir()
-    (dst / "meta/episodes.jsonl").write_text("".join(
-        json.dumps({"episode_index": r["episode_index"], "tasks": r["tasks"], "length": r["length"]}) + "\n" for r in eps))
+    (dst / "meta/episodes.jsonl").write_text(
+        "".join(
+            json.dumps({"episode_index": r["episode_index"], "tasks": r["tasks"], "length": r["length"]}) + "\n"
+            for r in eps
+        )
+    )
     stats_rows = []
     for r in eps:
         stats: dict = {}
@@ -85,12 +97,17 @@ def as_v21(src: Path, dst: Path) -> Path:
         stats_rows.append({"episode_index": r["episode_index"], "stats": stats})
     (dst / "meta/episodes_stats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stats_rows))
     tasks = pq.read_table(src / "meta/tasks.parquet").to_pylist()
-    (dst / "meta/tasks.jsonl").write_text("".join(
-        json.dumps({"task_index": t["task_index"], "task": t["__index_level_0__"]}) + "\n" for t in tasks))
+    (dst / "meta/tasks.jsonl").write_text(
+        "".join(json.dumps({"task_index": t["task_index"], "task": t["__index_level_0__"]}) + "\n" for t in tasks)
+    )
     shutil.copy(src / "meta/stats.json", dst / "meta/stats.json")
-    info.update(codebase_version="v2.1", total_chunks=-(-len(eps) // info["chunks_size"]), total_videos=len(cameras) * len(eps),
-                data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
-                video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4")
+    info.update(
+        codebase_version="v2.1",
+        total_chunks=-(-len(eps) // info["chunks_size"]),
+        total_videos=len(cameras) * len(eps),
+        data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+        video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+    )
     for k in ("data_files_size_in_mb", "video_files_size_in_mb"):
         info.pop(k)
     (dst / "meta/info.json").write_text(json.dumps(info, indent=2))
@@ -119,9 +136,10 @@ def _cut(path: Path, target: Path, start: float, length: int, fps: int) -> None:
 
 def data_row_groups(root: Path) -> list[list[int]]:
     """Each data file's row group sizes (rows), in file order."""
-    return [[pq.ParquetFile(p).metadata.row_group(g).num_rows for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
-            for p in sorted(Path(root).glob("data/*/*.parquet"))]
-
+    return [
+        [pq.ParquetFile(p).metadata.row_group(g).num_rows for g in range(pq.ParquetFile(p).metadata.num_row_groups)]
+        for p in sorted(Path(root).glob("data/*/*.parquet"))
+    ]
 
 
 class CrashingTask:

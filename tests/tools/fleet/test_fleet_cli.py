@@ -8,6 +8,7 @@ import json
 import sys
 
 from episodic.cli import main
+
 from fleet_checks import items_equal, make_list
 
 
@@ -30,8 +31,24 @@ def test_fleet_over_a_list(fleet_sources, tmp_path, capsys):
     assert "broken" in text and "failed" in text and "1 done" in text
     summary = json.loads((out / "fleet-validate.json").read_text())
     assert summary["failed"] == 1 and summary["results"][0]["status"] == "failed"
-    assert main(["fleet", "validate", str(listing), str(out), "-q", "--shard", "0/2", "--option", "full=true",
-                 "--summary", str(tmp_path / "s.json")]) == 0  # the same options: the done one is skipped
+    assert (
+        main(
+            [
+                "fleet",
+                "validate",
+                str(listing),
+                str(out),
+                "-q",
+                "--shard",
+                "0/2",
+                "--option",
+                "full=true",
+                "--summary",
+                str(tmp_path / "s.json"),
+            ]
+        )
+        == 0
+    )  # the same options: the done one is skipped
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["shard"] == "0/2" and [r["status"] for r in s["results"]] == ["skipped"]
 

@@ -22,6 +22,7 @@ from episodic.tools.fleet.summary import summary_table
 from episodic.tools.fleet.worklist import WorkItem, parse_shard, read_worklist, shard
 from episodic.tools.stats_command import dataset_stats, to_json
 from episodic.tools.validate import validate
+
 from fleet_checks import items_equal, make_list
 
 BROKEN_ERROR = "observation.images"  # the broken dataset's error names its missing camera's file
@@ -33,19 +34,41 @@ def _names(summary: dict, status: str) -> set[str]:
 
 # ------------------------------------------------------------------------------------------------ the list
 def test_the_list_names_every_dataset_once(tmp_path):
-    listing = make_list(tmp_path / "list.txt", ["/data/a/ds", "/data/b/ds/", "/data/a/ds", "lerobot/pusht",
-                                                "s3://bucket/x/y", "/data/../evil", "/data/c/ds"])
+    listing = make_list(
+        tmp_path / "list.txt",
+        ["/data/a/ds", "/data/b/ds/", "/data/a/ds", "lerobot/pusht", "s3://bucket/x/y", "/data/../evil", "/data/c/ds"],
+    )
     items = read_worklist(listing, "/out", lambda root, name: f"{root}/{name}")
     assert [(i.name, i.source) for i in items] == [
-        ("ds", "/data/a/ds"), ("ds-2", "/data/b/ds/"), ("lerobot/pusht", "lerobot/pusht"), ("y", "s3://bucket/x/y"),
-        ("evil", "/data/../evil"), ("ds-3", "/data/c/ds")]
+        ("ds", "/data/a/ds"),
+        ("ds-2", "/data/b/ds/"),
+        ("lerobot/pusht", "lerobot/pusht"),
+        ("y", "s3://bucket/x/y"),
+        ("evil", "/data/../evil"),
+        ("ds-3", "/data/c/ds"),
+    ]
     spec = tmp_path / "mix.json"
-    spec.write_text(json.dumps({"entries": [{"source": "/data/a/ds", "name": "first/../one"},
-                                            {"source": "lerobot/pusht", "revision": "v2", "root": "/hub/pusht",
-                                             "episodes": [0, 1], "weight": 2.0}]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {"source": "/data/a/ds", "name": "first/../one"},
+                    {
+                        "source": "lerobot/pusht",
+                        "revision": "v2",
+                        "root": "/hub/pusht",
+                        "episodes": [0, 1],
+                        "weight": 2.0,
+                    },
+                ]
+            }
+        )
+    )
     items = read_worklist(spec, "/out", lambda root, name: f"{root}/{name}")
-    assert items == [WorkItem("first/one", "/data/a/ds", "/out/first/one"),
-                     WorkItem("lerobot/pusht", "lerobot/pusht", "/out/lerobot/pusht", "v2", "/hub/pusht")]
+    assert items == [
+        WorkItem("first/one", "/data/a/ds", "/out/first/one"),
+        WorkItem("lerobot/pusht", "lerobot/pusht", "/out/lerobot/pusht", "v2", "/hub/pusht"),
+    ]
 
 
 def test_shards_split_the_list_without_overlap_whatever_runs_when():
@@ -116,8 +139,21 @@ def test_validate_and_stats_over_many(fleet_sources, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ SLURM arrays
 def _shard_cmd(listing: Path, out: Path, k: int, n: int, summary: Path) -> list[str]:
-    return [sys.executable, "-m", "episodic.cli", "convert", str(listing), str(out), "--shard", f"{k}/{n}",
-            "--workers", "1", "-q", "--summary", str(summary)]
+    return [
+        sys.executable,
+        "-m",
+        "episodic.cli",
+        "convert",
+        str(listing),
+        str(out),
+        "--shard",
+        f"{k}/{n}",
+        "--workers",
+        "1",
+        "-q",
+        "--summary",
+        str(summary),
+    ]
 
 
 def run_shards_killed_and_again(sources: list[str], tmp: Path, n: int, kill_after: int) -> dict:
@@ -127,8 +163,15 @@ def run_shards_killed_and_again(sources: list[str], tmp: Path, n: int, kill_afte
     listing = make_list(tmp / "list.txt", sources)
     out = tmp / "out"
     items = read_worklist(listing, str(out), lambda r, name: os.path.join(r, name))
-    procs = [subprocess.Popen(_shard_cmd(listing, out, k, n, tmp / f"first-{k}.json"), start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for k in range(n)]
+    procs = [
+        subprocess.Popen(
+            _shard_cmd(listing, out, k, n, tmp / f"first-{k}.json"),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(n)
+    ]
     deadline = time.monotonic() + 600
     while sum((Path(i.output) / DONE_RECORD).exists() for i in items) < kill_after:
         assert time.monotonic() < deadline and any(p.poll() is None for p in procs)
@@ -143,8 +186,9 @@ def run_shards_killed_and_again(sources: list[str], tmp: Path, n: int, kill_afte
     assert kill_after <= len(done_before) < len(items) - 1  # killed midway
     summaries = []
     for k in range(n):
-        proc = subprocess.run(_shard_cmd(listing, out, k, n, tmp / f"again-{k}.json"), capture_output=True,
-                              text=True, timeout=600)
+        proc = subprocess.run(
+            _shard_cmd(listing, out, k, n, tmp / f"again-{k}.json"), capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == (1 if any(i.name == "broken" for i in shard(items, k, n)) else 0), proc.stderr
         summaries.append(json.loads((tmp / f"again-{k}.json").read_text()))
     for k, s in enumerate(summaries):
@@ -178,7 +222,7 @@ def test_ray_missing_says_what_to_install(monkeypatch, tmp_path):
 
 
 def test_many_datasets_on_a_local_ray_cluster(fleet_sources, tmp_path):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install \"episodic[ray]\")")
+    pytest.importorskip("ray", reason='Ray is not installed (pip install "episodic[ray]")')
     listing = make_list(tmp_path / "list.txt", fleet_sources)
     out = tmp_path / "out"
     summary = run_fleet("convert", listing, str(out), executor="ray", workers=2)

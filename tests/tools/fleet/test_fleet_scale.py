@@ -20,6 +20,7 @@ import pytest
 from episodic.tools.fleet.relayout import DONE_RECORD
 from episodic.tools.fleet.worklist import read_worklist
 from episodic.tools.validate import validate
+
 from fleet_checks import items_equal
 from test_fleet_run import BROKEN_ERROR, run_shards_killed_and_again
 
@@ -73,22 +74,40 @@ def _spec(path: Path, sources: list[str]) -> Path:
 def test_400_as_slurm_array_tasks_killed_midway_and_run_again(sources400, tmp_path):
     t0 = time.perf_counter()
     got = run_shards_killed_and_again(sources400, tmp_path, n=4, kill_after=100)
-    print(f"\n400 entries as 4 array tasks, killed after {len(got['done_before'])} done, run again: "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"\n400 entries as 4 array tasks, killed after {len(got['done_before'])} done, run again: "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     for item, source in list(zip(got["items"], sources400))[:40:13]:
         items_equal(source, item.output, windows=False)
 
 
 def test_400_on_a_local_ray_cluster_killed_midway_and_run_again(sources400, tmp_path):
-    pytest.importorskip("ray", reason="Ray is not installed (pip install \"episodic[ray]\")")
+    pytest.importorskip("ray", reason='Ray is not installed (pip install "episodic[ray]")')
     spec = _spec(tmp_path / "spec.json", sources400)
     out = tmp_path / "out"
     items = read_worklist(spec, str(out), lambda r, name: os.path.join(r, name))
-    cmd = [sys.executable, "-m", "episodic.cli", "convert", str(spec), str(out), "--executor", "ray", "--workers", "2",
-           "-q", "--summary"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "episodic.cli",
+        "convert",
+        str(spec),
+        str(out),
+        "--executor",
+        "ray",
+        "--workers",
+        "2",
+        "-q",
+        "--summary",
+    ]
     t0 = time.perf_counter()
-    first = subprocess.Popen(cmd + [str(tmp_path / "first.json")], start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        cmd + [str(tmp_path / "first.json")],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 900
     while sum((Path(i.output) / DONE_RECORD).exists() for i in items) < 100:
         assert time.monotonic() < deadline and first.poll() is None
@@ -105,8 +124,10 @@ def test_400_on_a_local_ray_cluster_killed_midway_and_run_again(sources400, tmp_
     proc = subprocess.run(cmd + [str(tmp_path / "again.json")], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 1, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "again.json").read_text())
-    print(f"\n400 entries on a local Ray (2 CPUs): killed after {len(done_before)} done at {killed_at:.1f} s, run "
-          f"again in {summary['seconds']:.1f} s ({summary['done']} done, {summary['skipped']} skipped)")
+    print(
+        f"\n400 entries on a local Ray (2 CPUs): killed after {len(done_before)} done at {killed_at:.1f} s, run "
+        f"again in {summary['seconds']:.1f} s ({summary['done']} done, {summary['skipped']} skipped)"
+    )
     done = {r["name"] for r in summary["results"] if r["status"] == "done"}
     skipped = {r["name"] for r in summary["results"] if r["status"] == "skipped"}
     failed = [r for r in summary["results"] if r["status"] == "failed"]

@@ -22,6 +22,7 @@ from episodic.storage.atomic import temp_files
 from episodic.tools.fleet.relayout import DONE_RECORD, STAGING, relayout
 from episodic.tools.fleet.relayout_plan import RelayoutOptions
 from episodic.writer.lock import DirectoryLock
+
 from fleet_checks import data_row_groups, items_equal, tree_digest
 from support import FIXTURES, LEROBOT_FIXTURE
 
@@ -40,8 +41,9 @@ def _sources(request) -> Path:
     return FIXTURES / which / "dataset"
 
 
-@pytest.fixture(params=["episodic-v3", "episodic-v2.1", "lerobot-0.4.4", "lerobot_h264", "lerobot_multifile_av1",
-                        "lerobot-v2.1"])
+@pytest.fixture(
+    params=["episodic-v3", "episodic-v2.1", "lerobot-0.4.4", "lerobot_h264", "lerobot_multifile_av1", "lerobot-v2.1"]
+)
 def source(request) -> Path:
     return _sources(request)
 
@@ -107,8 +109,11 @@ def test_row_groups_files_and_chunk_directories(multifile_root, tmp_path):
     src_groups = data_row_groups(multifile_root)
     out = tmp_path / "new"
     lengths = LeRobotDataset("x", root=multifile_root).meta.episodes["length"]
-    relayout(open_source(multifile_root), str(out), RelayoutOptions(data_file_mb=1, video_file_mb=1,
-                                                                     row_group_mb=0.02, chunks_size=2))
+    relayout(
+        open_source(multifile_root),
+        str(out),
+        RelayoutOptions(data_file_mb=1, video_file_mb=1, row_group_mb=0.02, chunks_size=2),
+    )
     groups = data_row_groups(out)
     assert len(groups) == 1 < len(src_groups)  # many small data files into one
     assert len(groups[0]) < len(lengths)  # several episodes per row group ...
@@ -117,7 +122,7 @@ def test_row_groups_files_and_chunk_directories(multifile_root, tmp_path):
     for g in range(md.num_row_groups):
         assert md.row_group(g).column(0).has_offset_index and md.row_group(g).column(0).has_column_index
         rg = md.row_group(g)
-        assert sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) < 0.02 * 2 ** 20 * 1.5
+        assert sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)) < 0.02 * 2**20 * 1.5
     pieces = tmp_path / "pieces"  # an episode larger than the target: split into row groups of about it
     relayout(open_source(multifile_root), str(pieces), RelayoutOptions(row_group_mb=0.0002))
     groups = data_row_groups(pieces)[0]
@@ -183,8 +188,11 @@ def test_a_source_whose_rows_disagree_with_its_metadata_is_named(small_root, tmp
     keep = np.ones(table.num_rows, bool)
     keep[np.flatnonzero(table.column("episode_index").to_numpy() == 2)[-1]] = False  # episode 2 one row short
     pq.write_table(table.filter(keep), path)
-    with pytest.raises(DatasetFormatError, match=r"file-000\.parquet: episode 2: \d+ rows with this episode_index, "
-                                                 r"the metadata says length"):
+    with pytest.raises(
+        DatasetFormatError,
+        match=r"file-000\.parquet: episode 2: \d+ rows with this episode_index, "
+        r"the metadata says length",
+    ):
         relayout(open_source(src), str(tmp_path / "new"), MERGE)
     shutil.rmtree(src / "videos/observation.images.top")
     with pytest.raises(DatasetFormatError, match=r"observation\.images\.top.*file not found"):
@@ -201,8 +209,11 @@ def test_a_killed_run_is_continued_by_the_next(multifile_root, tmp_path):
 
     out = tmp_path / "new"
     child = Path(__file__).with_name("relayout_child.py")
-    proc = subprocess.Popen([sys.executable, str(child), str(multifile_root), str(out), json.dumps(SPLIT.to_json()), "0.3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(child), str(multifile_root), str(out), json.dumps(SPLIT.to_json()), "0.3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     journal = out / STAGING / "files.jsonl"
     deadline = time.monotonic() + 60
     while not (journal.exists() and journal.read_bytes().count(b"\n") >= 3) and time.monotonic() < deadline:
@@ -223,6 +234,7 @@ def test_a_remote_source_over_http(multifile_root, tmp_path):
     """A source read over HTTP (the tests' server on 127.0.0.1): its files fetched through the fetch policy into the
     cache, the result's items equal the original's, and a run again finds it done (the source's version tokens)."""
     from episodic.storage.cache import FileCache
+
     from support import FaultServer
 
     with FaultServer(multifile_root.parent) as server:

@@ -15,6 +15,7 @@ from episodic.demo import write_demo_dataset
 from episodic.storage import open_source
 from episodic.tools.fleet.relayout import relayout
 from episodic.tools.fleet.relayout_plan import RelayoutOptions
+
 from support import FaultServer, assert_items_equal
 
 

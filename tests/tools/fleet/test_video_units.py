@@ -21,9 +21,15 @@ T = 512  # ticks per frame
 
 def table(pts, keys, dts=None) -> PacketTable:
     pts = np.asarray(pts, np.int64)
-    return PacketTable(pts=pts, dts=np.asarray(pts if dts is None else dts, np.int64),
-                       key=np.isin(np.arange(len(pts)), keys), size=np.full(len(pts), 100, np.int64),
-                       duration=np.full(len(pts), T, np.int64), time_base=TB, params="p")
+    return PacketTable(
+        pts=pts,
+        dts=np.asarray(pts if dts is None else dts, np.int64),
+        key=np.isin(np.arange(len(pts)), keys),
+        size=np.full(len(pts), 100, np.int64),
+        duration=np.full(len(pts), T, np.int64),
+        time_base=TB,
+        params="p",
+    )
 
 
 def units(t, froms, lengths):
@@ -69,13 +75,20 @@ def test_an_episode_without_frames_is_named():
 
 def test_placed_units_follow_each_other_and_keep_their_episodes_times():
     a = units(table(np.arange(12) * T, keys=[0, 4, 8]), [0, 4, 8], [4, 4, 4])
-    b = file_units(table(np.arange(6) * T + 7, keys=[0], dts=np.arange(6) * T + 7 - T), "g.mp4", np.array([5]),
-                   np.array([7 / T / FPS]), np.array([6]), FPS, "g.mp4")  # episode 5, off the grid
+    b = file_units(
+        table(np.arange(6) * T + 7, keys=[0], dts=np.arange(6) * T + 7 - T),
+        "g.mp4",
+        np.array([5]),
+        np.array([7 / T / FPS]),
+        np.array([6]),
+        FPS,
+        "g.mp4",
+    )  # episode 5, off the grid
     members = [a[2], b[0], a[0]]
     shifts, times = place_units(members)
     assert shifts[0] == -8 * T  # the file's first frame at time 0
     spans = [(u.min_pts + s, u.end_pts + s, u.min_dts + s, u.max_dts + s) for u, s in zip(members, shifts)]
-    for (lo, hi, dlo, dhi), (lo2, _, dlo2, _) in zip(spans, spans[1:]):
+    for (_lo, hi, _dlo, dhi), (lo2, _, dlo2, _) in zip(spans, spans[1:]):
         assert lo2 >= hi and dlo2 > dhi  # presentation and decode times keep increasing
     assert spans[1][0] % T == 0  # a unit's first frame on the frame grid
     for u, s in zip(members, shifts):

@@ -63,6 +63,7 @@ class Fetched:
 
 def _kept(source: Source, files: dict[str, bytes | MissingFileError]) -> DatasetMetadata:
     """`source.load_metadata()`, each file read kept in `files`."""
+
     def read(rel: str) -> bytes:
         try:
             files[rel] = data = source.read_bytes(rel)
@@ -88,8 +89,10 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False, keep_files: bool
             source = open_source(local)
         else:
             if entry.root:
-                raise DatasetFormatError(f"{entry.source}: 'root' (a local copy of a Hub dataset) applies to Hub "
-                                         f"repo ids only, this source is a {kind} one")
+                raise DatasetFormatError(
+                    f"{entry.source}: 'root' (a local copy of a Hub dataset) applies to Hub "
+                    f"repo ids only, this source is a {kind} one"
+                )
             source = open_source(entry.source, storage_options=dict(entry.storage_options or {}))
         if keep_files and not source.is_local:
             files: dict[str, bytes | MissingFileError] = {}
@@ -97,16 +100,22 @@ def fetch_entry(entry: MixtureEntry, refresh_hub: bool = False, keep_files: bool
         return Fetched(source=source, meta=source.load_metadata(), kind=kind)
     except Exception as e:  # noqa: BLE001  reported as this entry's problem, the others go on
         if isinstance(e, DatasetFormatError) and kind == "local" and not os.path.exists(entry.source):
-            e = DatasetFormatError(f"{entry.source}: not found: not a directory, an fsspec URL or a Hub repo id "
-                                   "(owner/name)")
+            e = DatasetFormatError(
+                f"{entry.source}: not found: not a directory, an fsspec URL or a Hub repo id (owner/name)"
+            )
         elif kind == "hub" and isinstance(e, EpisodicError):
             e = DatasetFormatError(f"{entry.source}: no local directory of that name, and as a Hub repo id: {e}")
         return Fetched(error=e, kind=kind)
 
 
-def fetch_all(entries: list[MixtureEntry], concurrency: int = DEFAULT_CONCURRENCY, progress: bool = False,
-              refresh_hub: bool = False, cancel: threading.Event | None = None,
-              keep_files: bool = False) -> list[Fetched]:
+def fetch_all(
+    entries: list[MixtureEntry],
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: bool = False,
+    refresh_hub: bool = False,
+    cancel: threading.Event | None = None,
+    keep_files: bool = False,
+) -> list[Fetched]:
     """`fetch_entry` for every entry, `concurrency` at a time; results in entry order (see the module docstring
     for `cancel` and `keep_files`)."""
     if not entries:

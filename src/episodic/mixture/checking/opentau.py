@@ -23,15 +23,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...storage.source import is_url
-from .spec import MixtureEntry, MixtureSpec, Weighting, checked_spec, raise_problems
+from .spec import MixtureEntry, MixtureSpec, Weighting
+from .spec_checks import checked_spec, raise_problems
 
 __all__ = ["from_opentau"]
 
-_DATASET_FIELDS = ("repo_id", "vqa", "root", "episodes", "image_transforms", "revision", "use_imagenet_stats",
-                   "video_backend", "stats", "data_features_name_mapping", "val_split_ratio")
+_DATASET_FIELDS = (
+    "repo_id",
+    "vqa",
+    "root",
+    "episodes",
+    "image_transforms",
+    "revision",
+    "use_imagenet_stats",
+    "video_backend",
+    "stats",
+    "data_features_name_mapping",
+    "val_split_ratio",
+)
 _DATASET_IGNORED = ("image_transforms", "use_imagenet_stats", "video_backend", "stats", "val_split_ratio")
-_MIXTURE_FIELDS = ("datasets", "weights", "action_freq", "image_resample_strategy", "vector_resample_strategy",
-                   "val_split_ratio", "n_obs_history", "history_interval")
+_MIXTURE_FIELDS = (
+    "datasets",
+    "weights",
+    "action_freq",
+    "image_resample_strategy",
+    "vector_resample_strategy",
+    "val_split_ratio",
+    "n_obs_history",
+    "history_interval",
+)
 _ROLE_NAMES = {"state": "state", "actions": "action", "prompt": "task"}
 _DROPPED_ROLES = ("response",)
 
@@ -53,8 +73,10 @@ def _roles(mapping: Any, where: str, problems: list[str], dropped: set[str]) -> 
         else:
             close = difflib.get_close_matches(str(std), ["camera0", *_ROLE_NAMES, *_DROPPED_ROLES], n=2, cutoff=0.5)
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            problems.append(f"{where}: data_features_name_mapping: {std!r} is not one of OpenTau's standard names "
-                            f"(camera0..N, state, actions, prompt, response){hint}")
+            problems.append(
+                f"{where}: data_features_name_mapping: {std!r} is not one of OpenTau's standard names "
+                f"(camera0..N, state, actions, prompt, response){hint}"
+            )
     return roles
 
 
@@ -71,7 +93,9 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
     for k in raw:
         if k not in _MIXTURE_FIELDS:
             close = difflib.get_close_matches(str(k), _MIXTURE_FIELDS, n=2, cutoff=0.5)
-            problems.append(f"{origin}: unknown field {k!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if close else ""))
+            problems.append(
+                f"{origin}: unknown field {k!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if close else "")
+            )
         elif k not in ("datasets", "weights"):
             ignored.append(f"mixture field {k!r}")
     datasets = raw.get("datasets")
@@ -80,8 +104,9 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
         datasets = []
     weights = raw.get("weights")
     if weights is not None and (not isinstance(weights, list) or len(weights) != len(datasets)):
-        problems.append(f"{origin}: field 'weights' must be a list with one weight per dataset ({len(datasets)}), "
-                        f"got {weights!r}")
+        problems.append(
+            f"{origin}: field 'weights' must be a list with one weight per dataset ({len(datasets)}), got {weights!r}"
+        )
         weights = None
     dropped: set[str] = set()
     entries = []
@@ -96,30 +121,42 @@ def from_opentau(raw: Mapping, origin: str = "<dict>") -> MixtureSpec:
         for k in d:
             if k not in _DATASET_FIELDS:
                 close = difflib.get_close_matches(str(k), _DATASET_FIELDS, n=2, cutoff=0.5)
-                problems.append(f"{where}: unknown field {k!r}" + (f" (did you mean {', '.join(map(repr, close))}?)" if close else ""))
+                problems.append(
+                    f"{where}: unknown field {k!r}"
+                    + (f" (did you mean {', '.join(map(repr, close))}?)" if close else "")
+                )
             elif k in _DATASET_IGNORED:
                 ignored.append(f"datasets[{i}].{k}")
         if d.get("vqa") is not None:
-            problems.append(f"{where}: 'vqa' datasets are not LeRobot datasets and cannot be part of an episodic mixture")
+            problems.append(
+                f"{where}: 'vqa' datasets are not LeRobot datasets and cannot be part of an episodic mixture"
+            )
             continue
         if not isinstance(repo, str) or not repo:
             problems.append(f"{where}: field 'repo_id' must be a non-empty string, got {repo!r}")
             continue
         root = d.get("root")
         episodes = d.get("episodes")
-        remote = isinstance(root, str) and is_url(root)  # the dataset is there: read it from there
-        entries.append(MixtureEntry(
-            source=root if remote else repo,
-            name=repo if remote and repos.count(repo) == 1 else None,
-            root=None if remote else root,
-            revision=d.get("revision"),
-            episodes=tuple(episodes) if isinstance(episodes, list) else episodes,
-            weight=weights[i] if weights is not None else None,
-            roles=_roles(d.get("data_features_name_mapping"), where, problems, dropped),
-        ))
+        remote = root if isinstance(root, str) and is_url(root) else None  # the dataset is there: read it from there
+        entries.append(
+            MixtureEntry(
+                source=remote if remote is not None else repo,
+                name=repo if remote is not None and repos.count(repo) == 1 else None,
+                root=None if remote is not None else root,
+                revision=d.get("revision"),
+                episodes=tuple(episodes) if isinstance(episodes, list) else episodes,
+                weight=weights[i] if weights is not None else None,
+                roles=_roles(d.get("data_features_name_mapping"), where, problems, dropped),
+            )
+        )
     ignored += [f"mapping role {r!r} (no counterpart)" for r in sorted(dropped)]
-    spec = MixtureSpec(entries=tuple(entries), weighting=Weighting(rule="explicit" if weights is not None else "frames"),
-                       camera_role_style="slots", origin=origin, ignored=tuple(ignored))
+    spec = MixtureSpec(
+        entries=tuple(entries),
+        weighting=Weighting(rule="explicit" if weights is not None else "frames"),
+        camera_role_style="slots",
+        origin=origin,
+        ignored=tuple(ignored),
+    )
     spec = checked_spec(spec, problems)
     raise_problems(problems, origin)
     return spec

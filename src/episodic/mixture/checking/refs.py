@@ -47,8 +47,9 @@ def load_document(path: Path) -> Any:
         try:
             import yaml
         except ImportError:
-            raise MixtureSpecError(f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the spec "
-                                   "as JSON") from None
+            raise MixtureSpecError(
+                f"{path}: reading YAML needs PyYAML (pip install pyyaml), or write the spec as JSON"
+            ) from None
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -64,8 +65,9 @@ def load_document(path: Path) -> Any:
 
 
 def _too_deep(path: Path) -> MixtureSpecError:
-    return MixtureSpecError(f"{path}: nested deeper than {MAX_NESTING} levels of objects and lists (a mixture spec "
-                            f"needs a handful)")
+    return MixtureSpecError(
+        f"{path}: nested deeper than {MAX_NESTING} levels of objects and lists (a mixture spec needs a handful)"
+    )
 
 
 def _inside(target: Path, top: Path) -> bool:
@@ -104,8 +106,10 @@ class _Resolver:
 
     def check(self, done: tuple[Any, int, int], holder: Path, depth: int) -> None:
         if done[1] > MAX_NODES:
-            raise MixtureSpecError(f"{holder}: the spec expands to {done[1]:,} values (YAML aliases and $ref includes "
-                                   f"expanded), more than the {MAX_NODES:,} a mixture spec may have")
+            raise MixtureSpecError(
+                f"{holder}: the spec expands to {done[1]:,} values (YAML aliases and $ref includes "
+                f"expanded), more than the {MAX_NODES:,} a mixture spec may have"
+            )
         if depth + done[2] > MAX_NESTING:
             raise _too_deep(holder)
 
@@ -115,6 +119,7 @@ class _Resolver:
             return node, 1, 0
         if depth >= MAX_NESTING:
             raise _too_deep(holder)
+        done: tuple[Any, int, int]  # (the resolved node, its nodes, its depth)
         held = self.nodes.get(id(node))
         if held is not None:
             done = held[1:]
@@ -124,9 +129,12 @@ class _Resolver:
             parts = [self.node(v, holder, stack, depth + 1) for v in node]
             done = [p[0] for p in parts], 1 + sum(p[1] for p in parts), 1 + max((p[2] for p in parts), default=0)
         elif REF_KEY not in node:
-            parts = {k: self.node(v, holder, stack, depth + 1) for k, v in node.items()}
-            done = ({k: p[0] for k, p in parts.items()}, 1 + sum(p[1] for p in parts.values()),
-                    1 + max((p[2] for p in parts.values()), default=0))
+            items = {k: self.node(v, holder, stack, depth + 1) for k, v in node.items()}
+            done = (
+                {k: p[0] for k, p in items.items()},
+                1 + sum(p[1] for p in items.values()),
+                1 + max((p[2] for p in items.values()), default=0),
+            )
         else:
             done = self.ref(node, holder, stack, depth)
         self.check(done, holder, depth)
@@ -139,18 +147,25 @@ class _Resolver:
             raise MixtureSpecError(f"{holder}: {REF_KEY} must be a non-empty path string, got {ref!r}")
         target = (holder.parent / ref).resolve()
         if not _inside(target, self.top):
-            raise MixtureSpecError(f"{holder}: {REF_KEY} {ref!r} resolves to {target}, outside the spec's directory "
-                                   f"{self.top}; includes must stay inside it")
+            raise MixtureSpecError(
+                f"{holder}: {REF_KEY} {ref!r} resolves to {target}, outside the spec's directory "
+                f"{self.top}; includes must stay inside it"
+            )
         loaded, size, height = self.file(target, stack, depth)
         siblings = {k: self.node(v, holder, stack, depth + 1) for k, v in node.items() if k != REF_KEY}
         if not siblings:
             return loaded, size, height
         if not isinstance(loaded, dict):
-            raise MixtureSpecError(f"{holder}: keys {sorted(siblings)} next to {REF_KEY} {ref!r} need an object to "
-                                   f"merge into, but it holds a {type(loaded).__name__}")
+            raise MixtureSpecError(
+                f"{holder}: keys {sorted(siblings)} next to {REF_KEY} {ref!r} need an object to "
+                f"merge into, but it holds a {type(loaded).__name__}"
+            )
         # a bound, not an exact count: what the siblings replace is counted too
-        return (_merge(loaded, {k: p[0] for k, p in siblings.items()}), size + sum(p[1] for p in siblings.values()),
-                max(height, 1 + max(p[2] for p in siblings.values())))
+        return (
+            _merge(loaded, {k: p[0] for k, p in siblings.items()}),
+            size + sum(p[1] for p in siblings.values()),
+            max(height, 1 + max(p[2] for p in siblings.values())),
+        )
 
 
 def _merge(base: dict, over: dict) -> dict:

@@ -22,7 +22,7 @@ __all__ = ["EntryReport", "PreflightReport", "Problem"]
 
 STATUSES = ("ok", "error", "skipped")
 SEVERITIES = ("error", "warning")
-_LIMIT = 2 ** 62
+_LIMIT = 2**62
 
 
 def _is_int(v: Any) -> bool:
@@ -61,8 +61,13 @@ def _checked_fields(raw: Any, checks: Mapping[str, tuple[Callable[[Any], bool], 
     unknown = sorted(set(raw) - set(checks), key=str)
     missing = [k for k in checks if k not in raw]
     if unknown or missing:
-        raise ValueError(f"{where}: " + "; ".join(([f"unknown field(s) {unknown}"] if unknown else []) +
-                                                   ([f"missing field(s) {missing}"] if missing else [])))
+        raise ValueError(
+            f"{where}: "
+            + "; ".join(
+                ([f"unknown field(s) {unknown}"] if unknown else [])
+                + ([f"missing field(s) {missing}"] if missing else [])
+            )
+        )
     for name, (check, want) in checks.items():
         if not check(raw[name]):
             raise ValueError(f"{where}: field {name!r} must be {want}, got {_short(raw[name])}")
@@ -87,15 +92,20 @@ class Problem:
     suggestions: tuple[str, ...] = ()
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "problem") -> "Problem":
+    def from_dict(cls, raw: Any, where: str = "problem") -> Problem:
         """A problem from `PreflightReport.to_dict`'s form, checked (see the module docstring)."""
         raw = _checked_fields(raw, _PROBLEM_FIELDS, where)
-        return cls(raw["entry"], raw["name"], raw["field"], raw["message"], raw["severity"],
-                   tuple(raw["suggestions"]))
+        return cls(raw["entry"], raw["name"], raw["field"], raw["message"], raw["severity"], tuple(raw["suggestions"]))
 
     def to_dict(self) -> dict:
-        return {"entry": self.entry, "name": self.name, "field": self.field, "message": self.message,
-                "severity": self.severity, "suggestions": list(self.suggestions)}
+        return {
+            "entry": self.entry,
+            "name": self.name,
+            "field": self.field,
+            "message": self.message,
+            "severity": self.severity,
+            "suggestions": list(self.suggestions),
+        }
 
     def __str__(self) -> str:
         where = f"entry {self.entry} ({self.name})" if self.entry >= 0 else "mixture"
@@ -143,7 +153,7 @@ class EntryReport:
         return out
 
     @classmethod
-    def from_dict(cls, raw: Any, where: str = "entry") -> "EntryReport":
+    def from_dict(cls, raw: Any, where: str = "entry") -> EntryReport:
         """An entry's facts from `to_dict`'s form, checked (see the module docstring); a report saved before depth
         cameras were known has no ``depth_roles``: none."""
         if isinstance(raw, dict) and "depth_roles" not in raw:
@@ -158,27 +168,40 @@ class EntryReport:
 
 _PROBLEM_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "entry": (lambda v: _is_int(v) and -1 <= v < _LIMIT, "an entry index (-1: the mixture)"),
-    "name": (_text, "a string"), "field": (_text, "a string"), "message": (_text, "a string"),
+    "name": (_text, "a string"),
+    "field": (_text, "a string"),
+    "message": (_text, "a string"),
     "severity": (lambda v: v in SEVERITIES, f"one of {SEVERITIES}"),
     "suggestions": (_list_of(_text), "a list of strings"),
 }
 _ENTRY_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "index": (_count, "an entry index"), "name": (_text, "a string"), "source": (_text, "a string"),
-    "status": (lambda v: v in STATUSES, f"one of {STATUSES}"), "version": (_text, "a string"),
-    "fps": (_count, "an int >= 0"), "robot_type": (_opt_text, "a string or null"),
-    "group": (_opt_text, "a string or null"), "total_episodes": (_count, "an int >= 0"),
-    "episodes": (_count, "an int >= 0"), "frames": (_count, "an int >= 0"),
-    "eval_episodes": (_count, "an int >= 0"), "eval_frames": (_count, "an int >= 0"),
+    "index": (_count, "an entry index"),
+    "name": (_text, "a string"),
+    "source": (_text, "a string"),
+    "status": (lambda v: v in STATUSES, f"one of {STATUSES}"),
+    "version": (_text, "a string"),
+    "fps": (_count, "an int >= 0"),
+    "robot_type": (_opt_text, "a string or null"),
+    "group": (_opt_text, "a string or null"),
+    "total_episodes": (_count, "an int >= 0"),
+    "episodes": (_count, "an int >= 0"),
+    "frames": (_count, "an int >= 0"),
+    "eval_episodes": (_count, "an int >= 0"),
+    "eval_frames": (_count, "an int >= 0"),
     "cameras": (_mapping_of(_text), "an object of role -> feature key"),
-    "camera_shapes": (_mapping_of(_list_of(_count, 3)),
-                      "an object of role -> [height, width, channels]"),
+    "camera_shapes": (_mapping_of(_list_of(_count, 3)), "an object of role -> [height, width, channels]"),
     "depth_roles": (_list_of(_text), "a list of camera roles"),
-    "state_key": (_opt_text, "a string or null"), "state_dim": (_count, "an int >= 0"),
-    "action_key": (_opt_text, "a string or null"), "action_dim": (_count, "an int >= 0"),
+    "state_key": (_opt_text, "a string or null"),
+    "state_dim": (_count, "an int >= 0"),
+    "action_key": (_opt_text, "a string or null"),
+    "action_dim": (_count, "an int >= 0"),
     "task_key": (_opt_text, "a string or null"),
-    "delta_offsets": (_mapping_of(_list_of(lambda v: _is_int(v) and -_LIMIT < v < _LIMIT)),
-                      "an object of role -> list of frame offsets"),
-    "tolerance_s": (_real, "a finite number >= 0"), "delta_rounding_s": (_real, "a finite number >= 0"),
+    "delta_offsets": (
+        _mapping_of(_list_of(lambda v: _is_int(v) and -_LIMIT < v < _LIMIT)),
+        "an object of role -> list of frame offsets",
+    ),
+    "tolerance_s": (_real, "a finite number >= 0"),
+    "delta_rounding_s": (_real, "a finite number >= 0"),
     "weight": (_real, "a finite number >= 0"),
     "share": (lambda v: _real(v) and v <= 1, "a number in [0, 1]"),
 }
@@ -226,14 +249,20 @@ class PreflightReport:
         used = [e for e in self.entries if e.status != "skipped"]
         held = ""
         if self.spec.eval_split is not None:
-            held = (f" to train on, {sum(e.eval_episodes for e in used)} episodes and {sum(e.eval_frames for e in used)} "
-                    f"frames held out ({self.spec.eval_split.rule} eval split of {self.spec.eval_split.fraction:g})")
-        text = (f"{len(self.entries)} entries, {sum(e.episodes for e in used)} episodes, {sum(e.frames for e in used)} "
-                f"frames{held}; {len(self.errors)} error(s), {len(self.warnings)} warning(s); checked in "
-                f"{self.seconds:.2f} s")
+            held = (
+                f" to train on, {sum(e.eval_episodes for e in used)} episodes and {sum(e.eval_frames for e in used)} "
+                f"frames held out ({self.spec.eval_split.rule} eval split of {self.spec.eval_split.fraction:g})"
+            )
+        text = (
+            f"{len(self.entries)} entries, {sum(e.episodes for e in used)} episodes, {sum(e.frames for e in used)} "
+            f"frames{held}; {len(self.errors)} error(s), {len(self.warnings)} warning(s); checked in "
+            f"{self.seconds:.2f} s"
+        )
         if self.skipped:
-            text += (f"\nskipped ({len(self.skipped)}): {', '.join(self.skipped)} -- their share is re-spread over the "
-                     "other entries in proportion to their shares")
+            text += (
+                f"\nskipped ({len(self.skipped)}): {', '.join(self.skipped)} -- their share is re-spread over the "
+                "other entries in proportion to their shares"
+            )
         return text
 
     def message(self) -> str:
@@ -251,8 +280,20 @@ class PreflightReport:
         to the training side's (episodes, frames); with a ``target_fps``, frames are resampled ones and the fps
         column reads ``own->target``."""
         split = self.spec.eval_split is not None
-        heads = ("#", "entry", "status", "ver", "episodes", "frames", *(("held out",) if split else ()), "cameras",
-                 "state/action", "fps", "weight", "share")
+        heads = (
+            "#",
+            "entry",
+            "status",
+            "ver",
+            "episodes",
+            "frames",
+            *(("held out",) if split else ()),
+            "cameras",
+            "state/action",
+            "fps",
+            "weight",
+            "share",
+        )
         target = self.spec.target_fps
         rows = []
 
@@ -262,8 +303,22 @@ class PreflightReport:
         for e in self.entries:
             cams = f"{len(e.cameras)} ({','.join(e.cameras)})" if e.cameras else "0"
             held = (f"{e.eval_episodes}/{e.eval_frames}",) if split else ()
-            rows.append((str(e.index), e.name, e.status, e.version, str(e.episodes), str(e.frames), *held, cams,
-                         f"{e.state_dim}/{e.action_dim}", fps(e), f"{e.weight:.4g}", f"{100 * e.share:.3g}%"))
+            rows.append(
+                (
+                    str(e.index),
+                    e.name,
+                    e.status,
+                    e.version,
+                    str(e.episodes),
+                    str(e.frames),
+                    *held,
+                    cams,
+                    f"{e.state_dim}/{e.action_dim}",
+                    fps(e),
+                    f"{e.weight:.4g}",
+                    f"{100 * e.share:.3g}%",
+                )
+            )
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
         right = {0, 4, 5, *((6,) if split else ()), *(i + split for i in (8, 9, 10))}
 
@@ -273,10 +328,16 @@ class PreflightReport:
         return "\n".join([line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"origin": self.spec.origin, "on_error": self.on_error, "ok": self.ok, "seconds": self.seconds,
-                "skipped": self.skipped, "entries": [e.to_dict() for e in self.entries],
-                "problems": [p.to_dict() for p in self.problems],
-                "ignored": list(self.spec.ignored)}
+        return {
+            "origin": self.spec.origin,
+            "on_error": self.on_error,
+            "ok": self.ok,
+            "seconds": self.seconds,
+            "skipped": self.skipped,
+            "entries": [e.to_dict() for e in self.entries],
+            "problems": [p.to_dict() for p in self.problems],
+            "ignored": list(self.spec.ignored),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)

@@ -31,8 +31,9 @@ def side_report(report: PreflightReport, split: str) -> PreflightReport:
     if spec.eval_split is None:
         if split == "train":
             return report
-        raise ValueError(f"{spec.origin}: split='eval' needs the mixture spec's eval_split (which episodes are held "
-                         "out)")
+        raise ValueError(
+            f"{spec.origin}: split='eval' needs the mixture spec's eval_split (which episodes are held out)"
+        )
     entries, facts, problems = [], [], list(report.problems)
     for i, (entry, rep) in enumerate(zip(spec.entries, report.entries)):
         meta = report.metadata[i] if i < len(report.metadata) else None
@@ -43,16 +44,35 @@ def side_report(report: PreflightReport, split: str) -> PreflightReport:
         train, held = entry_sides(spec, entry, meta)
         side = train if split == "train" else held
         if not side.size:
-            problems.append(Problem(i, rep.name, "eval_split", f"no episode on the {split} side: the entry takes "
-                                                               f"no part in it", "warning"))
+            problems.append(
+                Problem(
+                    i,
+                    rep.name,
+                    "eval_split",
+                    f"no episode on the {split} side: the entry takes no part in it",
+                    "warning",
+                )
+            )
         entries.append(replace(entry, episodes=tuple(side.tolist()), exclude_episodes=()))
-        facts.append(replace(rep, status="ok" if side.size else "skipped", episodes=int(side.size),
-                             frames=int(episode_lengths(meta, spec.target_fps)[side].sum()), eval_episodes=0,
-                             eval_frames=0))
-    side_spec = replace(spec, entries=tuple(entries), eval_split=None,
-                        samples_per_epoch=spec.samples_per_epoch if split == "train" else None)
+        facts.append(
+            replace(
+                rep,
+                status="ok" if side.size else "skipped",
+                episodes=int(side.size),
+                frames=int(episode_lengths(meta, spec.target_fps)[side].sum()),
+                eval_episodes=0,
+                eval_frames=0,
+            )
+        )
+    side_spec = replace(
+        spec,
+        entries=tuple(entries),
+        eval_split=None,
+        samples_per_epoch=spec.samples_per_epoch if split == "train" else None,
+    )
     raw = raw_weights(side_spec, [r.frames for r in facts], [r.episodes for r in facts])
     share = shares(raw, [r.status == "ok" for r in facts])
-    facts = [replace(r, weight=float(w), share=float(s)) if r.status != "error" else r
-             for r, w, s in zip(facts, raw, share)]
+    facts = [
+        replace(r, weight=float(w), share=float(s)) if r.status != "error" else r for r, w, s in zip(facts, raw, share)
+    ]
     return replace(report, spec=side_spec, entries=tuple(facts), problems=tuple(problems))

@@ -12,16 +12,15 @@ others in proportion to their own shares, i.e. the shares are re-normalised over
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .spec import MixtureSpec
 
 __all__ = ["raw_weights", "shares"]
 
 
-def raw_weights(spec: MixtureSpec, frames: Sequence[int], episodes: Sequence[int]) -> np.ndarray:
+def raw_weights(spec: MixtureSpec, frames: ArrayLike, episodes: ArrayLike) -> np.ndarray:
     """One raw (unnormalised) weight per entry of `spec`, given each entry's selected frames and episodes."""
     rule, alpha = spec.weighting.rule, spec.weighting.alpha
     f = np.asarray(frames, dtype=np.float64)
@@ -38,7 +37,7 @@ def raw_weights(spec: MixtureSpec, frames: Sequence[int], episodes: Sequence[int
     return size * mult
 
 
-def shares(raw: Sequence[float], included: Sequence[bool] | None = None) -> np.ndarray:
+def shares(raw: ArrayLike, included: ArrayLike | None = None) -> np.ndarray:
     """`raw` weights normalised over the `included` entries (others get 0). All zeros stay zeros."""
     w = np.asarray(raw, dtype=np.float64).copy()
     if included is not None:

@@ -48,12 +48,12 @@ from ... import config
 from ...checks import check_number
 from ...format.errors import EpisodicError
 from ...storage.source import open_source
-from .downloads import NodeDownload
-from .handover import handover_dir, read_report, remove_report, spec_digest, write_report
-from .outcomes import local_cause, outcome, raise_checks, raise_failures, raise_loads, raise_mismatch, told
 from ..checking import preflight
 from ..checking.report import PreflightReport
 from ..checking.spec import ON_ERROR, MixtureSpec, load_spec
+from .downloads import NodeDownload
+from .handover import handover_dir, read_report, remove_report, spec_digest, write_report
+from .outcomes import local_cause, outcome, raise_checks, raise_failures, raise_loads, raise_mismatch, told
 from .team import Team, claims_download, leaders
 
 __all__ = ["StartupResult", "prepare"]
@@ -100,8 +100,9 @@ def _localised(report: PreflightReport, roots: list[str | None]) -> PreflightRep
     return replace(report, sources=tuple(sources), metadata=tuple(metadata), metadata_files=())
 
 
-def _parsed(mixture: Any, on_error: str | None) -> tuple[PreflightReport | None, MixtureSpec | None, str | None,
-                                                         BaseException | None]:
+def _parsed(
+    mixture: Any, on_error: str | None
+) -> tuple[PreflightReport | None, MixtureSpec | None, str | None, BaseException | None]:
     """(the report given, the spec given, the digest of its spec, what stopped it): local work only, no request."""
     try:
         if isinstance(mixture, PreflightReport):
@@ -117,9 +118,18 @@ def _parsed(mixture: Any, on_error: str | None) -> tuple[PreflightReport | None,
         return None, None, None, e
 
 
-def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, concurrency: int = 8,
-            timeout_s: float = 600.0, poll_s: float = 0.5, copies_dir: str | Path | None = None,
-            on_error: str | None = None, progress: bool = False) -> StartupResult:
+def prepare(
+    mixture: Any,
+    group: Any = None,
+    *,
+    shared_cache: bool = False,
+    concurrency: int = 8,
+    timeout_s: float = 600.0,
+    poll_s: float = 0.5,
+    copies_dir: str | Path | None = None,
+    on_error: str | None = None,
+    progress: bool = False,
+) -> StartupResult:
     """Make every file that training on a mixture reads local, once per node (``shared_cache=True``: once in all,
     the cache being on storage every node sees), on every rank of `group` (call it on all of them); see the module
     docstring. `mixture`: a `PreflightReport`, or a spec (a file, a dict, a `MixtureSpec`) that every rank parses
@@ -140,8 +150,10 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
     given, spec, digest, failure = _parsed(mixture, on_error)
 
     def check(cancel) -> PreflightReport:
-        return preflight(spec, on_error=on_error, concurrency=concurrency, progress=progress, cancel=cancel,
-                         keep_files=True)
+        assert spec is not None, "a rank preflights the spec it was given"
+        return preflight(
+            spec, on_error=on_error, concurrency=concurrency, progress=progress, cancel=cancel, keep_files=True
+        )
 
     def start() -> NodeDownload:  # preflight first, on the thread, when given a spec
         return NodeDownload(given, concurrency, copies_dir, progress, check=check if given is None else None).start()
@@ -160,9 +172,11 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
             work.cancel()
             work = None
         if not stop:
+            assert digest is not None, "every rank read its spec (else stop)"
             if work is None and leader == team.rank:
                 work = start()
             if team.size == 1:
+                assert work is not None, "a rank alone downloads"
                 work.join()
             else:
                 while True:
@@ -171,6 +185,7 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
                     if not team.any(work is not None and work.alive, "downloads under way"):
                         break
             if work is not None and work.error is None:
+                assert work.report is not None, "a download that ended without an error has its report"
                 own = _localised(work.report, [p.root for p in work.plans])
                 if any(nodes[r][4] for r, lead in enumerate(leader_of) if lead == team.rank != r):
                     try:  # to the ranks of this node (every rank, on a shared cache) that were given the spec
@@ -180,6 +195,7 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
             outcomes = team.gather(outcome(work, handover, handover_error) if work is not None else None, "outcomes")
             if given is None and leader != team.rank and all(o is None or o["error"] is None for o in outcomes):
                 try:
+                    assert spec is not None, "a rank given no report was given a spec"
                     _, token = outcomes[leader]["handover"]
                     loaded = read_report(handover_dir(copies_dir), digest, token, spec, copies_dir)
                 except Exception as e:  # noqa: BLE001 -- told to the team, raised everywhere
@@ -198,17 +214,36 @@ def prepare(mixture: Any, group: Any = None, *, shared_cache: bool = False, conc
     raise_mismatch(digests, leader_of, [n[0] for n in nodes])
     raise_failures(outcomes, team.rank, local_cause(work, handover_error))
     raise_loads(loads, leader_of, team.rank, load_error)
+    assert outcomes is not None, "raised above when the ranks stopped before the outcomes"
     mine = outcomes[leader]
     report = own if leader == team.rank else _localised(given, mine["roots"]) if given is not None else loaded
+    assert report is not None, "the downloading rank's report, or one handed over"
     checked_by = leader if given is None and mine["preflight_seconds"] is not None else None
-    result = StartupResult(report=report, roots=tuple(mine["roots"]), downloader=leader,
-                           preflight_rank=checked_by, preflight_seconds=mine["preflight_seconds"] or 0.0,
-                           files_needed=mine["needed"], files_missing=mine["missing"], files_fetched=mine["files"],
-                           bytes_fetched=mine["bytes"], download_seconds=mine["seconds"],
-                           nodes=len(set(leader_of)), seconds=time.monotonic() - t0)
-    logger.info("mixture start-up: rank %d: %d files needed, %d were missing, %d fetched by rank %d (%d bytes, "
-                "%.2f s); %s", team.rank, result.files_needed, result.files_missing, result.files_fetched, leader,
-                result.bytes_fetched, result.download_seconds,
-                "checked by the caller" if checked_by is None else
-                f"checked by rank {checked_by} in {result.preflight_seconds:.2f} s")
+    result = StartupResult(
+        report=report,
+        roots=tuple(mine["roots"]),
+        downloader=leader,
+        preflight_rank=checked_by,
+        preflight_seconds=mine["preflight_seconds"] or 0.0,
+        files_needed=mine["needed"],
+        files_missing=mine["missing"],
+        files_fetched=mine["files"],
+        bytes_fetched=mine["bytes"],
+        download_seconds=mine["seconds"],
+        nodes=len(set(leader_of)),
+        seconds=time.monotonic() - t0,
+    )
+    logger.info(
+        "mixture start-up: rank %d: %d files needed, %d were missing, %d fetched by rank %d (%d bytes, %.2f s); %s",
+        team.rank,
+        result.files_needed,
+        result.files_missing,
+        result.files_fetched,
+        leader,
+        result.bytes_fetched,
+        result.download_seconds,
+        "checked by the caller"
+        if checked_by is None
+        else f"checked by rank {checked_by} in {result.preflight_seconds:.2f} s",
+    )
     return result

@@ -23,18 +23,18 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ...progress import bar
 from ...storage import hub
 from ...storage.copies import DatasetCopy, metadata_fingerprint
 from ..checking.entry_sources import hub_dir, source_kind
-from .files import entry_files
 from ..checking.report import PreflightReport
 from ..checking.spec import MixtureEntry
+from .files import entry_files
 
 __all__ = ["DownloadFailure", "EntryPlan", "NodeDownload", "local_root", "plan_entry"]
 
@@ -81,17 +81,31 @@ def plan_entry(report: PreflightReport, index: int, copies_dir: str | Path | Non
         root = source.root
         commit = hub.local_commit(root) or hub.resolve_commit(spec_entry.source, spec_entry.revision, source.policy)
         repo = spec_entry.source
-        return EntryPlan(index, facts.name, kind, root, needed=len(rels), missing=hub.missing_files(root, rels, commit),
-                         fetch=lambda rel: hub.fetch_file(repo, root, commit, rel, source.policy),
-                         url=lambda rel: f"hub dataset {repo!r} (commit {commit}): {rel}")
+        return EntryPlan(
+            index,
+            facts.name,
+            kind,
+            root,
+            needed=len(rels),
+            missing=hub.missing_files(root, rels, commit),
+            fetch=lambda rel: hub.fetch_file(repo, root, commit, rel, source.policy),
+            url=lambda rel: f"hub dataset {repo!r} (commit {commit}): {rel}",
+        )
     copy = DatasetCopy(source, _copy_dir(copies_dir, source))
     fingerprint = metadata_fingerprint(report.metadata[index])
     current = copy.meta_current(fingerprint)
     read = report.metadata_files[index] if index < len(report.metadata_files) else None
-    return EntryPlan(index, facts.name, "url", str(copy.directory), needed=len(rels),
-                     missing=copy.missing(rels) if current else list(dict.fromkeys(rels)),
-                     meta=None if current else (lambda: copy.fetch_meta(fingerprint, read)), fetch=copy.fetch_file,
-                     url=source.url)
+    return EntryPlan(
+        index,
+        facts.name,
+        "url",
+        str(copy.directory),
+        needed=len(rels),
+        missing=copy.missing(rels) if current else list(dict.fromkeys(rels)),
+        meta=None if current else (lambda: copy.fetch_meta(fingerprint, read)),
+        fetch=copy.fetch_file,
+        url=source.url,
+    )
 
 
 def local_root(entry: MixtureEntry, copies_dir: str | Path | None = None) -> str:
@@ -124,8 +138,14 @@ class NodeDownload:
     downloads), `error` (a `DownloadFailure`, or whatever else stopped it) and `stage` (``"preflight"`` or
     ``"download"``: where it stopped)."""
 
-    def __init__(self, report: PreflightReport | None, concurrency: int = 8, copies_dir: str | Path | None = None,
-                 progress: bool = False, check: Callable[[threading.Event], PreflightReport] | None = None):
+    def __init__(
+        self,
+        report: PreflightReport | None,
+        concurrency: int = 8,
+        copies_dir: str | Path | None = None,
+        progress: bool = False,
+        check: Callable[[threading.Event], PreflightReport] | None = None,
+    ):
         if report is None and check is None:
             raise ValueError("NodeDownload needs a report or a check that makes one")
         self.report, self.concurrency, self.copies_dir, self.progress = report, concurrency, copies_dir, progress
@@ -142,7 +162,7 @@ class NodeDownload:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ thread
-    def start(self) -> "NodeDownload":
+    def start(self) -> NodeDownload:
         self._thread = threading.Thread(target=self.run, name="episodic-mixture-download", daemon=True)
         self._thread.start()
         return self
@@ -166,6 +186,7 @@ class NodeDownload:
         t0 = time.monotonic()
         try:
             if self.report is None:
+                assert self.check is not None, "the constructor took a report or a check"
                 self.stage = "preflight"
                 self.report = self.check(self._cancel)
                 self.check_seconds = time.monotonic() - t0
@@ -173,8 +194,12 @@ class NodeDownload:
                 t0 = time.monotonic()
             self.plans = [plan_entry(self.report, i, self.copies_dir) for i in range(len(self.report.entries))]
             missing = sum(len(p.missing) for p in self.plans)
-            logger.info("mixture start-up: %d entries, %d files needed, %d missing", len(self.plans),
-                        sum(p.needed for p in self.plans), missing)
+            logger.info(
+                "mixture start-up: %d entries, %d files needed, %d missing",
+                len(self.plans),
+                sum(p.needed for p in self.plans),
+                missing,
+            )
             self._pool([(p, None) for p in self.plans if p.meta is not None], "metadata")
             self._pool([(p, rel) for p in self.plans for rel in p.missing], "files")
         except BaseException as e:  # noqa: BLE001 -- kept for the team; the thread ends either way
@@ -185,13 +210,17 @@ class NodeDownload:
     def _one(self, plan: EntryPlan, rel: str | None) -> None:
         if self._cancel.is_set():
             return
+        report = self.report
+        assert report is not None, "files are fetched once the report is there"
         try:
             if rel is None:
+                assert plan.meta is not None, "a metadata job is queued for a plan that fetches metadata"
                 plan.meta()
                 return
+            assert plan.fetch is not None, "a file job is queued for a plan with missing files"
             n = plan.fetch(rel)
         except BaseException as e:  # noqa: BLE001
-            where = plan.url(rel) if rel is not None else (self.report.spec.entries[plan.index].source + " (metadata)")
+            where = plan.url(rel) if rel is not None else (report.spec.entries[plan.index].source + " (metadata)")
             raise DownloadFailure(plan.index, plan.name, where, e) from e
         with self._lock:
             self.files += 1
@@ -204,8 +233,13 @@ class NodeDownload:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="episodic-fetch") as pool:
             futures = [pool.submit(self._one, plan, rel) for plan, rel in jobs]
             try:
-                for done in bar(as_completed(futures), enabled=self.progress, total=len(futures),
-                                desc=f"mixture {what}", unit="file"):
+                for done in bar(
+                    as_completed(futures),
+                    enabled=self.progress,
+                    total=len(futures),
+                    desc=f"mixture {what}",
+                    unit="file",
+                ):
                     done.result()  # the first failure, at once
             except BaseException:
                 self._cancel.set()  # the jobs not started yet return at once

@@ -47,9 +47,9 @@ from ...format.paths import inside
 from ...storage.atomic import atomic_write_bytes
 from ...storage.copies import metadata_fingerprint
 from ...storage.source import open_source
-from .downloads import local_root
 from ..checking.report import EntryReport, PreflightReport, Problem
 from ..checking.spec import ON_ERROR, RESERVED_ROLES, MixtureSpec
+from .downloads import local_root
 
 __all__ = ["MAX_BYTES", "handover_dir", "read_report", "remove_report", "spec_digest", "write_report"]
 
@@ -61,8 +61,7 @@ KIND = "episodic mixture start-up hand-over"
 VERSION = 1
 _NAME = re.compile(r"^[0-9a-f]{16}-[0-9a-f]{16}\.json$")
 _HEX = re.compile(r"^[0-9a-f]+$")
-_FIELDS = ("kind", "version", "digest", "token", "on_error", "seconds", "entries", "problems", "roots",
-           "fingerprints")
+_FIELDS = ("kind", "version", "digest", "token", "on_error", "seconds", "entries", "problems", "roots", "fingerprints")
 
 
 def _canonical(value: Any, roles: bool = False) -> Any:
@@ -71,8 +70,10 @@ def _canonical(value: Any, roles: bool = False) -> Any:
     if isinstance(value, Mapping):
         items = [(str(k), _canonical(v)) for k, v in value.items()]
         if roles:
-            return [dict(sorted(kv for kv in items if kv[0] in RESERVED_ROLES)),
-                    [list(kv) for kv in items if kv[0] not in RESERVED_ROLES]]
+            return [
+                dict(sorted(kv for kv in items if kv[0] in RESERVED_ROLES)),
+                [list(kv) for kv in items if kv[0] not in RESERVED_ROLES],
+            ]
         return dict(sorted(items))
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
@@ -135,10 +136,18 @@ def write_report(report: PreflightReport, digest: str, directory: str | os.PathL
     path = directory / _file_name(digest, token)
     _remove_stale(directory)
     local = [_local(report, i) for i in range(len(report.entries))]
-    held = {"kind": KIND, "version": VERSION, "digest": digest, "token": token, "on_error": report.on_error,
-            "seconds": report.seconds, "entries": [e.to_dict() for e in report.entries],
-            "problems": [p.to_dict() for p in report.problems], "roots": [r for r, _ in local],
-            "fingerprints": [f for _, f in local]}
+    held = {
+        "kind": KIND,
+        "version": VERSION,
+        "digest": digest,
+        "token": token,
+        "on_error": report.on_error,
+        "seconds": report.seconds,
+        "entries": [e.to_dict() for e in report.entries],
+        "problems": [p.to_dict() for p in report.problems],
+        "roots": [r for r, _ in local],
+        "fingerprints": [f for _, f in local],
+    }
     data = json.dumps(held, separators=(",", ":"), allow_nan=False).encode()
     atomic_write_bytes(path, data)
     logger.debug("mixture start-up: report handed over in %s (%d bytes)", path, len(data))
@@ -156,8 +165,10 @@ def _load(path: str) -> dict:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:  # missing or unreadable: named with the file
-        raise MixtureStartupError(f"{path}: the checked mixture handed over could not be read: "
-                                  f"{type(e).__name__}: {e}", error_type=type(e).__name__) from e
+        raise MixtureStartupError(
+            f"{path}: the checked mixture handed over could not be read: {type(e).__name__}: {e}",
+            error_type=type(e).__name__,
+        ) from e
     if len(data) > MAX_BYTES:
         raise _refused(path, f"more than {MAX_BYTES} bytes (the bound of a hand-over file)")
     try:
@@ -167,25 +178,35 @@ def _load(path: str) -> dict:
     if not isinstance(held, dict):
         raise _refused(path, f"expected a JSON object, got {type(held).__name__}")
     if held.get("kind") != KIND or held.get("version") != VERSION:
-        raise _refused(path, f"not a hand-over file of version {VERSION} (kind {held.get('kind')!r}, version "
-                             f"{held.get('version')!r})")
+        raise _refused(
+            path,
+            f"not a hand-over file of version {VERSION} (kind {held.get('kind')!r}, version {held.get('version')!r})",
+        )
     if set(held) != set(_FIELDS):
         raise _refused(path, f"fields {sorted(held)}, expected {sorted(_FIELDS)}")
     return held
 
 
-def read_report(directory: str | os.PathLike, digest: str, token: str, spec: MixtureSpec,
-                copies_dir: str | os.PathLike | None = None) -> PreflightReport:
+def read_report(
+    directory: str | os.PathLike,
+    digest: str,
+    token: str,
+    spec: MixtureSpec,
+    copies_dir: str | os.PathLike | None = None,
+) -> PreflightReport:
     """The report that the start-up with `digest` and `token` handed over in `directory`, rebuilt for this rank's
     `spec` (see the module docstring for what is checked)."""
     if not (isinstance(token, str) and len(token) == 16 and _HEX.match(token)):
-        raise MixtureStartupError(f"mixture start-up: the hand-over token {token!r} is not 16 hex digits",
-                                  error_type="HandoverError")
+        raise MixtureStartupError(
+            f"mixture start-up: the hand-over token {token!r} is not 16 hex digits", error_type="HandoverError"
+        )
     path = inside(directory, _file_name(digest, token), "mixture start-up hand-over file")
     held = _load(path)
     if held["token"] != token or held["digest"] != digest:
-        raise MixtureStartupError(f"{path}: not the checked mixture of this start-up (expected spec digest "
-                                  f"{digest[:16]} and token {token})", error_type="HandoverError")
+        raise MixtureStartupError(
+            f"{path}: not the checked mixture of this start-up (expected spec digest {digest[:16]} and token {token})",
+            error_type="HandoverError",
+        )
     on_error = held["on_error"]
     if on_error not in ON_ERROR:
         raise _refused(path, f"field 'on_error' must be one of {ON_ERROR}, got {on_error!r}")
@@ -205,9 +226,11 @@ def read_report(directory: str | os.PathLike, digest: str, token: str, spec: Mix
         for i, (raw, mine) in enumerate(zip(held["entries"], spec.entries)):
             entry = EntryReport.from_dict(raw, f"entries[{i}]")
             if (entry.index, entry.name, entry.source) != (i, mine.name, mine.source):
-                raise ValueError(f"entries[{i}]: index, name and source are ({entry.index}, {entry.name!r}, "
-                                 f"{entry.source!r}), not those of the spec's entry {i} ({i}, {mine.name!r}, "
-                                 f"{mine.source!r})")
+                raise ValueError(
+                    f"entries[{i}]: index, name and source are ({entry.index}, {entry.name!r}, "
+                    f"{entry.source!r}), not those of the spec's entry {i} ({i}, {mine.name!r}, "
+                    f"{mine.source!r})"
+                )
             entries.append(entry)
         for k, raw in enumerate(held["problems"]):
             problem = Problem.from_dict(raw, f"problems[{k}]")
@@ -217,12 +240,19 @@ def read_report(directory: str | os.PathLike, digest: str, token: str, spec: Mix
     except ValueError as e:
         raise _refused(path, str(e), e) from None
     sources, metadata = [], []
-    for i, (root, fingerprint, entry) in enumerate(zip(held["roots"], held["fingerprints"], spec.entries)):
-        source, meta = _entry(path, i, entry, root, fingerprint, copies_dir)
+    for i, (root, fingerprint, spec_entry) in enumerate(zip(held["roots"], held["fingerprints"], spec.entries)):
+        source, meta = _entry(path, i, spec_entry, root, fingerprint, copies_dir)
         sources.append(source)
         metadata.append(meta)
-    return PreflightReport(spec=spec, entries=tuple(entries), problems=tuple(problems), on_error=on_error,
-                           seconds=float(seconds), sources=tuple(sources), metadata=tuple(metadata))
+    return PreflightReport(
+        spec=spec,
+        entries=tuple(entries),
+        problems=tuple(problems),
+        on_error=on_error,
+        seconds=float(seconds),
+        sources=tuple(sources),
+        metadata=tuple(metadata),
+    )
 
 
 def _entry(path: str, i: int, entry, root: Any, fingerprint: Any, copies_dir) -> tuple[Any, Any]:
@@ -231,10 +261,14 @@ def _entry(path: str, i: int, entry, root: Any, fingerprint: Any, copies_dir) ->
     where = f"entry {i} ({entry.name})"
     if root is None and fingerprint is None:
         return None, None
-    if not isinstance(root, str) or not (isinstance(fingerprint, str) and len(fingerprint) == 64
-                                         and _HEX.match(fingerprint)):
-        raise _refused(path, f"{where}: fields 'roots' and 'fingerprints' must be a directory and a metadata "
-                             f"fingerprint (64 hex digits), or both null; got {root!r} and {fingerprint!r}")
+    if not isinstance(root, str) or not (
+        isinstance(fingerprint, str) and len(fingerprint) == 64 and _HEX.match(fingerprint)
+    ):
+        raise _refused(
+            path,
+            f"{where}: fields 'roots' and 'fingerprints' must be a directory and a metadata "
+            f"fingerprint (64 hex digits), or both null; got {root!r} and {fingerprint!r}",
+        )
     try:
         expected = local_root(entry, copies_dir)
     except EpisodicError as e:
@@ -245,12 +279,18 @@ def _entry(path: str, i: int, entry, root: Any, fingerprint: Any, copies_dir) ->
         source = open_source(root)
         meta = source.load_metadata()
     except (EpisodicError, OSError) as e:
-        raise MixtureStartupError(f"{path}: {where}: the metadata of its local copy {root} could not be read: "
-                                  f"{type(e).__name__}: {e}", entry=where, error_type=type(e).__name__) from e
+        raise MixtureStartupError(
+            f"{path}: {where}: the metadata of its local copy {root} could not be read: {type(e).__name__}: {e}",
+            entry=where,
+            error_type=type(e).__name__,
+        ) from e
     if metadata_fingerprint(meta) != fingerprint:
-        raise MixtureStartupError(f"{path}: {where}: the metadata in {root} is not the metadata that was checked "
-                                  f"(its fingerprint differs): was the copy changed during the start-up?",
-                                  entry=where, error_type="HandoverError")
+        raise MixtureStartupError(
+            f"{path}: {where}: the metadata in {root} is not the metadata that was checked "
+            f"(its fingerprint differs): was the copy changed during the start-up?",
+            entry=where,
+            error_type="HandoverError",
+        )
     return source, meta
 
 

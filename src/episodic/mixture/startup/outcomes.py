@@ -22,8 +22,11 @@ from .downloads import DownloadFailure, NodeDownload
 
 __all__ = ["local_cause", "outcome", "raise_checks", "raise_failures", "raise_loads", "raise_mismatch", "told"]
 
-_VERB = {"download": "could not fetch", "preflight": "could not check the mixture:",
-         "handover": "could not hand the checked mixture over:"}
+_VERB = {
+    "download": "could not fetch",
+    "preflight": "could not check the mixture:",
+    "handover": "could not hand the checked mixture over:",
+}
 
 
 def told(error: BaseException | None) -> tuple[str, str, str] | None:
@@ -31,26 +34,50 @@ def told(error: BaseException | None) -> tuple[str, str, str] | None:
     return None if error is None else (socket.gethostname(), type(error).__name__, str(error))
 
 
-def outcome(work: NodeDownload, handover: tuple[str, str] | None,
-            handover_error: BaseException | None = None) -> dict[str, Any]:
+def outcome(
+    work: NodeDownload, handover: tuple[str, str] | None, handover_error: BaseException | None = None
+) -> dict[str, Any]:
     """What a downloading rank tells the others: see the module docstring. `handover`: (path, token)."""
     plans = work.plans
-    out: dict[str, Any] = {"host": socket.gethostname(), "roots": [p.root for p in plans],
-                           "needed": sum(p.needed for p in plans), "missing": sum(len(p.missing) for p in plans),
-                           "files": work.files, "bytes": work.bytes, "seconds": work.seconds,
-                           "preflight_seconds": work.check_seconds, "handover": handover, "error": None}
+    out: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "roots": [p.root for p in plans],
+        "needed": sum(p.needed for p in plans),
+        "missing": sum(len(p.missing) for p in plans),
+        "files": work.files,
+        "bytes": work.bytes,
+        "seconds": work.seconds,
+        "preflight_seconds": work.check_seconds,
+        "handover": handover,
+        "error": None,
+    }
     e = work.error
     if isinstance(e, DownloadFailure):
-        out["error"] = {"type": type(e.error).__name__, "message": str(e.error), "entry": f"{e.entry} ({e.name})",
-                        "url": e.url, "stage": "download"}
+        out["error"] = {
+            "type": type(e.error).__name__,
+            "message": str(e.error),
+            "entry": f"{e.entry} ({e.name})",
+            "url": e.url,
+            "stage": "download",
+        }
     elif e is not None:
         report = e.report if isinstance(e, MixturePreflightError) else None
         first = [p for p in report.errors if p.entry >= 0] if report is not None else []
-        out["error"] = {"type": type(e).__name__, "message": str(e), "url": None, "stage": work.stage,
-                        "entry": f"{first[0].entry} ({first[0].name})" if first else None}
+        out["error"] = {
+            "type": type(e).__name__,
+            "message": str(e),
+            "url": None,
+            "stage": work.stage,
+            "entry": f"{first[0].entry} ({first[0].name})" if first else None,
+        }
     elif handover_error is not None:
-        out["error"] = {"type": type(handover_error).__name__, "message": str(handover_error), "url": None,
-                        "entry": None, "stage": "handover"}
+        out["error"] = {
+            "type": type(handover_error).__name__,
+            "message": str(handover_error),
+            "url": None,
+            "entry": None,
+            "stage": "handover",
+        }
     return out
 
 
@@ -70,9 +97,15 @@ def raise_checks(checks: Sequence[Any], rank: int, error: BaseException | None) 
     if not failed:
         return
     r, (host, kind, message) = failed[0]
-    _raise(MixtureStartupError(f"mixture start-up failed: rank {r} ({host}) could not check the mixture: {kind}: "
-                               f"{message}{_others(failed, 'rank(s)')}", rank=r, error_type=kind),
-           error if r == rank else None)
+    _raise(
+        MixtureStartupError(
+            f"mixture start-up failed: rank {r} ({host}) could not check the mixture: {kind}: "
+            f"{message}{_others(failed, 'rank(s)')}",
+            rank=r,
+            error_type=kind,
+        ),
+        error if r == rank else None,
+    )
 
 
 def raise_mismatch(digests: Sequence[str | None], leader_of: Sequence[int], places: Sequence[str]) -> None:
@@ -86,8 +119,12 @@ def raise_mismatch(digests: Sequence[str | None], leader_of: Sequence[int], plac
     more = f"; so do ranks {wrong[1:]}" if len(wrong) > 1 else ""
     raise MixtureStartupError(
         f"mixture start-up failed: rank {r} ({places[r]}) was given another mixture spec than rank {lead}, which "
-        f"checks the mixture and downloads for it (spec digest {digests[r][:12]} against {digests[lead][:12]})"
-        f"{more}: give every rank the same spec", rank=r, error_type="MixtureSpecMismatch")
+        f"checks the mixture and downloads for it (spec digest {str(digests[r])[:12]} against "
+        f"{str(digests[lead])[:12]})"
+        f"{more}: give every rank the same spec",
+        rank=r,
+        error_type="MixtureSpecMismatch",
+    )
 
 
 def raise_failures(outcomes: Sequence[Any] | None, rank: int, cause: BaseException | None) -> None:
@@ -101,10 +138,14 @@ def raise_failures(outcomes: Sequence[Any] | None, rank: int, cause: BaseExcepti
     what = ""
     if err["entry"] is not None and err["stage"] == "download":  # the URL once: most messages name it already
         what = f"entry {err['entry']}: " + (f"{err['url']}: " if err["url"] not in err["message"] else "")
-    message = (f"mixture start-up failed: rank {r} ({o['host']}) {_VERB[err['stage']]} {what}{err['type']}: "
-               f"{err['message']}{_others(failed, 'downloading rank(s)')}")
-    _raise(MixtureStartupError(message, entry=err["entry"], url=err["url"], rank=r, error_type=err["type"]),
-           cause if r == rank else None)
+    message = (
+        f"mixture start-up failed: rank {r} ({o['host']}) {_VERB[err['stage']]} {what}{err['type']}: "
+        f"{err['message']}{_others(failed, 'downloading rank(s)')}"
+    )
+    _raise(
+        MixtureStartupError(message, entry=err["entry"], url=err["url"], rank=r, error_type=err["type"]),
+        cause if r == rank else None,
+    )
 
 
 def raise_loads(loads: Sequence[Any] | None, leader_of: Sequence[int], rank: int, error: BaseException | None) -> None:
@@ -113,10 +154,16 @@ def raise_loads(loads: Sequence[Any] | None, leader_of: Sequence[int], rank: int
     if not failed:
         return
     r, (host, kind, message) = failed[0]
-    _raise(MixtureStartupError(f"mixture start-up failed: rank {r} ({host}) could not load the checked mixture "
-                               f"that rank {leader_of[r]} handed over: {kind}: {message}"
-                               f"{_others(failed, 'rank(s)')}", rank=r, error_type=kind),
-           error if r == rank else None)
+    _raise(
+        MixtureStartupError(
+            f"mixture start-up failed: rank {r} ({host}) could not load the checked mixture "
+            f"that rank {leader_of[r]} handed over: {kind}: {message}"
+            f"{_others(failed, 'rank(s)')}",
+            rank=r,
+            error_type=kind,
+        ),
+        error if r == rank else None,
+    )
 
 
 def local_cause(work: NodeDownload | None, handover_error: BaseException | None) -> BaseException | None:

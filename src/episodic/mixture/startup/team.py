@@ -79,8 +79,9 @@ def leaders(nodes: Sequence[tuple[str, bool | None]], shared_cache: bool = False
         claimants = [r for r in ranks if nodes[r][1]]
         leader = claimants[0] if len(claimants) == 1 else min(ranks)
         if len(claimants) > 1:
-            logger.warning("node %s: ranks %s all claim the download (LOCAL_RANK 0); rank %d downloads", node,
-                           claimants, leader)
+            logger.warning(
+                "node %s: ranks %s all claim the download (LOCAL_RANK 0); rank %d downloads", node, claimants, leader
+            )
         for r in ranks:
             out[r] = leader
     return out
@@ -94,7 +95,7 @@ class Team:
         self.rank, self.size, self.timeout_s = rank, size, timeout_s
 
     @classmethod
-    def open(cls, group: Any = None, timeout_s: float = 600.0) -> "Team":
+    def open(cls, group: Any = None, timeout_s: float = 600.0) -> Team:
         dist = _dist()
         if dist is None:
             if group is not None:
@@ -122,16 +123,21 @@ class Team:
             pg = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, len(ranks), timeout)
         except Exception as e:  # noqa: BLE001 -- a rank that never came, or a broken store
             why = "the other ranks did not all arrive" if step == "arrival" else "the gloo group could not connect"
-            raise MixtureStartupError(f"mixture start-up: rank {me} could not form the start-up group of ranks "
-                                      f"{_ranks_text(ranks)} within {timeout_s:g} s: {why} ({type(e).__name__}: "
-                                      f"{e})", rank=me) from e
+            raise MixtureStartupError(
+                f"mixture start-up: rank {me} could not form the start-up group of ranks "
+                f"{_ranks_text(ranks)} within {timeout_s:g} s: {why} ({type(e).__name__}: "
+                f"{e})",
+                rank=me,
+            ) from e
         logger.debug("mixture start-up %d of ranks %s: group formed under %s", n, _ranks_text(ranks), prefix)
         return cls(dist, pg, rank, len(ranks), timeout_s)
 
     def _failed(self, step: str, e: BaseException) -> MixtureStartupError:
         return MixtureStartupError(
             f"mixture start-up: rank {self.rank} of {self.size}: the collective '{step}' failed: a rank died or did "
-            f"not arrive within {self.timeout_s:g} s ({type(e).__name__}: {e})", rank=self.rank)
+            f"not arrive within {self.timeout_s:g} s ({type(e).__name__}: {e})",
+            rank=self.rank,
+        )
 
     def gather(self, obj: Any, step: str) -> list[Any]:
         """`obj` of every rank, in rank order: JSON values (tuples arrive as lists, also in a team of one)."""
@@ -145,16 +151,19 @@ class Team:
             self._group.allgather([sizes], [torch.tensor([len(data)], dtype=torch.int64)]).wait()
             longest = max(int(t.item()) for t in sizes)
             mine = torch.zeros(longest, dtype=torch.uint8)
-            mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             out = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.size)]
             self._group.allgather([out], [mine]).wait()
         except Exception as e:  # noqa: BLE001
             raise self._failed(step, e) from e
         try:
-            return [json.loads(t[:int(n.item())].numpy().tobytes()) for t, n in zip(out, sizes)]
+            return [json.loads(t[: int(n.item())].numpy().tobytes()) for t, n in zip(out, sizes)]
         except ValueError as e:  # not what a rank of this start-up sends
-            raise MixtureStartupError(f"mixture start-up: rank {self.rank} of {self.size}: the collective '{step}' "
-                                      f"brought something that is not JSON ({e})", rank=self.rank) from e
+            raise MixtureStartupError(
+                f"mixture start-up: rank {self.rank} of {self.size}: the collective '{step}' "
+                f"brought something that is not JSON ({e})",
+                rank=self.rank,
+            ) from e
 
     def any(self, flag: bool, step: str) -> bool:
         """True when `flag` is true on some rank."""

@@ -9,15 +9,42 @@
 Importing this package imports no torch, so `episodic bench-summarize` does not either.
 """
 
-from .options import (DEMO_EPISODES, SCHEMA, BenchConfig, BenchError, bench_delta_timestamps, demo_root,
-                     parse_cameras, resolve_cameras)
 from .lerobot_compare import default_lerobot_python, lerobot_side_script, ratios, run_lerobot
-from .tables import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
+from .options import (
+    DEMO_EPISODES,
+    SCHEMA,
+    BenchConfig,
+    BenchError,
+    bench_delta_timestamps,
+    demo_root,
+    parse_cameras,
+    resolve_cameras,
+)
 from .runner import counter_deltas, environment, make_loader, run_bench
+from .tables import concise_error, flatten, format_table, load_results, summary_table, write_csv, write_json
 
 __all__ = [
-    "DEMO_EPISODES", "SCHEMA", "BenchConfig", "BenchError", "bench_delta_timestamps", "concise_error",
-    "counter_deltas", "default_lerobot_python", "demo_root", "environment", "flatten", "format_table",
-    "lerobot_side_script", "load_results", "make_loader", "parse_cameras", "ratios", "resolve_cameras", "run_bench",
-    "run_lerobot", "summary_table", "write_csv", "write_json",
+    "DEMO_EPISODES",
+    "SCHEMA",
+    "BenchConfig",
+    "BenchError",
+    "bench_delta_timestamps",
+    "concise_error",
+    "counter_deltas",
+    "default_lerobot_python",
+    "demo_root",
+    "environment",
+    "flatten",
+    "format_table",
+    "lerobot_side_script",
+    "load_results",
+    "make_loader",
+    "parse_cameras",
+    "ratios",
+    "resolve_cameras",
+    "run_bench",
+    "run_lerobot",
+    "summary_table",
+    "write_csv",
+    "write_json",
 ]

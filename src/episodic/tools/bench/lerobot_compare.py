@@ -32,17 +32,33 @@ def run_lerobot(cfg: BenchConfig, root: str, python: str | None, timeout_s: floa
     if python is None:
         python = default_lerobot_python()
         if python is None:
-            return None, (f"LeRobot comparison skipped: no LeRobot python (pass --lerobot-python PATH, or run from "
-                          f"where {DEFAULT_LEROBOT_PYTHON} exists; see benchmarks/LEROBOT_ENV.md)")
+            return None, (
+                f"LeRobot comparison skipped: no LeRobot python (pass --lerobot-python PATH, or run from "
+                f"where {DEFAULT_LEROBOT_PYTHON} exists; see benchmarks/LEROBOT_ENV.md)"
+            )
     elif not Path(python).exists():
         return None, f"LeRobot comparison skipped: --lerobot-python {python} does not exist"
     if "://" in root:
         return None, "LeRobot comparison skipped: LeRobot reads local datasets only"
     if cfg.mode != "map":
         return None, f"LeRobot comparison skipped: only map mode is compared (got {cfg.mode})"
-    cmd = [python, str(script), "bench-map", "--root", root, "--workers", str(cfg.workers),
-           "--batch-size", str(cfg.batch_size), "--batches", str(cfg.batches), "--warmup", str(max(cfg.warmup, 1)),
-           "--seed", str(cfg.seed)]
+    cmd = [
+        python,
+        str(script),
+        "bench-map",
+        "--root",
+        root,
+        "--workers",
+        str(cfg.workers),
+        "--batch-size",
+        str(cfg.batch_size),
+        "--batches",
+        str(cfg.batches),
+        "--warmup",
+        str(max(cfg.warmup, 1)),
+        "--seed",
+        str(cfg.seed),
+    ]
     if cfg.torch_threads:
         cmd += ["--torch-threads", str(cfg.torch_threads)]
     if cfg.cameras == []:

@@ -65,6 +65,7 @@ import logging  # noqa: E402
 import math  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Collection  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -147,7 +148,7 @@ def cmd_write(a: argparse.Namespace) -> None:
     root = Path(a.root)
     if root.exists():
         sys.exit(f"{root} exists; refusing to overwrite")
-    features = {
+    features: dict[str, dict] = {
         "observation.state": {"dtype": "float32", "shape": (14,), "names": JOINTS},
         "action": {"dtype": "float32", "shape": (14,), "names": JOINTS},
     }
@@ -160,21 +161,33 @@ def cmd_write(a: argparse.Namespace) -> None:
         }
     depth_cams = [f"observation.images.depth{i}" for i in range(a.depth)]
     for cam in depth_cams:  # LeRobot 0.6's depth cameras: one channel, info.is_depth_map
-        features[cam] = {"dtype": "video", "shape": (a.height, a.width, 1),
-                         "names": ["height", "width", "channels"], "info": {"is_depth_map": True}}
+        features[cam] = {
+            "dtype": "video",
+            "shape": (a.height, a.width, 1),
+            "names": ["height", "width", "channels"],
+            "info": {"is_depth_map": True},
+        }
     kw: dict = {"vcodec": VCODECS[a.vcodec]}
     if _lerobot_version() >= (0, 5):  # LeRobot 0.6: encoder settings in an RGBEncoderConfig
         from lerobot.configs.video import DepthEncoderConfig, RGBEncoderConfig
 
         kw = {"rgb_encoder": RGBEncoderConfig(vcodec=VCODECS[a.vcodec])}
         if depth_cams:
-            kw["depth_encoder"] = DepthEncoderConfig(use_log=a.depth_quant == "log", depth_min=a.depth_min,
-                                                     depth_max=a.depth_max)
+            kw["depth_encoder"] = DepthEncoderConfig(
+                use_log=a.depth_quant == "log", depth_min=a.depth_min, depth_max=a.depth_max
+            )
     elif depth_cams:
         sys.exit("depth cameras need LeRobot 0.6")
-    ds = LeRobotDataset.create(repo_id=a.repo_id, fps=a.fps, features=features, root=root,
-                               robot_type="synthetic_bimanual", use_videos=True,
-                               streaming_encoding=a.streaming_encoding, **kw)
+    ds = LeRobotDataset.create(
+        repo_id=a.repo_id,
+        fps=a.fps,
+        features=features,
+        root=root,
+        robot_type="synthetic_bimanual",
+        use_videos=True,
+        streaming_encoding=a.streaming_encoding,
+        **kw,
+    )
     if a.data_mb is not None or a.video_mb is not None or a.chunks_size is not None:
         # LeRobot 0.4.4 and 0.6.1: LeRobotDatasetMetadata.update_chunk_settings writes them into info.json
         ds.meta.update_chunk_settings(
@@ -227,7 +240,7 @@ def _parse_delta(arg: str | None, fps: int, cams: list[str]):
     return json.loads(arg)
 
 
-def _to_numpy(key: str, v, camera_keys: set[str], float_frames: bool = False, depth_keys: set[str] = frozenset()):
+def _to_numpy(key: str, v, camera_keys: set[str], float_frames: bool = False, depth_keys: Collection[str] = ()):
     import torch
 
     if isinstance(v, str):
@@ -266,16 +279,24 @@ def cmd_items(a: argparse.Namespace) -> None:
             sel = np.random.default_rng(a.seed).choice(len(starts), a.first_last_max, replace=False)
             picks = set(starts[sel].tolist()) | set(ends[sel].tolist())
         rng = np.random.default_rng(a.seed)
-        extra = max(a.n_random - len(picks), 0)
+        n_extra = max(a.n_random - len(picks), 0)
         pool = np.setdiff1d(np.arange(n), np.fromiter(picks, int))
-        picks |= set(rng.choice(pool, size=min(extra, len(pool)), replace=False).tolist())
+        picks |= set(rng.choice(pool, size=min(n_extra, len(pool)), replace=False).tolist())
         indices = sorted(picks)
     camera_keys = set(meta.camera_keys)
     depth_keys = set(getattr(meta, "depth_keys", ()))  # LeRobot 0.6: float32 distances, kept as they are
     out: dict[str, np.ndarray] = {"indices": np.asarray(indices, dtype=np.int64)}
     out["delta_timestamps"] = np.array(json.dumps(delta))
-    out["options"] = np.array(json.dumps({"return_uint8": a.return_uint8, "transform": a.transform,
-                                          "depth_output_unit": a.depth_unit, "depth_keys": sorted(depth_keys)}))
+    out["options"] = np.array(
+        json.dumps(
+            {
+                "return_uint8": a.return_uint8,
+                "transform": a.transform,
+                "depth_output_unit": a.depth_unit,
+                "depth_keys": sorted(depth_keys),
+            }
+        )
+    )
     if depth_keys:  # the statistics as the dataset hands them out (rescaled to the output unit)
         for key in sorted(depth_keys):
             for name, value in ds.meta.stats[key].items():
@@ -285,10 +306,10 @@ def cmd_items(a: argparse.Namespace) -> None:
     for j, i in enumerate(indices):
         item = ds[i]
         for k, v in item.items():
-            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys, float_frames=a.transform is not None,
-                                        depth_keys=depth_keys)
+            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys, float_frames=a.transform is not None, depth_keys=depth_keys)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(a.out, **out)
+    # numpy's stub types **kwds as if a key could be its allow_pickle flag; these keys are array names
+    np.savez_compressed(a.out, **out)  # type: ignore[arg-type]
     keys0 = [k.split("/", 1)[1] for k in out if k.startswith("0/")]
     backend = getattr(ds, "video_backend", None) or getattr(ds, "_video_backend", None)
     print(json.dumps({"out": a.out, "len": n, "items": len(indices), "keys": keys0, "video_backend": backend}))
@@ -433,17 +454,29 @@ def _bench(a: argparse.Namespace, streaming: bool) -> None:
         ds = LeRobotDataset(a.repo_id, root=a.root, delta_timestamps=delta)
         g = torch.Generator().manual_seed(a.seed)
         loader = torch.utils.data.DataLoader(
-            ds, batch_size=a.batch_size, shuffle=True, num_workers=a.workers, generator=g,
-            drop_last=True, persistent_workers=False,
+            ds,
+            batch_size=a.batch_size,
+            shuffle=True,
+            num_workers=a.workers,
+            generator=g,
+            drop_last=True,
+            persistent_workers=False,
         )
     init_s = time.perf_counter() - t_start
     res = _bench_loop(loader, a, rss, t_start)
     del loader
     peak = rss.stop()
-    out = {"loader": name, **res, "peak_rss_tree_mb": round(peak, 1), "workers": a.workers,
-           "batch_size": a.batch_size, "init_s": init_s, "frames_total": meta.total_frames,
-           "video_backend": getattr(ds, "video_backend", "torchcodec"),
-           "torch_threads": torch.get_num_threads()}
+    out = {
+        "loader": name,
+        **res,
+        "peak_rss_tree_mb": round(peak, 1),
+        "workers": a.workers,
+        "batch_size": a.batch_size,
+        "init_s": init_s,
+        "frames_total": meta.total_frames,
+        "video_backend": getattr(ds, "video_backend", "torchcodec"),
+        "torch_threads": torch.get_num_threads(),
+    }
     print(json.dumps(out))
 
 
@@ -467,12 +500,19 @@ def main(argv=None) -> None:
     w.add_argument("--chunks-size", type=int, default=None)
     w.add_argument("--depth", type=int, default=0, help="depth cameras (LeRobot 0.6: HEVC gray12le)")
     w.add_argument("--depth-quant", default="log", choices=["log", "linear"], help="depth quantisation")
-    w.add_argument("--depth-unit", default="m", choices=["m", "mm"],
-                   help="the depth given to the writer: metres (float32) or millimetres (uint16)")
+    w.add_argument(
+        "--depth-unit",
+        default="m",
+        choices=["m", "mm"],
+        help="the depth given to the writer: metres (float32) or millimetres (uint16)",
+    )
     w.add_argument("--depth-min", type=float, default=0.01)
     w.add_argument("--depth-max", type=float, default=10.0)
-    w.add_argument("--streaming-encoding", action="store_true",
-                   help="LeRobot's streaming encoder instead of PNG + encode at save_episode")
+    w.add_argument(
+        "--streaming-encoding",
+        action="store_true",
+        help="LeRobot's streaming encoder instead of PNG + encode at save_episode",
+    )
     w.add_argument("--seed", type=int, default=0)
     w.set_defaults(fn=cmd_write)
 
@@ -482,18 +522,29 @@ def main(argv=None) -> None:
     it.add_argument("--out", required=True)
     it.add_argument("--indices", default=None, help="comma-separated positions")
     it.add_argument("--n-random", type=int, default=60, help="total number of items (incl. first/last)")
-    it.add_argument("--first-last-max", type=int, default=None,
-                    help="include first/last frames of at most this many episodes (default: all)")
+    it.add_argument(
+        "--first-last-max",
+        type=int,
+        default=None,
+        help="include first/last frames of at most this many episodes (default: all)",
+    )
     it.add_argument("--seed", type=int, default=0)
     it.add_argument("--episodes", default=None, help="comma-separated episode subset, e.g. 7,2,11,3")
-    it.add_argument("--delta-timestamps", default=None,
-                    help="JSON dict, a path to a JSON file, or 'windows' (action 16 future, state [-1,0], "
-                         "cameras [-2,0] frames)")
+    it.add_argument(
+        "--delta-timestamps",
+        default=None,
+        help="JSON dict, a path to a JSON file, or 'windows' (action 16 future, state [-1,0], cameras [-2,0] frames)",
+    )
     it.add_argument("--return-uint8", action="store_true", help="LeRobotDataset(return_uint8=True)")
-    it.add_argument("--transform", default=None, choices=sorted(TRANSFORMS),
-                    help="image_transforms (frames then stored float32)")
-    it.add_argument("--depth-unit", default=None, choices=["m", "mm"],
-                    help="LeRobotDataset(depth_output_unit=...) (LeRobot 0.6; default its own, mm)")
+    it.add_argument(
+        "--transform", default=None, choices=sorted(TRANSFORMS), help="image_transforms (frames then stored float32)"
+    )
+    it.add_argument(
+        "--depth-unit",
+        default=None,
+        choices=["m", "mm"],
+        help="LeRobotDataset(depth_output_unit=...) (LeRobot 0.6; default its own, mm)",
+    )
     it.set_defaults(fn=cmd_items)
 
     for name, streaming in (("bench-map", False), ("bench-stream", True)):
@@ -507,10 +558,14 @@ def main(argv=None) -> None:
         b.add_argument("--batches", type=int, default=None)
         b.add_argument("--warmup", type=int, default=3)
         b.add_argument("--seed", type=int, default=0)
-        b.add_argument("--torch-threads", type=int, default=None,
-                       help="torch.set_num_threads in the main process (DataLoader workers always use 1). "
-                            "Default: leave torch's default. On a 2-core box the default made workers=0 ~25x "
-                            "slower than 1 thread.")
+        b.add_argument(
+            "--torch-threads",
+            type=int,
+            default=None,
+            help="torch.set_num_threads in the main process (DataLoader workers always use 1). "
+            "Default: leave torch's default. On a 2-core box the default made workers=0 ~25x "
+            "slower than 1 thread.",
+        )
         b.set_defaults(fn=lambda a, s=streaming: _bench(a, s))
 
     c = sub.add_parser("compare", help="compare two items npz files")

@@ -4,9 +4,9 @@ command-line values into dataset arguments. Imports neither torch nor the datase
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ...format.errors import EpisodicError
 from ...format.timebase import frames_to_seconds

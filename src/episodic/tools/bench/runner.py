@@ -22,7 +22,6 @@ torch and the datasets are imported when a run starts, not with this module.
 A decode error aborts the run: `BenchError`/`EpisodicError` with the file and episode, and no result.
 """
 
-
 from __future__ import annotations
 
 import datetime
@@ -68,16 +67,24 @@ def _cpu_model() -> str:
 def environment() -> dict:
     import torch
 
+    usable: int | None
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
     return {
-        "episodic": _version("episodic"), "torch": torch.__version__, "av": _version("av"), "numpy": np.__version__,
-        "python": platform.python_version(), "platform": platform.platform(), "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(), "cpu_usable": usable, "torch_threads": torch.get_num_threads(),
+        "episodic": _version("episodic"),
+        "torch": torch.__version__,
+        "av": _version("av"),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable,
+        "torch_threads": torch.get_num_threads(),
         "hostname": socket.gethostname(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -95,7 +102,7 @@ def _make_dataset(cfg: BenchConfig, root: str):
         return LeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams)
     if cfg.mode == "stream":
         try:
-            from ...datasets.streaming import StreamingLeRobotDataset  # type: ignore[import-not-found]
+            from ...datasets.streaming import StreamingLeRobotDataset
         except ImportError:
             raise BenchError("streaming mode not available (episodic.datasets.streaming is not installed)") from None
         return StreamingLeRobotDataset("bench", root=root, delta_timestamps=dt, video_keys=cams, seed=cfg.seed)
@@ -161,8 +168,13 @@ class _EpochsIter:
 
 def _percentiles_ms(gaps: list[float]) -> dict:
     a = np.asarray(gaps, dtype=np.float64) * 1e3
-    return {"p50": float(np.percentile(a, 50)), "p95": float(np.percentile(a, 95)), "p99": float(np.percentile(a, 99)),
-            "mean": float(a.mean()), "max": float(a.max())}
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p95": float(np.percentile(a, 95)),
+        "p99": float(np.percentile(a, 99)),
+        "mean": float(a.mean()),
+        "max": float(a.max()),
+    }
 
 
 def _batch_size(batch: dict) -> int:
@@ -198,8 +210,9 @@ def counter_deltas(before: dict, after: dict) -> dict:
 def _counters_scope(cfg: BenchConfig) -> str:
     scope = "measured batches (dataset counters from the end of warm-up to the last measured batch)"
     if cfg.workers > 0:
-        scope += ("; with DataLoader workers they also include batches prefetched but not yet consumed at "
-                  "either snapshot")
+        scope += (
+            "; with DataLoader workers they also include batches prefetched but not yet consumed at either snapshot"
+        )
     if cfg.mode == "stream":
         scope += "; stream mode also counts files fetched ahead of the items"
     return scope
@@ -224,8 +237,9 @@ def run_bench(cfg: BenchConfig) -> dict:
         t_start = time.perf_counter()
         ds = _make_dataset(cfg, root)
         loader = make_loader(ds, cfg)
-        bar = progress_bar(total=total, enabled=cfg.progress, desc=f"bench {cfg.label()}", unit="batch",
-                   file=sys.stderr, leave=False)
+        bar = progress_bar(
+            total=total, enabled=cfg.progress, desc=f"bench {cfg.label()}", unit="batch", file=sys.stderr, leave=False
+        )
         it = None
         try:
             start = ds.stats()  # replaced when warm-up ends
@@ -246,8 +260,10 @@ def run_bench(cfg: BenchConfig) -> dict:
             _shutdown(it)
             del loader, it
     if len(arrivals) <= cfg.warmup:
-        raise BenchError(f"no frame measured: the loader gave {len(arrivals)} batch(es), warm-up is {cfg.warmup} "
-                         f"(dataset of {getattr(ds, 'num_frames', '?')} frames)")
+        raise BenchError(
+            f"no frame measured: the loader gave {len(arrivals)} batch(es), warm-up is {cfg.warmup} "
+            f"(dataset of {getattr(ds, 'num_frames', '?')} frames)"
+        )
     t0 = arrivals[cfg.warmup - 1] if cfg.warmup > 0 else t_iter
     measured = slice(cfg.warmup, len(arrivals))
     samples = int(sum(sizes[measured]))
@@ -258,8 +274,13 @@ def run_bench(cfg: BenchConfig) -> dict:
     frames_total = int(getattr(ds, "num_frames", None) or len(ds))
     d = counter_deltas(start, end)
     hits, misses = int(d["decoder_hits"]), int(d["decoder_misses"])
-    cache = {"hits": hits, "misses": misses, "evictions": int(d["decoder_evictions"]),
-             "processes": int(d["processes"]), "hit_rate": (hits / (hits + misses)) if hits + misses else None}
+    cache = {
+        "hits": hits,
+        "misses": misses,
+        "evictions": int(d["decoder_evictions"]),
+        "processes": int(d["processes"]),
+        "hit_rate": (hits / (hits + misses)) if hits + misses else None,
+    }
     results = {
         "frames_per_s": samples / elapsed,
         "samples": samples,
@@ -281,8 +302,13 @@ def run_bench(cfg: BenchConfig) -> dict:
         "schema": SCHEMA,
         "label": cfg.label(),
         "config": {**asdict(cfg), "dataset": root, "cameras": cams},
-        "dataset": {"root": root, "frames": frames_total, "episodes": getattr(ds, "num_episodes", None),
-                    "fps": getattr(ds, "fps", None), "cameras": cams},
+        "dataset": {
+            "root": root,
+            "frames": frames_total,
+            "episodes": getattr(ds, "num_episodes", None),
+            "fps": getattr(ds, "fps", None),
+            "cameras": cams,
+        },
         "results": results,
         "environment": environment(),
     }

@@ -24,9 +24,20 @@ def default_summary_path(out_root: str, task: str, shard: tuple[int, int] | None
     return os.path.join(out_root, f"fleet-{task}{part}.json")
 
 
-def run_fleet(task: str, target: Any, out_root: str, *, options: dict | None = None, executor: str = "local",
-              workers: int | None = None, address: str | None = None, shard: tuple[int, int] | None = None,
-              progress: bool = False, summary_path: str | None = None, single: bool = False) -> dict[str, Any]:
+def run_fleet(
+    task: str,
+    target: Any,
+    out_root: str,
+    *,
+    options: dict | None = None,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    shard: tuple[int, int] | None = None,
+    progress: bool = False,
+    summary_path: str | None = None,
+    single: bool = False,
+) -> dict[str, Any]:
     """Run `task` (a name of `tasks.TASKS`, or "module:attribute") on every dataset of `target` (a list file, a
     mixture spec, or a list of sources), results under `out_root`; returns the summary (also written as JSON to
     `summary_path`, default ``<out_root>/fleet-<task>[-shard-K-of-N].json``). `single`: `target` is one dataset
@@ -47,6 +58,7 @@ def run_fleet(task: str, target: Any, out_root: str, *, options: dict | None = N
     results: list[dict] = []
     t0 = time.perf_counter()
     with bar(total=len(items), enabled=progress, desc=getattr(tool, "name", task), unit="dataset") as pb:
+
         def on_result(result: dict) -> None:
             results.append(result)
             pb.update(1)
@@ -54,10 +66,18 @@ def run_fleet(task: str, target: Any, out_root: str, *, options: dict | None = N
             if failed:
                 pb.set_postfix(failed=failed)
 
-        run_items(spec, [i.to_json() for i in items], opts, on_result, executor=executor, workers=workers,
-                  address=address)
-    summary = summarize(getattr(tool, "name", task), results, executor=executor, shard=shard, listed=listed,
-                        seconds=time.perf_counter() - t0, out_root=out_root)
+        run_items(
+            spec, [i.to_json() for i in items], opts, on_result, executor=executor, workers=workers, address=address
+        )
+    summary = summarize(
+        getattr(tool, "name", task),
+        results,
+        executor=executor,
+        shard=shard,
+        listed=listed,
+        seconds=time.perf_counter() - t0,
+        out_root=out_root,
+    )
     path = summary_path or (None if single else default_summary_path(out_root, summary["task"], shard))
     if path is not None:
         atomic_write_bytes(path, json.dumps(summary, indent=1).encode())

@@ -68,8 +68,16 @@ def _died(item: dict, why: str) -> Result:
     return {**_base(item), "status": "failed", "error": why, "seconds": 0.0}
 
 
-def run_items(task: str, items: list[dict], options: dict, on_result: Callable[[Result], None], *,
-              executor: str = "local", workers: int | None = None, address: str | None = None) -> None:
+def run_items(
+    task: str,
+    items: list[dict],
+    options: dict,
+    on_result: Callable[[Result], None],
+    *,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+) -> None:
     """Run `task` on every item (dicts of `worklist.WorkItem`), handing each result to `on_result`."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
@@ -90,8 +98,13 @@ def _run_pool(task: str, items: list[dict], options: dict, on_result, workers: i
         for item in struck:  # alone in a fresh process each: only the task whose process dies again fails
             if not _pool_pass(task, deque([item]), options, on_result, 1):
                 continue
-            on_result(_died(item, "the worker process running it died, twice (a crash in native code or the "
-                                  "out-of-memory killer; see the log)"))
+            on_result(
+                _died(
+                    item,
+                    "the worker process running it died, twice (a crash in native code or the "
+                    "out-of-memory killer; see the log)",
+                )
+            )
 
 
 def _pool_pass(task: str, todo: deque, options: dict, on_result, workers: int) -> list[dict]:
@@ -136,7 +149,9 @@ def _run_ray(task: str, items: list[dict], options: dict, on_result, workers: in
                 try:
                     result = ray.get(ref)
                 except Exception as e:  # noqa: BLE001  Ray's own failure (a worker or node that died)
-                    result = _died(item, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
+                    result = _died(
+                        item, f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}"
+                    )
                 on_result(result)
     finally:
         if started:

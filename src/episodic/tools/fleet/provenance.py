@@ -57,12 +57,20 @@ def source_fingerprint(source: Any, meta: DatasetMetadata) -> str:
     return h.hexdigest()
 
 
-def make_record(tool: str, options: dict, source: str, fingerprint: str, root: str, files: list[str],
-                **facts: Any) -> dict:
+def make_record(
+    tool: str, options: dict, source: str, fingerprint: str, root: str, files: list[str], **facts: Any
+) -> dict:
     """The done record of a result at `root` made of `files` (paths relative to it)."""
     sizes = {rel: os.path.getsize(os.path.join(root, rel)) for rel in files}
-    return {"format": RECORD_FORMAT, "tool": tool, "options": options, "source": source, "fingerprint": fingerprint,
-            "files": sizes, **facts}
+    return {
+        "format": RECORD_FORMAT,
+        "tool": tool,
+        "options": options,
+        "source": source,
+        "fingerprint": fingerprint,
+        "files": sizes,
+        **facts,
+    }
 
 
 def write_record(path: str, record: dict, fsync: bool = True) -> None:

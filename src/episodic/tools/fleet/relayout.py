@@ -42,7 +42,7 @@ from ...writer.lock import DirectoryLock
 from ...writer.remux import PacketRun, copy_runs, packet_table
 from .provenance import check_record, make_record, read_record, source_fingerprint, write_record
 from .relayout_meta import write_relayout_metadata
-from .relayout_plan import DataFileFacts, Plan, RelayoutOptions, plan_layout
+from .relayout_plan import DataFileFacts, RelayoutOptions, plan_layout
 from .video_units import file_units
 
 __all__ = ["DONE_RECORD", "STAGING", "relayout"]
@@ -64,8 +64,11 @@ def _data_facts(source: Any, meta: DatasetMetadata) -> list[DataFileFacts]:
         except (pa.ArrowException, OSError) as e:
             raise DatasetFormatError(f"{source.url(rel)}: not a readable parquet file ({e})") from None
         md = pf.metadata
-        size = sum(md.row_group(g).column(c).total_compressed_size
-                   for g in range(md.num_row_groups) for c in range(md.num_columns))
+        size = sum(
+            md.row_group(g).column(c).total_compressed_size
+            for g in range(md.num_row_groups)
+            for c in range(md.num_columns)
+        )
         out.append(DataFileFacts(rows=md.num_rows, bytes=size, schema=pf.schema_arrow.remove_metadata().to_string()))
     return out
 
@@ -79,8 +82,17 @@ def _units(source: Any, meta: DatasetMetadata, progress: bool) -> dict:
         rel = cam.files[fid]
         owners = (cam.file_id == fid).nonzero()[0]
         table = packet_table(source.local_path(rel), label=source.url(rel))
-        out.setdefault(key, []).extend(file_units(table, rel, owners, cam.from_ts[owners], eps.length[owners],
-                                                  meta.fps, f"{source.url(rel)} (camera {key!r})"))
+        out.setdefault(key, []).extend(
+            file_units(
+                table,
+                rel,
+                owners,
+                cam.from_ts[owners],
+                eps.length[owners],
+                meta.fps,
+                f"{source.url(rel)} (camera {key!r})",
+            )
+        )
     return out
 
 
@@ -89,7 +101,9 @@ class _Rows:
 
     def __init__(self, source: Any, meta: DatasetMetadata):
         self.source, self.meta = source, meta
-        self.fid, self.table, self.where = -1, None, {}
+        self.fid = -1
+        self.table: pa.Table | None = None
+        self.where: dict[int, tuple[int, int]] = {}
 
     def episode(self, e: int) -> pa.Table:
         fid = int(self.meta.episodes.data_file_id[e])
@@ -97,20 +111,23 @@ class _Rows:
         if fid != self.fid:
             try:
                 self.table = pq.ParquetFile(self.source.local_path(rel), page_checksum_verification=True).read()
-            except (pa.ArrowException, OSError) as e:
-                raise DatasetFormatError(f"{self.source.url(rel)}: not a readable parquet file ({e})") from None
-            self.fid, self.where = fid, self._offsets(rel)
+            except (pa.ArrowException, OSError) as err:
+                raise DatasetFormatError(f"{self.source.url(rel)}: not a readable parquet file ({err})") from None
+            self.fid, self.where = fid, self._offsets(self.table, rel)
         start, n = self.where.get(e, (0, 0))
         if n != int(self.meta.episodes.length[e]):
             got = "rows that are not one run" if n < 0 else f"{n} rows"
-            raise DatasetFormatError(f"{self.source.url(rel)}: episode {e}: {got} with this episode_index, the "
-                                     f"metadata says length {int(self.meta.episodes.length[e])}")
+            raise DatasetFormatError(
+                f"{self.source.url(rel)}: episode {e}: {got} with this episode_index, the "
+                f"metadata says length {int(self.meta.episodes.length[e])}"
+            )
+        assert self.table is not None, "read above"
         return self.table.slice(start, n)
 
-    def _offsets(self, rel: str) -> dict[int, tuple[int, int]]:
-        if "episode_index" not in self.table.column_names:
+    def _offsets(self, table: pa.Table, rel: str) -> dict[int, tuple[int, int]]:
+        if "episode_index" not in table.column_names:
             raise DatasetFormatError(f"{self.source.url(rel)}: no column 'episode_index'")
-        col = self.table.column("episode_index").to_numpy()
+        col = table.column("episode_index").to_numpy()
         out: dict[int, tuple[int, int]] = {}
         edges = [0, *((col[1:] != col[:-1]).nonzero()[0] + 1).tolist(), len(col)]
         for a, b in zip(edges, edges[1:]):
@@ -140,13 +157,21 @@ def _write_data(root: str, item: dict, rows: _Rows, fsync: bool) -> None:
 
     gen = tables()
     first = next(gen)  # the schema is the first episode's
-    write_parquet(os.path.join(root, item["rel"]), schema, itertools.chain([first], gen), row_group_per_table=True,
-                  fsync=fsync, page_index=True)
+    write_parquet(
+        os.path.join(root, item["rel"]),
+        schema,
+        itertools.chain([first], gen),
+        row_group_per_table=True,
+        fsync=fsync,
+        page_index=True,
+    )
 
 
 def _write_video(root: str, item: dict, source: Any, fsync: bool) -> None:
-    runs = [PacketRun(source.local_path(r["src"]), r["start"], r["stop"], r["shift"], label=source.url(r["src"]))
-            for r in item["runs"]]
+    runs = [
+        PacketRun(source.local_path(r["src"]), r["start"], r["stop"], r["shift"], label=source.url(r["src"]))
+        for r in item["runs"]
+    ]
     copy_runs(runs, os.path.join(root, item["rel"]), fsync=fsync)
 
 
@@ -215,13 +240,21 @@ def _refuse_overlap(source: Any, root: str) -> None:
         return
     src, dst = os.path.realpath(source.root), os.path.realpath(root)
     if src == dst or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
-        raise RelayoutError(f"{root}: the new dataset's directory must lie outside the source {source.root} "
-                            f"(and not hold it)")
+        raise RelayoutError(
+            f"{root}: the new dataset's directory must lie outside the source {source.root} (and not hold it)"
+        )
 
 
 # ------------------------------------------------------------------------------------------------- run
-def relayout(source: Any, output: str, options: RelayoutOptions, *, tool: str = "repack", progress: bool = False,
-             fsync: bool = True) -> dict[str, Any]:
+def relayout(
+    source: Any,
+    output: str,
+    options: RelayoutOptions,
+    *,
+    tool: str = "repack",
+    progress: bool = False,
+    fsync: bool = True,
+) -> dict[str, Any]:
     """Write the dataset of `source` (a `storage.source.Source`) anew at `output` (module docstring). Returns
     what was done: ``status`` ``"done"`` or ``"skipped"`` (a finished result of the same source and options was
     there), and counts."""
@@ -232,12 +265,16 @@ def relayout(source: Any, output: str, options: RelayoutOptions, *, tool: str = 
     fingerprint = source_fingerprint(source, meta)
     opts = options.to_json()
     state = _state(root)
-    if state == "done" and check_record(read_record(os.path.join(root, DONE_RECORD)), tool, opts, fingerprint,
-                                        root) is None:
+    if (
+        state == "done"
+        and check_record(read_record(os.path.join(root, DONE_RECORD)), tool, opts, fingerprint, root) is None
+    ):
         return {"status": "skipped", "detail": "done and verified", "episodes": len(meta.episodes)}
     if state in ("file", "foreign"):
-        raise RelayoutError(f"{root}: {'not a directory' if state == 'file' else 'not empty'} and not a dataset "
-                            f"written by episodic {tool}: choose a new or empty directory (nothing there is replaced)")
+        raise RelayoutError(
+            f"{root}: {'not a directory' if state == 'file' else 'not empty'} and not a dataset "
+            f"written by episodic {tool}: choose a new or empty directory (nothing there is replaced)"
+        )
     staging = os.path.join(root, STAGING)
     os.makedirs(staging, exist_ok=True)
     lock = DirectoryLock.acquire(os.path.join(staging, "lock"), root)
@@ -248,8 +285,18 @@ def relayout(source: Any, output: str, options: RelayoutOptions, *, tool: str = 
         raise
 
 
-def _run(source: Any, meta: DatasetMetadata, root: str, staging: str, options: RelayoutOptions, tool: str,
-         fingerprint: str, progress: bool, fsync: bool, lock: DirectoryLock) -> dict[str, Any]:
+def _run(
+    source: Any,
+    meta: DatasetMetadata,
+    root: str,
+    staging: str,
+    options: RelayoutOptions,
+    tool: str,
+    fingerprint: str,
+    progress: bool,
+    fsync: bool,
+    lock: DirectoryLock,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     opts = options.to_json()
     record = read_record(os.path.join(root, DONE_RECORD))
@@ -262,8 +309,11 @@ def _run(source: Any, meta: DatasetMetadata, root: str, staging: str, options: R
     kept = _journal(staging, plan.digest, fingerprint)
     if not kept:
         _clear(root)
-        atomic_write_bytes(os.path.join(staging, "plan.json"),
-                           json.dumps({"plan": plan.digest, "fingerprint": fingerprint}).encode(), fsync=fsync)
+        atomic_write_bytes(
+            os.path.join(staging, "plan.json"),
+            json.dumps({"plan": plan.digest, "fingerprint": fingerprint}).encode(),
+            fsync=fsync,
+        )
         with open(os.path.join(staging, "files.jsonl"), "wb"):
             pass
     kept = {rel: size for rel, size in kept.items() if _size(root, rel) == size}
@@ -283,17 +333,37 @@ def _run(source: Any, meta: DatasetMetadata, root: str, staging: str, options: R
                 os.fsync(journal.fileno())
     written = write_relayout_metadata(root, source, meta, plan, options, fsync)
     _verify(root, meta, options)
-    facts = {"episodes": len(meta.episodes), "frames": int(meta.episodes.length.sum()),
-             "data_files": len(plan.data), "video_files": len(plan.videos), "kept_files": len(kept)}
+    facts = {
+        "episodes": len(meta.episodes),
+        "frames": int(meta.episodes.length.sum()),
+        "data_files": len(plan.data),
+        "video_files": len(plan.videos),
+        "kept_files": len(kept),
+    }
     files = plan.files + written
-    write_record(os.path.join(root, DONE_RECORD),
-                 make_record(tool, opts, source.location or source.root, fingerprint, root, files, **facts,
-                             bytes=sum(_size(root, f) for f in files)), fsync=fsync)
+    write_record(
+        os.path.join(root, DONE_RECORD),
+        make_record(
+            tool,
+            opts,
+            source.location or source.root,
+            fingerprint,
+            root,
+            files,
+            **facts,
+            bytes=sum(_size(root, f) for f in files),
+        ),
+        fsync=fsync,
+    )
     _finish_session(staging, lock)
     resumed = f", {len(kept)} file(s) kept from an interrupted run" if kept else ""
-    return {"status": "done", "seconds": time.perf_counter() - t0,
-            "detail": f"{facts['episodes']} episodes into {len(plan.data)} data and {len(plan.videos)} video "
-                      f"file(s){resumed}", **facts}
+    return {
+        "status": "done",
+        "seconds": time.perf_counter() - t0,
+        "detail": f"{facts['episodes']} episodes into {len(plan.data)} data and {len(plan.videos)} video "
+        f"file(s){resumed}",
+        **facts,
+    }
 
 
 def _size(root: str, rel: str) -> int:
@@ -310,12 +380,14 @@ def _verify(root: str, meta: DatasetMetadata, options: RelayoutOptions) -> None:
 
     report = validate(root, progress=False, decode=options.verify == "frames")
     if not report.ok:
-        shown = "; ".join(report.problems[:3]) + (f" (and {len(report.problems) - 3} more)"
-                                                  if len(report.problems) > 3 else "")
+        shown = "; ".join(report.problems[:3]) + (
+            f" (and {len(report.problems) - 3} more)" if len(report.problems) > 3 else ""
+        )
         raise RelayoutError(f"{root}: the new dataset does not check out: {shown}")
     if report.checked.get("episodes") != len(meta.episodes):
-        raise RelayoutError(f"{root}: the new dataset has {report.checked.get('episodes')} episodes, the source "
-                            f"{len(meta.episodes)}")
+        raise RelayoutError(
+            f"{root}: the new dataset has {report.checked.get('episodes')} episodes, the source {len(meta.episodes)}"
+        )
 
 
 def _finish_session(staging: str, lock: DirectoryLock) -> None:

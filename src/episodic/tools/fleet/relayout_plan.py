@@ -63,10 +63,10 @@ class RelayoutOptions:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> "RelayoutOptions":
+    def from_json(cls, raw: dict[str, Any]) -> RelayoutOptions:
         if not isinstance(raw, dict):
             raise ValueError(f"relayout options must be an object, got {raw!r}")
-        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        known = set(cls.__dataclass_fields__)
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"unknown relayout option(s) {unknown} (known: {sorted(known)})")
@@ -91,8 +91,13 @@ class Plan:
     episode_videos: dict[str, list[list]] = field(default_factory=dict)  # camera -> per episode [chunk, file, from, to]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": PLAN_FORMAT, "data": self.data, "videos": self.videos, "episode_data": self.episode_data,
-                "episode_videos": self.episode_videos}
+        return {
+            "format": PLAN_FORMAT,
+            "data": self.data,
+            "videos": self.videos,
+            "episode_data": self.episode_data,
+            "episode_videos": self.episode_videos,
+        }
 
     @property
     def digest(self) -> str:
@@ -116,8 +121,9 @@ def _groups(series_adds, series: Series) -> list[tuple[Group, list]]:
     return list(made.values())
 
 
-def _row_groups(members: list[int], lengths: np.ndarray, per_ep: np.ndarray,
-                row_group_mb: float | None) -> list[list[list[int]]]:
+def _row_groups(
+    members: list[int], lengths: np.ndarray, per_ep: np.ndarray, row_group_mb: float | None
+) -> list[list[list[int]]]:
     """A data file's row groups, each a list of [episode, first row, end row] pieces: one per episode (None), or
     whole episodes packed up to `row_group_mb` and an episode larger than that split into pieces of about it."""
     if row_group_mb is None:
@@ -142,8 +148,9 @@ def _row_groups(members: list[int], lengths: np.ndarray, per_ep: np.ndarray,
     return [grp for grp in groups if grp]
 
 
-def plan_layout(meta: DatasetMetadata, data_facts: list[DataFileFacts], units: dict[str, list[Unit]],
-                options: RelayoutOptions) -> Plan:
+def plan_layout(
+    meta: DatasetMetadata, data_facts: list[DataFileFacts], units: dict[str, list[Unit]], options: RelayoutOptions
+) -> Plan:
     """The plan (module docstring). `data_facts[i]` describes ``meta.episodes.data_files[i]``; `units[camera]`
     covers every episode of the camera once."""
     eps = meta.episodes
@@ -171,8 +178,14 @@ def plan_layout(meta: DatasetMetadata, data_facts: list[DataFileFacts], units: d
     for g, members in _groups(add_data, Series(None, options.data_file_mb * MB, options.chunks_size)):
         for e in members:
             plan.episode_data[e] = [g.chunk, g.file]
-        plan.data.append({"rel": g.rel, "chunk": g.chunk, "file": g.file,
-                          "row_groups": _row_groups(members, lengths, per_ep, options.row_group_mb)})
+        plan.data.append(
+            {
+                "rel": g.rel,
+                "chunk": g.chunk,
+                "file": g.file,
+                "row_groups": _row_groups(members, lengths, per_ep, options.row_group_mb),
+            }
+        )
 
     # ---------------------------------------------------------------------------------------------- videos
     for camera in meta.video_keys:
@@ -192,9 +205,17 @@ def plan_layout(meta: DatasetMetadata, data_facts: list[DataFileFacts], units: d
 
         for g, members in _groups(add_units, Series(camera, options.video_file_mb * MB, options.chunks_size)):
             shifts, times = place_units(members)
-            plan.videos.append({"camera": camera, "rel": g.rel, "chunk": g.chunk, "file": g.file,
-                                "runs": [{"src": u.source, "start": u.start, "stop": u.stop, "shift": s}
-                                         for u, s in zip(members, shifts)]})
+            plan.videos.append(
+                {
+                    "camera": camera,
+                    "rel": g.rel,
+                    "chunk": g.chunk,
+                    "file": g.file,
+                    "runs": [
+                        {"src": u.source, "start": u.start, "stop": u.stop, "shift": s} for u, s in zip(members, shifts)
+                    ],
+                }
+            )
             for e, (lo, hi) in times.items():
                 per_episode[e] = [g.chunk, g.file, lo, hi]
         missing = [e for e in range(n) if not per_episode[e]]

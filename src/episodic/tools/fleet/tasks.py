@@ -35,8 +35,16 @@ from ...storage.atomic import atomic_write_bytes
 from .provenance import check_record, make_record, read_record, source_fingerprint
 from .relayout_plan import RelayoutOptions
 
-__all__ = ["TASKS", "ReencodeTask", "RelayoutTask", "StatsTask", "ValidateTask", "load_task", "open_item_source",
-           "register_task"]
+__all__ = [
+    "TASKS",
+    "ReencodeTask",
+    "RelayoutTask",
+    "StatsTask",
+    "ValidateTask",
+    "load_task",
+    "open_item_source",
+    "register_task",
+]
 
 #: name -> "module:attribute" of the task object
 TASKS: dict[str, str] = {
@@ -90,8 +98,13 @@ class RelayoutTask:
     def run(self, item: dict, options: dict, progress: bool = False) -> dict:
         from .relayout import relayout
 
-        return relayout(open_item_source(item), item["output"], RelayoutOptions.from_json(options), tool=self.name,
-                        progress=progress)
+        return relayout(
+            open_item_source(item),
+            item["output"],
+            RelayoutOptions.from_json(options),
+            tool=self.name,
+            progress=progress,
+        )
 
 
 class _ReportTask:
@@ -114,11 +127,13 @@ class _ReportTask:
         fingerprint = source_fingerprint(source, meta)
         out = item["output"]
         record = read_record(out)
-        if check_record(record, self.name, options, fingerprint, os.path.dirname(out)) is None and record.get("ok"):
+        ok_record = check_record(record, self.name, options, fingerprint, os.path.dirname(out)) is None
+        if record is not None and ok_record and record.get("ok"):
             return {"status": "skipped", "detail": "done and verified", "episodes": len(meta.episodes)}
         result, ok, detail = self.compute(item, source, meta, options, progress)
-        body = make_record(self.name, options, item["source"], fingerprint, os.path.dirname(out), [], ok=ok,
-                           result=result)
+        body = make_record(
+            self.name, options, item["source"], fingerprint, os.path.dirname(out), [], ok=ok, result=result
+        )
         atomic_write_bytes(out, json.dumps(body, indent=1, sort_keys=True).encode(), fsync=True)
         if not ok:
             raise ValueError(detail)
@@ -145,14 +160,20 @@ class ValidateTask(_ReportTask):
     def compute(self, item, source, meta, options, progress):
         from ..validate import validate
 
-        report = validate(source.location or source.root, progress=progress, decode=options["decode"],
-                          full=options["full"])
+        report = validate(
+            source.location or source.root, progress=progress, decode=options["decode"], full=options["full"]
+        )
         checked = ", ".join(f"{n} {what}" for what, n in report.checked.items())
         if report.ok:
             return {"problems": [], "checked": report.checked}, True, f"OK ({checked})"
-        shown = "; ".join(report.problems[:3]) + (f" (and {len(report.problems) - 3} more)"
-                                                  if len(report.problems) > 3 else "")
-        return {"problems": report.problems, "checked": report.checked}, False, f"{len(report.problems)} problem(s): {shown}"
+        shown = "; ".join(report.problems[:3]) + (
+            f" (and {len(report.problems) - 3} more)" if len(report.problems) > 3 else ""
+        )
+        return (
+            {"problems": report.problems, "checked": report.checked},
+            False,
+            f"{len(report.problems)} problem(s): {shown}",
+        )
 
 
 class StatsTask(_ReportTask):
@@ -195,8 +216,9 @@ class ReencodeTask:
             raise ValueError(f"unknown reencode option(s) {unknown} (known: {', '.join(self.KEYS)})")
         out = {"vcodec": "h264", "gop": 2, "crf": 30, "pix_fmt": "yuv420p", "preset": None, "workers": 1, **raw}
         if out["vcodec"] not in REENCODE_CODECS:
-            raise ValueError(f"reencode option vcodec must be one of {', '.join(REENCODE_CODECS)}, got "
-                             f"{out['vcodec']!r}")
+            raise ValueError(
+                f"reencode option vcodec must be one of {', '.join(REENCODE_CODECS)}, got {out['vcodec']!r}"
+            )
         for key, lo in (("gop", 1), ("workers", 1)):
             if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < lo:
                 raise ValueError(f"reencode option {key} must be an int >= {lo}, got {out[key]!r}")
@@ -210,8 +232,11 @@ class ReencodeTask:
 
         source = open_item_source(item)
         result = reencode(source.root, item["output"], progress=progress, fsync=True, **options)
-        facts = {k: v for k, v in result.to_json().items() if k in ("files_encoded", "files_kept", "frames",
-                                                                      "bytes_before", "bytes_after")}
+        facts = {
+            k: v
+            for k, v in result.to_json().items()
+            if k in ("files_encoded", "files_kept", "frames", "bytes_before", "bytes_after")
+        }
         return {"status": "skipped" if result.skipped else "done", "detail": result.summary(), **facts}
 
 

@@ -63,8 +63,15 @@ def _last_key(keys: np.ndarray, q: int) -> int | None:
     return int(keys[i]) if i >= 0 else None
 
 
-def file_units(table: PacketTable, source: str, episodes: np.ndarray, from_ts: np.ndarray, lengths: np.ndarray,
-               fps: int, where: str) -> list[Unit]:
+def file_units(
+    table: PacketTable,
+    source: str,
+    episodes: np.ndarray,
+    from_ts: np.ndarray,
+    lengths: np.ndarray,
+    fps: int,
+    where: str,
+) -> list[Unit]:
     """The units of one source file holding `episodes` (their times `from_ts` and `lengths` in frames); `where`
     names the file and camera in errors."""
     order = np.argsort(from_ts, kind="stable")
@@ -77,8 +84,10 @@ def file_units(table: PacketTable, source: str, episodes: np.ndarray, from_ts: n
         hi = lo + (n - 0.5) / fps
         idx = np.flatnonzero((t >= lo - half - TIME_EPS) & (t < hi - TIME_EPS))
         if n <= 0 or not len(idx):
-            raise DatasetFormatError(f"{where}: episode {e}: no frame shown in {lo:.4f}..{lo + n / fps:.4f} s "
-                                     f"({n} frames); the file's frames run {t.min():.4f}..{t.max():.4f} s")
+            raise DatasetFormatError(
+                f"{where}: episode {e}: no frame shown in {lo:.4f}..{lo + n / fps:.4f} s "
+                f"({n} frames); the file's frames run {t.min():.4f}..{t.max():.4f} s"
+            )
         first[i], last[i] = idx.min(), idx.max() + 1
     keys = np.flatnonzero(table.key)
     shown_after = np.minimum.accumulate(t[::-1])[::-1]  # the earliest time shown from each packet on
@@ -101,13 +110,24 @@ def file_units(table: PacketTable, source: str, episodes: np.ndarray, from_ts: n
         k = cuts[u + 1] if u + 1 < len(cuts) else len(eps)
         a, b = bounds[u], int(upto[k - 1])
         dur = np.maximum(table.duration[a:b], 1)
-        units.append(Unit(source=source, episodes=[int(e) for e in eps[j:k]],
-                          from_ts=[float(x) for x in starts[j:k]],
-                          to_ts=[float(x + n / fps) for x, n in zip(starts[j:k], lens[j:k])],
-                          start=a, stop=b, min_pts=int(table.pts[a:b].min()),
-                          end_pts=int((table.pts[a:b] + dur).max()), min_dts=int(table.dts[a:b].min()),
-                          max_dts=int(table.dts[a:b].max()), bytes=int(table.size[a:b].sum()), params=table.params,
-                          time_base=table.time_base, fps=fps))
+        units.append(
+            Unit(
+                source=source,
+                episodes=[int(e) for e in eps[j:k]],
+                from_ts=[float(x) for x in starts[j:k]],
+                to_ts=[float(x + n / fps) for x, n in zip(starts[j:k], lens[j:k])],
+                start=a,
+                stop=b,
+                min_pts=int(table.pts[a:b].min()),
+                end_pts=int((table.pts[a:b] + dur).max()),
+                min_dts=int(table.dts[a:b].min()),
+                max_dts=int(table.dts[a:b].max()),
+                bytes=int(table.size[a:b].sum()),
+                params=table.params,
+                time_base=table.time_base,
+                fps=fps,
+            )
+        )
     return units
 
 

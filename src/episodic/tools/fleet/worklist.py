@@ -1,11 +1,11 @@
 """The datasets a fleet run works on, each with its result's place, and a SLURM array task's share of them.
 
-A list is a mixture spec (JSON or YAML: its entries' sources, names, revisions, Hub roots, read as a mixture reads
-them; the episode selections and roles play no part: a tool works on whole datasets), or a text file of sources (one per line;
-blank lines and ``#`` comments skipped), or sources given directly. A source that appears twice is worked on
-once (its first entry). Each dataset's result goes under the output directory at its *name*: the entry's name,
-else the source's last path part (a Hub repo id stays ``owner/name``), made a safe relative path (letters,
-digits, ``._-``; anything else becomes ``_``), and unique (``-2``, ``-3``, ... in list order).
+A list is a mixture spec (JSON or YAML: its entries' sources, names, revisions, Hub roots, read as a mixture reads them;
+the episode selections and roles play no part: a tool works on whole datasets), or a text file of sources (one per line;
+blank lines and ``#`` comments skipped), or sources given directly. A source that appears twice is worked on once (its
+first entry). Each dataset's result goes under the output directory at its *name*: the entry's name, else the source's
+last path part (a Hub repo id stays ``owner/name``), made a safe relative path (letters, digits, ``._-``; anything else
+becomes ``_``), and unique (``-2``, ``-3``, ... in list order).
 
 `shard(items, k, n)`: the items of array task `k` of `n`: those at positions ``k, k + n, k + 2n, ...`` of the
 list. A pure function of the list: every task of the array computes the same list, the tasks' shares are
@@ -63,7 +63,7 @@ def _entries(target: str | os.PathLike | list) -> list[tuple[str, str | None, st
         from ...mixture.checking.spec import load_spec
 
         return [(e.source, e.name, e.revision, e.root) for e in load_spec(path).entries]
-    out = []
+    out: list[tuple[str, str | None, str | None, str | None]] = []
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
@@ -87,8 +87,9 @@ def read_worklist(target: str | os.PathLike | list, out_root: str, output_of) ->
             k += 1
             unique = f"{base}-{k}"
         seen_names.add(unique)
-        items.append(WorkItem(name=unique, source=source, output=output_of(out_root, unique), revision=revision,
-                              root=root))
+        items.append(
+            WorkItem(name=unique, source=source, output=output_of(out_root, unique), revision=revision, root=root)
+        )
     if not items:
         raise ValueError(f"{target}: no dataset listed")
     return items
@@ -102,8 +103,10 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text == "slurm":
         got = config.slurm_array_task()
         if got is None:
-            raise ValueError("--shard slurm: SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT are not set (not in a "
-                             "SLURM array job); give --shard K/N")
+            raise ValueError(
+                "--shard slurm: SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT are not set (not in a "
+                "SLURM array job); give --shard K/N"
+            )
         return got
     k, sep, n = text.partition("/")
     try:
