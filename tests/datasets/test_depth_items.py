@@ -168,6 +168,11 @@ def test_mixture_items_and_a_role_of_two_kinds_refused(depth_root, small_root, t
             assert not v.any() and bool(item[f"{key}_is_pad"])
         assert item["observation.images.front"].dtype == torch.uint8
     assert n_depth == 34
+    raw = json.loads((depth_root / "meta" / "stats.json").read_text())[DEPTH]  # recorded in metres
+    stats = ds.entry_stats()[0][key]
+    assert np.allclose(stats["mean"], raw["mean"]) and np.allclose(stats["max"], raw["max"])
+    in_mm = MixtureDataset(spec, image_size=(48, 64), cache_dir=tmp_path).entry_stats()[0][key]  # the default unit
+    assert np.allclose(in_mm["mean"], np.asarray(raw["mean"]) * 1000)
     mixed = MixtureSpec.from_dict(
         {
             "entries": [

@@ -172,7 +172,7 @@ def entry_stats(
                 mine[camera_key(role)].setdefault("count", np.asarray([total], dtype=np.int64))
                 mine.origin[camera_key(role)] = "stats.json"
                 if role in layout.depth_roles:  # recorded in the camera's depth_unit: in the items' unit
-                    rescale_stats(mine, camera_key(role), meta.info.features[key].depth.unit, layout.depth_unit)
+                    rescale_stats(mine, camera_key(role), meta.info.features[key].depth_coding.unit, layout.depth_unit)
         result = computed[job_of[e.index]] if e.index in job_of else None
         for shared, key, indices, dim in _vector_roles(layout, e):
             if result is not None and key in result.keys:
