@@ -29,7 +29,7 @@ os.register_at_fork(before=_record_threads_at_fork)
 
 from episodic.demo import write_demo_dataset  # noqa: E402
 
-from support import FIXTURES, LEROBOT_FIXTURE, FaultServer  # noqa: F401,E402 (re-exported for tests)
+from support import DEPTH_CODINGS, FIXTURES, LEROBOT_FIXTURE, FaultServer, depth_frames  # noqa: F401,E402 (re-exported for tests)
 
 
 @pytest.fixture()
@@ -203,3 +203,36 @@ def s3_env(s3_server, monkeypatch, tmp_path):
     s3fs.S3FileSystem.clear_instance_cache()
     yield s3_server
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(scope="session")
+def depth_root(tmp_path_factory) -> Path:
+    """3 episodes (9, 14, 11 frames) of an RGB camera (48x64, AV1), the two depth cameras of `DEPTH_CODINGS`
+    (48x64, HEVC gray12le, written by episodic's writer), state and action."""
+    import numpy as np
+
+    from episodic.testing.synthetic import camera_frames
+    from episodic.writer import DatasetWriter
+
+    h, w = 48, 64
+    features = {
+        "observation.images.rgb": {"dtype": "video", "shape": [h, w, 3]},
+        **{k: {"dtype": "video", "shape": [h, w, 1], "info": info} for k, info in DEPTH_CODINGS.items()},
+        "observation.state": {"dtype": "float32", "shape": [3]},
+        "action": {"dtype": "float32", "shape": [2]},
+    }
+    root = tmp_path_factory.mktemp("depth") / "ds"
+    with DatasetWriter(root, fps=10, features=features, fsync=False) as wr:
+        for e, n in enumerate((9, 14, 11)):
+            d = depth_frames(h, w, n, e)
+            wr.add_episode(
+                {
+                    "observation.images.rgb": camera_frames(h, w, n, e),
+                    "observation.images.depth": d,
+                    "observation.images.depth_mm": np.round(d * 1000).astype(np.uint16),
+                    "observation.state": np.full((n, 3), e, np.float32),
+                    "action": np.arange(2 * n, dtype=np.float32).reshape(n, 2),
+                },
+                task=f"task {e % 2}",
+            )
+    return root

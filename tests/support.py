@@ -82,6 +82,29 @@ def assert_items_equal(want: dict, got: dict) -> None:
             assert value.dtype == got[key].dtype and torch.equal(value, got[key]), key
 
 
+DEPTH_CODINGS = {  # the depth cameras of `depth_root`: LeRobot 0.6's defaults (log, metres), and linear in mm
+    "observation.images.depth": {"is_depth_map": True},
+    "observation.images.depth_mm": {
+        "is_depth_map": True,
+        "depth_unit": "mm",
+        "video.use_log": False,
+        "video.depth_min": 0.2,
+        "video.depth_max": 4.0,
+    },
+}
+
+
+def depth_frames(h: int, w: int, n: int, seed: int) -> np.ndarray:
+    """(n, h, w, 1) float32 metres from 0.005 to 12 (beyond LeRobot's default range on both sides)."""
+    rng = np.random.default_rng(seed)
+    y = np.linspace(0.0, 1.0, h)[None, :, None, None]
+    base = 0.3 + 11.7 * y**2 + 0.2 * np.sin(np.arange(w)[None, None, :, None] * 0.3 + np.arange(n)[:, None, None, None])
+    noise = rng.uniform(-0.05, 0.05, size=(n, h, w, 1))
+    d = np.broadcast_to(base, (n, h, w, 1)) + noise
+    d[:, : h // 6, : w // 6] = 0.005
+    return d.astype(np.float32)
+
+
 class _FaultHandler(http.server.BaseHTTPRequestHandler):
     """One request of a `FaultServer` (see there)."""
 

@@ -219,7 +219,7 @@ def test_frame_errors_name_the_episode_camera_and_batch_shape(small_root):
     ep = cols.episodes[cols.episode_of_rows(np.array([20]))]
     dest = flat_frames(np.zeros((4, 3, 48, 64), np.uint8))
     times = cols.arrays["timestamp"][[[20]]].astype(np.float64)
-    (job,) = frames.jobs(key, ep, times, dest, np.array([[2]]), frames.output("uint8"))
+    (job,) = frames.jobs(key, ep, times, dest, np.array([[2]]), frames.output("uint8", key))
     run_jobs([job])
     late = [job._replace(times=job.times + 0.5 / 30)]  # between two frames: no frame within tolerance
     with pytest.raises(FrameTimestampError, match=rf"episode {int(ep[0])}, camera '{key}': .*no frame within"):

@@ -1,5 +1,6 @@
-"""Items equal LeRobot 0.6.1's on datasets its own writer made (AV1 and H.264): plain, windows, episode subsets,
-uint8 frames and image transforms; map-style, streaming and inside a mixture.
+"""Items equal LeRobot 0.6.1's on datasets its own writer made (AV1 and H.264; depth cameras, both quantisations and
+output units): plain, windows, episode subsets, uint8 frames and image transforms; map-style, streaming and inside a
+mixture.
 
 LeRobot runs in its own Python 3.13 venv (benchmarks/setup_lerobot06_venv.sh; found by `support.lerobot06_python`),
 through src/episodic/tools/bench/lerobot_side.py, which never imports episodic: `write` makes the dataset with
@@ -247,3 +248,154 @@ def test_episodic_in_lerobot_061s_environment_gives_the_same_items(written, case
         assert list(got) == list(ref)
         _compare(ref, got, cameras, False, diffs)
     assert diffs
+
+
+# ---------------------------------------------------------------------------------------------- depth cameras
+# LeRobot 0.6.1's depth cameras: written by its writer (DepthEncoderConfig: log or linear quantisation, the depth given
+# in metres or millimetres), read by its LeRobotDataset in "mm" (its default) or "m". Items must equal LeRobot's:
+# tabular exact, RGB within 2/255, depth within float32 rounding (metres: LeRobot's torch and episodic's numpy evaluate
+# the same float32 formulas, their exp() differing by an ulp on many pixels) or 1 mm on under 1% of the pixels (such an
+# ulp before the rounding to whole millimetres may move a tie). The quantisation step is far larger (>= 0.3 mm).
+DEPTH_WRITES = {
+    "log_m": ["--depth-quant", "log", "--depth-unit", "m"],
+    "linear_mm": ["--depth-quant", "linear", "--depth-unit", "mm", "--depth-min", "0.2", "--depth-max", "6"],
+}
+DEPTH_CASES = {
+    "mm": [],  # LeRobot's default depth_output_unit
+    "m": ["--depth-unit", "m"],
+    "windows_uint8_transform_m": [
+        "--delta-timestamps",
+        "windows",
+        "--return-uint8",
+        "--transform",
+        "flip",
+        "--depth-unit",
+        "m",
+    ],
+    "subset_transform_mm": ["--episodes", "3,0", "--transform", "flip_affine", "--depth-unit", "mm"],
+}
+
+
+@pytest.fixture(scope="module", params=list(DEPTH_WRITES))
+def depth_written(request, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """A dataset written by LeRobot 0.6.1 (4 episodes of 8-16 frames, 2 RGB cameras and 2 depth cameras 48x64,
+    H.264 and HEVC gray12le) and LeRobot's items of each depth case."""
+    base = tmp_path_factory.mktemp(f"lerobot06-depth-{request.param}")
+    root = base / "ds"
+    _side(
+        "write",
+        "--root",
+        str(root),
+        "--episodes",
+        "4",
+        "--min-len",
+        "8",
+        "--max-len",
+        "16",
+        "--height",
+        "48",
+        "--width",
+        "64",
+        "--vcodec",
+        "h264",
+        "--depth",
+        "2",
+        *DEPTH_WRITES[request.param],
+    )
+    dumps = {}
+    for case, args in DEPTH_CASES.items():
+        dumps[case] = base / f"items_{case}.npz"
+        _side("items", "--root", str(root), "--out", str(dumps[case]), "--n-random", "16", *args)
+    return root, dumps
+
+
+def _compare_depth(want: dict, got: dict, keys: list[str], unit: str, diffs: list) -> None:
+    for key in keys:
+        ref = want[key]
+        value = got[key].numpy() if isinstance(got[key], torch.Tensor) else got[key]
+        assert value.dtype == np.float32 == ref.dtype and value.shape == ref.shape, (
+            key,
+            value.dtype,
+            value.shape,
+            ref.dtype,
+            ref.shape,
+        )
+        d = np.abs(value.astype(np.float64) - ref.astype(np.float64))
+        bound = 1.0 if unit == "mm" else 4 * np.finfo(np.float32).eps * (ref.max() + 3.5)
+        diffs.append((float(d.max()), float(np.mean(d > 0))))
+        assert d.max() <= bound, f"index {int(want['index'])} {key}: depth differs by {d.max()} {unit}"
+        if unit == "mm":  # whole millimetres: a tie moved by a float32 ulp is rare
+            assert np.mean(d > 0) < 0.01, f"index {int(want['index'])} {key}: {np.mean(d > 0):.2%} of pixels differ"
+
+
+@pytest.mark.parametrize("case", list(DEPTH_CASES))
+@pytest.mark.parametrize("mode", ["map", "streaming", "mixture"])
+def test_depth_items_equal_lerobot_061(depth_written, case, mode, tmp_path):
+    root, dumps = depth_written
+    kwargs, want = _reference(dumps[case])
+    data = np.load(dumps[case])
+    options = json.loads(str(data["options"]))
+    unit = options["depth_output_unit"] or "mm"
+    depth_keys = options["depth_keys"]
+    assert len(depth_keys) == 2
+    if case != "mm":
+        kwargs["depth_output_unit"] = unit
+    float_frames = "--transform" in DEPTH_CASES[case] and not kwargs["return_uint8"]
+    diffs, depth_diffs = [], []
+    first = want[next(iter(want))]
+    cameras = [
+        k for k in first if k.startswith("observation.images.") and not k.endswith("_is_pad") and k not in depth_keys
+    ]
+
+    def check(ref, item):
+        _compare({k: v for k, v in ref.items() if k not in depth_keys}, item, cameras, float_frames, diffs)
+        _compare_depth(ref, item, depth_keys, unit, depth_diffs)
+
+    if mode in ("map", "streaming"):
+        if mode == "map":
+            ds = LeRobotDataset("lerobot06", root=root, **kwargs)
+            items = (ds[i] for i in range(len(ds)))
+        else:
+            ds = StreamingLeRobotDataset("lerobot06", root=root, cache_dir=tmp_path, **kwargs)
+            items = iter(ds)
+        assert ds.depth_keys == depth_keys == ds.meta.depth_keys
+        for key in depth_keys:  # the statistics as LeRobot hands them out: in the output unit
+            for name, value in ds.meta.stats[key].items():
+                np.testing.assert_allclose(value, data[f"stats/{key}/{name}"], rtol=1e-6, err_msg=f"{key} {name}")
+        seen = set()
+        for item in items:
+            index = int(item["index"])
+            seen.add(index)
+            if index in want:
+                assert list(item) == list(want[index]) if mode == "map" else set(item) == set(want[index])
+                check(want[index], item)
+        assert set(want) <= seen
+    else:
+        entry = {"source": str(root), "name": "lerobot06"}
+        if kwargs["episodes"] is not None:
+            entry["episodes"] = kwargs["episodes"]
+        spec = {"entries": [entry]}
+        if kwargs["delta_timestamps"]:
+            spec["delta_timestamps"] = {k.rsplit(".", 1)[-1]: v for k, v in kwargs["delta_timestamps"].items()}
+        ds = MixtureDataset(
+            MixtureSpec.from_dict(spec),
+            return_uint8=kwargs["return_uint8"],
+            image_transforms=kwargs["image_transforms"],
+            cache_dir=tmp_path,
+            depth_output_unit=unit,
+        )
+        assert ds.depth_keys == depth_keys
+        seen = set()
+        for i in range(len(ds)):
+            item = ds[i]
+            index = int(item["index"])
+            seen.add(index)
+            if index in want:
+                check(want[index], item)
+        assert set(want) <= seen
+    assert diffs and depth_diffs
+    print(
+        f"{root.parent.name} {case} {mode}: depth max {max(d[0] for d in depth_diffs):.3g} {unit}, "
+        f"pixels differing {max(d[1] for d in depth_diffs):.4%} over {len(depth_diffs)} frames; "
+        f"RGB max {max(d[0] for d in diffs):.3f}/255"
+    )

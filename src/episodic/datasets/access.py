@@ -19,13 +19,20 @@ if TYPE_CHECKING:
     from .gpu_frames import GpuFrames
 
 
+def transformed_keys(ds) -> list[str]:
+    """The camera keys of dataset `ds` its image transforms apply to: every camera but the depth cameras
+    (`ds.depth_keys`), as LeRobot 0.6's."""
+    depth = set(getattr(ds, "depth_keys", ()))
+    return [k for k in ds.camera_keys if k not in depth]
+
+
 def finish_batch(ds, batch: dict, transforms: bool = True) -> dict:
     """A collated batch of dataset `ds` (map-style or streaming) as the user gets it, in the main process:
     frames decoded on the GPU when `ds.gpu` decodes there, `ds.image_transforms` applied with `transforms`."""
     if ds.gpu is not None:
         batch = ds.gpu.finish(batch, ds.camera_keys, ds.return_uint8)
     if transforms and ds.image_transforms is not None:
-        for k in ds.camera_keys:
+        for k in transformed_keys(ds):
             batch[k] = torch.stack([ds.image_transforms(x) for x in batch[k]])
     return batch
 
@@ -71,9 +78,9 @@ class BatchAccess:
             return unbatch(
                 Batch(self.finish(self._batch(indices).collated(), transforms=False)),
                 self.image_transforms,
-                self.camera_keys,
+                transformed_keys(self),
             )
-        return unbatch(self._batch(indices), self.image_transforms, self.camera_keys)
+        return unbatch(self._batch(indices), self.image_transforms, transformed_keys(self))
 
 
 class BatchedView(torch.utils.data.Dataset):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -53,7 +52,7 @@ class EntryFrames:
         self.decoders = decoders if decoders is not None else DecoderCache(counters=counters)
         self.counters = counters if counters is not None else self.decoders.counters
         self._hw: dict[str, tuple[int, int]] = {}
-        self._outputs: dict[str, FrameOutput] = {}
+        self._outputs: dict[tuple, FrameOutput] = {}
 
     def hw(self, key: str) -> tuple[int, int]:
         """info.json's (height, width) of camera `key`, read once."""
@@ -63,16 +62,17 @@ class EntryFrames:
             hw = self._hw[key] = (h, w)
         return hw
 
-    def output(self, dtype) -> FrameOutput:
-        """The spec's frame output in `dtype` (uint8 or float32: a name or a numpy dtype)."""
-        out = self._outputs.get(dtype)
+    def output(self, dtype, key: str) -> FrameOutput:
+        """Camera `key`'s frame output in a batch of frame dtype `dtype` (uint8 or float32: a name or a numpy
+        dtype; `ItemSpec.frame_output`: a depth camera's distances are float32 whatever it is)."""
+        out = self._outputs.get((dtype, key))
         if out is None:
-            out = self._outputs[dtype] = replace(self.spec.frames, dtype=np.dtype(dtype).name)
+            out = self._outputs[(dtype, key)] = self.spec.frame_output(key, dtype)
         return out
 
     def frame_shape(self, key: str) -> tuple[int, int, int]:
-        """(C, H, W) of camera `key`'s frames at the spec's output size."""
-        return self.spec.frames.shape(self.hw(key))
+        """(C, H, W) of camera `key`'s frames at the spec's output size (C: 1 for a depth camera, else 3)."""
+        return self.output("float32", key).shape(self.hw(key))
 
     def check_size(self, key: str, hw: Sequence[int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of

@@ -22,7 +22,7 @@ import numpy as np
 from ..format.errors import DatasetFormatError
 from ..tabular import Columns, window_rows
 from .decode import FILES_KEY, EntryFrames, FrameJob, FrameRefs, flat_frames, run_jobs
-from .item_layout import TEXT_KINDS, Field, ItemLayout, item_dtype
+from .item_layout import FRAME_KINDS, TEXT_KINDS, Field, ItemLayout, item_dtype
 from .memory import Empty, place
 
 __all__ = ["Rows", "gather", "positions_by_value"]
@@ -122,7 +122,7 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
             at = slice(None) if whole else g.pos
             if f.kind == "values":
                 _values(f, g, src, out, at, whole)
-            elif f.kind == "frames":
+            elif f.kind in FRAME_KINDS:
                 on_gpu = f.key in gpu_keys
                 if src is None:
                     out[at] = -1 if on_gpu else 0  # no frame: zeros
@@ -161,7 +161,7 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
 
 def _shape(f: Field, layout: ItemLayout, n: int, column: np.ndarray | None, parts: Sequence[Rows]) -> tuple:
     lead = (n,) if f.window is None else (n, f.window)
-    if f.kind == "frames":
+    if f.kind in FRAME_KINDS:
         if f.shape is not None:
             return (*lead, *f.shape)
         src = next(p for p in parts if f.sources[p.entry] is not None)  # a single dataset: its own frame size
@@ -250,10 +250,10 @@ def _images(f: Field, g: _Group, src: str, out: np.ndarray, at, dtype: str) -> N
     eps = cols.episodes[cols.episode_of_rows(q)]
     frames = g.part.frames
     if isinstance(at, slice):
-        frames.images(src, cols.images[src], q, out, frames.output(dtype), eps)
+        frames.images(src, cols.images[src], q, out, frames.output(dtype, src), eps)
     else:
         tmp = np.empty((*q.shape, *out.shape[-3:]), out.dtype)
-        frames.images(src, cols.images[src], q, tmp, frames.output(dtype), eps)
+        frames.images(src, cols.images[src], q, tmp, frames.output(dtype, src), eps)
         out[at] = tmp
 
 
@@ -273,7 +273,7 @@ def _frame_jobs(
         dest = out.view()
         dest.shape = (-1, 3)  # raises rather than copy
     frames = g.part.frames
-    output = refs if refs is not None else frames.output(dtype)
+    output = refs if refs is not None else frames.output(dtype, src)
     if g.part.pooled:
         rel, times, located = g.part.located(src)
         key = (frames.source.root, rel, f.key, None if located is not None else g.index)

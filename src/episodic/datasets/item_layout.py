@@ -6,6 +6,8 @@ A `Field` is one item key of a kind:
 
 - ``frames``: camera frames (a video or an image feature of the entry), (C, H, W) ((T, C, H, W) with a window);
   zeros for an entry without the camera.
+- ``depth``: a depth camera's distances (`format.depth`), float32 (1, H, W) ((T, 1, H, W) with a window) in the
+  spec's depth unit, whatever the frame dtype; zeros for an entry without the camera.
 - ``values``: a numeric column (with a window: its rows at the window's offsets); with a `dtype` and `shape`,
   the entry's index selection of the last axis, cast and zero-padded to that shape; without (a single
   dataset), the column as stored.
@@ -31,10 +33,11 @@ from ..format.features import Feature
 from ..mixture.layout import ACTION, STATE, MixtureLayout
 from .item_spec import ItemSpec
 
-__all__ = ["Field", "ItemLayout", "single_layout", "mixture_layout", "KINDS"]
+__all__ = ["FRAME_KINDS", "Field", "ItemLayout", "single_layout", "mixture_layout", "KINDS"]
 
-KINDS = ("frames", "values", "text", "task", "pad", "mask", "entry", "name")
+KINDS = ("frames", "depth", "values", "text", "task", "pad", "mask", "entry", "name")
 TEXT_KINDS = ("text", "task", "name")  # lists of str, not tensors
+FRAME_KINDS = ("frames", "depth")  # camera keys: decoded from videos or images
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,12 @@ class ItemLayout:
 
     @property
     def camera_keys(self) -> list[str]:
-        return [f.key for f in self.fields if f.kind == "frames"]
+        """Every camera key, depth cameras included (LeRobot's ``camera_keys``)."""
+        return [f.key for f in self.fields if f.kind in FRAME_KINDS]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [f.key for f in self.fields if f.kind == "depth"]
 
 
 def single_layout(spec: ItemSpec, features: dict[str, Feature]) -> ItemLayout:
@@ -88,7 +96,7 @@ def single_layout(spec: ItemSpec, features: dict[str, Feature]) -> ItemLayout:
     columns), its columns in info order, a ``<key>_is_pad`` per window, and the task -- LeRobot's item."""
 
     def frames(key: str) -> Field:
-        return Field(key, "frames", (key,), window=_steps(spec, key))
+        return Field(key, "depth" if key in spec.depth else "frames", (key,), window=_steps(spec, key))
 
     fields = [frames(k) for k in spec.video_keys]
     for key in spec.data_keys:
@@ -115,13 +123,14 @@ def mixture_layout(layout: MixtureLayout) -> ItemLayout:
     h_w = layout.image_size
     for role, key in zip(layout.cameras, layout.camera_keys):
         assert h_w is not None, "a mixture with cameras has an image size"
+        depth = role in layout.depth_roles
         fields.append(
             Field(
                 key,
-                "frames",
+                "depth" if depth else "frames",
                 tuple(e.cameras.get(role) for e in entries),
                 window=layout.windows.get(role),
-                shape=(3, *h_w),
+                shape=(1 if depth else 3, *h_w),
             )
         )
         fields.append(Field(f"{key}_is_pad", "pad", fields[-1].sources, base=key))
@@ -155,10 +164,12 @@ def features(layout: ItemLayout) -> dict[str, dict]:
     (a mixture's: cameras, state/action and their masks, bookkeeping, text)."""
     out: dict[str, dict] = {}
     for f in layout.fields:
-        if f.kind == "frames":
+        if f.kind in FRAME_KINDS:
             assert f.shape is not None, _FIXED
-            _, h, w = f.shape
-            out[f.key] = {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
+            c, h, w = f.shape
+            out[f.key] = {"dtype": "video", "shape": [h, w, c], "names": ["height", "width", "channels"]}
+            if f.kind == "depth":
+                out[f.key]["info"] = {"is_depth_map": True}
         elif f.kind == "values":
             assert f.shape is not None, _FIXED
             out[f.key] = {"dtype": f.dtype, "shape": list(f.shape) or [1], "names": None}
@@ -177,6 +188,8 @@ def item_dtype(f: Field, frames_dtype: str, column: np.ndarray | None) -> np.dty
     """The numpy dtype of a (non-text) field's values in a batch with frames of `frames_dtype`."""
     if f.kind == "frames":
         return np.dtype(frames_dtype)
+    if f.kind == "depth":
+        return np.dtype(np.float32)
     if f.kind in ("pad", "mask"):
         return np.dtype(bool)
     if f.kind == "entry":

@@ -5,11 +5,12 @@ the selected episodes (`select_episodes`). The user's arguments are checked here
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..checks import check_number, episode_list
+from ..format.depth import DepthCoding, check_unit
 from ..format.errors import DatasetFormatError, EpisodeIndexError
 from ..format.metadata import DatasetMetadata
 from ..order.eval_split import SIDES, EvalSplit, split_episodes
@@ -33,7 +34,11 @@ class ItemSpec:
     batch. They cannot be windowed (LeRobot cannot stack strings either) nor have another shape.
 
     `gpu_keys` (set with `dataclasses.replace` by a dataset built with ``decode_device="cuda"``): the item keys
-    whose frames `gather` leaves to the GPU (`gpu_frames`), as references to where they are."""
+    whose frames `gather` leaves to the GPU (`gpu_frames`), as references to where they are.
+
+    `depth` (a depth camera's `format.depth.DepthCoding`, by camera key) and `depth_unit`: depth cameras come out
+    as float32 distances in that unit ("mm" or "m"), whatever the frame dtype. A camera episodic cannot read (a
+    depth map stored as images, a camera of 2 or 4 channels) is refused here, naming it."""
 
     data_keys: tuple[str, ...]
     video_keys: tuple[str, ...]
@@ -46,6 +51,8 @@ class ItemSpec:
     unknown_tasks: UnknownTasks | None = field(default=None, compare=False, repr=False)
     gpu_keys: tuple[str, ...] = ()  # item keys whose frames are decoded on the GPU (`gather` writes references)
     resampling: Resampling | None = None  # rows resampled to one control rate (`tabular.resample`)
+    depth: Mapping[str, DepthCoding] = field(default_factory=dict)  # depth cameras' codings, by key
+    depth_unit: str = "mm"  # the unit depth cameras' items are in
     _bounds: dict = field(default_factory=dict, compare=False, repr=False)  # episode_bounds of a metadata, once
 
     @classmethod
@@ -60,11 +67,13 @@ class ItemSpec:
         columns: Sequence[str] | None = None,
         on_unknown_task: str = "warn",
         resampling: Resampling | None = None,
+        depth_output_unit: str = "mm",
     ) -> ItemSpec:
         """`columns`: the tabular features items hold (default all of them; a mixture's entry reads only
         those it maps). `resampling`: rows at its fps (`tabular.resample`; its rules checked against the
-        features), windows on its grid."""
+        features), windows on its grid. `depth_output_unit`: depth cameras' items in "mm" (default) or "m"."""
         info = meta.info
+        check_unit(depth_output_unit)
         if resampling is not None:
             resampling.check(info.features, str(meta.root))
         unknown_tasks = UnknownTasks(meta.root, len(meta.tasks), on_unknown_task)  # checks the option
@@ -80,6 +89,10 @@ class ItemSpec:
             videos = [k for k in info.video_keys if k in video_keys]
         # info order, like LeRobot's hf_dataset columns
         data_keys = [k for k in info.tabular_keys if columns is None or k in columns]
+        for key in [*videos, *(k for k in data_keys if info.features[k].is_camera)]:
+            problem = info.features[key].camera_problem(info.camera_hw(key)[2])
+            if problem:
+                raise DatasetFormatError(f"{meta.root}: meta/info.json: {problem}")
         grid = resampling.fps if resampling is not None else info.fps
         offsets = delta_offsets(delta_timestamps, grid, tolerance_s, known_keys=list(info.features))
         # windows of cameras left out by `video_keys` are dropped with the cameras
@@ -109,6 +122,8 @@ class ItemSpec:
             text_keys=tuple(text),
             unknown_tasks=unknown_tasks,
             resampling=resampling,
+            depth_unit=depth_output_unit,
+            depth={k: info.features[k].depth_coding for k in videos if info.features[k].is_depth},
         )
 
     @property
@@ -133,6 +148,19 @@ class ItemSpec:
     @property
     def camera_keys(self) -> list[str]:
         return [*self.video_keys, *self.image_keys]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """The depth cameras among `camera_keys`."""
+        return [k for k in self.camera_keys if k in self.depth]
+
+    def frame_output(self, key: str, dtype) -> FrameOutput:
+        """How camera `key`'s frames come out in a batch of frame dtype `dtype`: the spec's size and resize mode;
+        a depth camera's distances (float32, `depth_unit`), else `dtype`."""
+        coding = self.depth.get(key)
+        if coding is not None:
+            return replace(self.frames, dtype="float32", depth=coding, depth_unit=self.depth_unit)
+        return replace(self.frames, dtype=np.dtype(dtype).name)
 
     def tasks_at(self, task_index: np.ndarray) -> list[str]:
         """The task text of each `task_index` value: UNKNOWN_TASK ("") for one the tasks table lacks."""

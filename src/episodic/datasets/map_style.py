@@ -72,6 +72,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         target_fps: rows resampled to this fps (an int): items, windows, lengths and the order are in its frames
             (`tabular.resample`: cameras take the nearest frame); `resample`: {column: "nearest" | "previous" |
             "linear"} per numeric column (default nearest).
+        depth_output_unit: depth cameras (`format.depth`) come out as float32 distances (1, H, W) in "mm"
+            (default, as LeRobot 0.6) or "m", whatever `return_uint8`; image transforms skip them. Their statistics
+            in the metadata's stats are brought to that unit (`DatasetMetadata.rescale_depth_stats`).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         split: str = "train",
         target_fps: int | None = None,
         resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
         _source: Source | None = None,
     ):
         self.remember(locals())
@@ -131,7 +135,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
             resize_mode,
             on_unknown_task=on_unknown_task,
             resampling=Resampling.of(target_fps, resample),
+            depth_output_unit=depth_output_unit,
         )
+        self.meta.rescale_depth_stats(depth_output_unit)
         cache_root = Path(cache_dir) if cache_dir is not None else config.cache_dir()  # tabular memory maps there
         columns = load_columns(
             self.meta,
@@ -162,6 +168,12 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
         self.camera_keys = self.spec.camera_keys
+        self.depth_keys = self.spec.depth_keys
+
+    @property
+    def depth_output_unit(self) -> str:
+        """The unit depth cameras' items (and their statistics) are in: "mm" or "m"."""
+        return self.spec.depth_unit
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
@@ -237,8 +249,9 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
 
 
 class LeRobotDataset(EpisodicDataset):
-    """Drop-in for `lerobot.datasets.lerobot_dataset.LeRobotDataset` (0.4.4): same arguments, attributes and
-    items (keys, dtypes, shapes, values, windows with `<key>_is_pad`, frames by timestamp, `task`)."""
+    """Drop-in for `lerobot.datasets.lerobot_dataset.LeRobotDataset` (0.4.4; of 0.6.x: its depth cameras and
+    `depth_output_unit`): same arguments, attributes and items (keys, dtypes, shapes, values, windows with
+    `<key>_is_pad`, frames by timestamp, `task`)."""
 
     def __init__(
         self,
@@ -269,6 +282,7 @@ class LeRobotDataset(EpisodicDataset):
         split: str = "train",
         target_fps: int | None = None,
         resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
     ):
         self.remember(locals())
         self.repo_id = repo_id
@@ -306,6 +320,7 @@ class LeRobotDataset(EpisodicDataset):
             split=split,
             target_fps=target_fps,
             resample=resample,
+            depth_output_unit=depth_output_unit,
             _source=source,
         )
         self.episodes = episodes  # LeRobot echoes the list as given

@@ -52,7 +52,14 @@ def load_report(spec, on_error: str | None = None, concurrency: int = 16) -> Pre
 
 
 def mixture_side(
-    dataset, spec, split: str, on_error: str | None, concurrency: int, image_size, resize_mode: str
+    dataset,
+    spec,
+    split: str,
+    on_error: str | None,
+    concurrency: int,
+    image_size,
+    resize_mode: str,
+    depth_unit: str = "mm",
 ) -> None:
     """Set up `dataset` (a mixture dataset) as side `split` of `spec`'s mixture: ``full_report`` (the checked
     mixture), ``report`` (its side, `split_sides.side_report`: what the order and the rows hold),
@@ -65,7 +72,7 @@ def mixture_side(
     dataset.report = side_report(full, split)
     dataset.stats_report = side_report(full, "train")
     dataset.eval_split, dataset.split = full.spec.eval_split, split
-    layout = MixtureLayout.from_report(full, image_size, resize_mode)
+    layout = MixtureLayout.from_report(full, image_size, resize_mode, depth_unit)
     dataset.layout = layout.restricted([r.index for r in dataset.report.entries if r.status == "ok"])
 
 
@@ -87,6 +94,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         decode_device, cpu_fallback, gpu_decoders: as in `EpisodicDataset` (every entry's cameras are checked).
         split: with the spec's ``eval_split``, which side this dataset is: "train" (default) or "eval";
             `eval_dataset()` builds the other (`datasets.sides`; `mixture.checking.split_sides`).
+        depth_output_unit: depth camera roles' distances in "mm" (default) or "m" (`mixture.layout`).
     """
 
     def __init__(
@@ -110,9 +118,10 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         cpu_fallback=False,
         gpu_decoders: int | None = None,
         split: str = "train",
+        depth_output_unit: str = "mm",
     ):
         self.remember(locals())
-        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
         self.item_layout = mixture_layout(self.layout)
         self.sampler, used = build_sampler(
             self.report,
@@ -141,6 +150,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         self.return_uint8 = return_uint8
         self.image_transforms = image_transforms
         self.camera_keys = self.layout.camera_keys
+        self.depth_keys = self.item_layout.depth_keys
         self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
 
     # ------------------------------------------------------------------ sizes

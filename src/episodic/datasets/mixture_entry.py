@@ -58,6 +58,7 @@ def entry_item_spec(meta, entry: EntryLayout, layout: MixtureLayout, on_unknown_
         columns=[*entry.data_keys, *images],
         on_unknown_task=on_unknown_task,
         resampling=Resampling.of(entry.target_fps, entry.resample),
+        depth_output_unit=layout.depth_unit,
     )
     unknown = UnknownTasks(f"mixture entry {entry.name!r} ({meta.root})", len(meta.tasks), on_unknown_task)
     return replace(spec, unknown_tasks=unknown)

@@ -38,7 +38,7 @@ from ..storage.source import Source
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from ..video.output import FrameOutput, check_image_size
-from .access import finish_batch
+from .access import finish_batch, transformed_keys
 from .collate import Batch, deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
 from .epochs import DatasetEpochs, MixtureEpochs
@@ -92,6 +92,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
         self.rank, self.world_size = rank, world_size
         self.cache_dir = os.fspath(cache_dir) if cache_dir is not None else str(config.cache_dir())
         self.camera_keys = layout.camera_keys
+        self.depth_keys = layout.depth_keys
         self.cameras = list(cameras)
         self.tally = tally
         self.counters = counters if counters is not None else Counters()
@@ -246,10 +247,10 @@ class StreamingDataset(torch.utils.data.IterableDataset):
                 yield from unbatch(
                     Batch(finish_batch(self, batch.collated(), transforms=False)),
                     self.image_transforms,
-                    self.camera_keys,
+                    transformed_keys(self),
                 )
             else:  # items remember their batch: for a whole chunk, default_collate hands that batch back
-                yield from unbatch(batch, self.image_transforms, self.camera_keys)
+                yield from unbatch(batch, self.image_transforms, transformed_keys(self))
 
 
 def _local_for_gpu(gpu, sources) -> None:
@@ -279,7 +280,8 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     (rows are read as episodes are streamed, so the one warning comes from the consumer that first reads such
     a row, naming what it read; each DataLoader worker process warns at most once). `eval_split`, `split` and
     `eval_dataset()` as in `EpisodicDataset` (the same episodes on each side); `target_fps` and `resample` too
-    (episodes stream resampled: the plan, the pool and the resume count resampled frames).
+    (episodes stream resampled: the plan, the pool and the resume count resampled frames); `depth_output_unit`
+    too (depth cameras' distances, and their statistics, in "mm" or "m").
     """
 
     def __init__(
@@ -323,6 +325,7 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
         split: str = "train",
         target_fps: int | None = None,
         resample: Mapping[str, str] | None = None,
+        depth_output_unit: str = "mm",
     ):
         self.remember(locals())
         self.eval_split, self.split = checked_split(eval_split, split), split
@@ -366,7 +369,9 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
             resize_mode,
             on_unknown_task=on_unknown_task,
             resampling=Resampling.of(target_fps, resample),
+            depth_output_unit=depth_output_unit,
         )
+        self.meta.rescale_depth_stats(depth_output_unit)
         self.selected = select_episodes(self.meta, episodes, self.eval_split, split)
         self.delta_indices = self.spec.delta_indices if delta_timestamps is not None else None
         layout, counters = single_layout(self.spec, self.meta.info.features), Counters()
@@ -414,7 +419,8 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
 
     `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
     `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
-    `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole). `on_change`: what `load_state_dict`
+    `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole); `depth_output_unit` as in `MixtureDataset`.
+    `on_change`: what `load_state_dict`
     does with a state saved under another mixture ("continue" or "refuse"). `split` and `eval_dataset()` as in
     `MixtureDataset`.
     """
@@ -451,6 +457,7 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
         cpu_fallback=False,
         gpu_decoders: int | None = None,
         split: str = "train",
+        depth_output_unit: str = "mm",
     ):
         self.remember(locals())
         options = stream_options(
@@ -465,7 +472,7 @@ class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
             decoder_cache_size=decoder_cache_size,
             fetch=UNSET if fetch_policy is None else fetch_policy,
         )
-        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode)
+        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
         self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         counters = Counters()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from .depth import DepthCoding, is_depth_map
 from .errors import DatasetFormatError
 
 #: Columns every LeRobot dataset has, in LeRobot's order.
@@ -55,6 +57,45 @@ class Feature:
         return self.dtype in CAMERA_DTYPES
 
     @property
+    def is_depth(self) -> bool:
+        """A depth map (``info.is_depth_map``; `format.depth`)."""
+        return is_depth_map(self.info)
+
+    @cached_property
+    def depth(self) -> DepthCoding | None:
+        """A depth camera's quantisation and recorded unit (`format.depth.DepthCoding`); None for any other
+        feature."""
+        return DepthCoding.from_info(self.info, f"feature {self.name!r}") if self.is_depth else None
+
+    @property
+    def depth_coding(self) -> DepthCoding:
+        """`depth` of a feature known to be a depth camera (`is_depth`); ValueError for any other feature."""
+        coding = self.depth
+        if coding is None:
+            raise ValueError(f"feature {self.name!r} is not a depth camera")
+        return coding
+
+    def camera_problem(self, channels: int) -> str | None:
+        """Why this camera (of `channels` channels, as info.json gives them) cannot be read, None when it can: a
+        depth map is a video of 1 channel, any other camera a colour (3) or grey (1) one read as RGB. A camera of
+        another kind is refused, never handed out as frames of another shape."""
+        if self.is_depth:
+            if not self.is_video:
+                return (
+                    f"camera {self.name!r} is a depth map stored as images: episodic reads depth maps stored "
+                    f"as video only"
+                )
+            if channels != 1:
+                return f"depth camera {self.name!r} has {channels} channels; a depth map has 1"
+            return None
+        if channels not in (1, 3):
+            return (
+                f"camera {self.name!r} has {channels} channels: episodic reads colour (3) and grey (1) cameras, "
+                f"and depth maps (1 channel, info.is_depth_map)"
+            )
+        return None
+
+    @property
     def is_scalar(self) -> bool:
         """Shape (1,) features come out as 0-d values, like LeRobot's."""
         return self.shape == (1,)
@@ -92,6 +133,8 @@ class Feature:
             raise DatasetFormatError(f"{where}: field 'shape' must not be empty (a scalar is [1])")
         if dtype in CAMERA_DTYPES and len(shape) != 3:
             raise DatasetFormatError(f"{where}: a camera needs shape [height, width, channels], got {shape!r}")
+        if is_depth_map(info):  # its quantisation checked here (fields named), once
+            DepthCoding.from_info(info, where)
         return cls(name=name, dtype=dtype, shape=tuple(int(s) for s in shape), names=spec.get("names"), info=info)
 
 

@@ -88,6 +88,11 @@ class DatasetInfo:
         return [k for k, f in self.features.items() if f.is_camera]
 
     @property
+    def depth_keys(self) -> list[str]:
+        """Cameras that are depth maps (`format.depth`), among `camera_keys`."""
+        return [k for k, f in self.features.items() if f.is_camera and f.is_depth]
+
+    @property
     def tabular_keys(self) -> list[str]:
         """Columns stored in the data parquet files (everything but videos)."""
         return [k for k, f in self.features.items() if not f.is_video]

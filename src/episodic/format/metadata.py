@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .depth import check_unit, rescale_stats
 from .episode_table import CameraFiles, EpisodeTable
 from .errors import ProblemList
 from .info import DatasetInfo
@@ -94,6 +95,27 @@ class DatasetMetadata:
     @property
     def camera_keys(self) -> list[str]:
         return self.info.camera_keys
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """The depth cameras (LeRobot 0.6's ``depth_keys`` of its metadata)."""
+        return self.info.depth_keys
+
+    def rescale_depth_stats(self, output_unit: str) -> None:
+        """The depth cameras' statistics, recorded in their ``depth_unit``, brought to `output_unit` ("m" or "mm")
+        in place: the unit items hand depth out in (LeRobot 0.6's ``rescale_depth_stats``; a camera without a
+        recorded unit is left as it is, with a warning)."""
+        check_unit(output_unit)
+        unknown = [k for k in self.depth_keys if self.info.features[k].depth_coding.unit is None]
+        if unknown:
+            warnings.warn(
+                f"{self.root}: depth camera(s) {unknown} have no 'depth_unit' in meta/info.json: their "
+                f"statistics are left in the unit they were recorded in, not converted to "
+                f"{output_unit!r}",
+                stacklevel=2,
+            )
+        for key in self.depth_keys:
+            rescale_stats(self.stats, key, self.info.features[key].depth_coding.unit, output_unit)
 
     @property
     def total_episodes(self) -> int:

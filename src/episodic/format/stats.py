@@ -19,14 +19,15 @@ STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
 Stats = dict[str, dict[str, np.ndarray]]
 
 
-def array_stats(values: np.ndarray, image: bool = False) -> dict[str, np.ndarray]:
+def array_stats(values: np.ndarray, image: bool = False, scale: float = 255.0) -> dict[str, np.ndarray]:
     """Stats of one feature over one episode.
 
-    Vectors (T, N) give per-dimension arrays; images (T, H, W, C) uint8 give per-channel (C, 1, 1) arrays in
-    [0, 1], as LeRobot stores them.
+    Vectors (T, N) give per-dimension arrays; images (T, H, W, C) give per-channel (C, 1, 1) arrays of the values
+    divided by `scale`: uint8 frames in [0, 1], as LeRobot stores them; a depth camera's distances with scale 1,
+    in their recorded unit (LeRobot 0.6).
     """
     if image:
-        x = np.asarray(values, dtype=np.float64).reshape(-1, values.shape[-1]) / 255.0  # (T*H*W, C)
+        x = np.asarray(values, dtype=np.float64).reshape(-1, values.shape[-1]) / scale  # (T*H*W, C)
         reshape = lambda a: np.asarray(a, dtype=np.float64).reshape(-1, 1, 1)  # noqa: E731
     else:
         x = np.asarray(values, dtype=np.float64).reshape(len(values), -1)

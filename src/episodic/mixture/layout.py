@@ -9,6 +9,9 @@ different entries:
   ``image_size`` (H, W). ``observation.images.<role>_is_pad``: bool, () (or (T,)): True where the frame is
   padding, i.e. the entry has no camera in that role (its frames are zeros) or the window step lies outside
   the episode.
+- a depth camera role (`format.depth`: the role's cameras are depth maps in every entry that has it; a role that
+  is a depth camera in one entry and a colour camera in another is an error) is (1, H, W) float32 distances in the
+  mixture's ``depth_unit`` ("mm" or "m"), whatever ``return_uint8``; resized by nearest pixel.
 - ``observation.state``: float32 (D,) (or (T, D)), D the largest state dimension of the mixture (after each
   entry's ``state_indices``); an entry's values fill the first d dimensions, the rest are 0.
   ``observation.state_mask``: bool (D,), True on the entry's d real dimensions (all False when the entry has
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..format.depth import check_unit
 from ..format.errors import MixtureLayoutError
 from ..format.timebase import frames_to_seconds
 from ..video.output import RESIZE_MODES, check_image_size
@@ -101,17 +105,28 @@ class MixtureLayout:
     action_dim: int
     windows: Mapping[str, int]  # role -> window length, for roles with a window
     entries: tuple[EntryLayout, ...]  # the entries that take part, in spec order
+    depth_roles: tuple[str, ...] = ()  # camera roles that are depth cameras
+    depth_unit: str = "mm"  # depth cameras' items in this unit
 
     @classmethod
     def from_report(
-        cls, report: PreflightReport, image_size: Sequence[int] | None = None, resize_mode: str = "stretch"
+        cls,
+        report: PreflightReport,
+        image_size: Sequence[int] | None = None,
+        resize_mode: str = "stretch",
+        depth_unit: str = "mm",
     ) -> MixtureLayout:
         """The layout of `report`'s entries that take part (status ``ok``). Raises `MixtureLayoutError` listing
-        every problem: a role windowed differently in two entries, cameras of several sizes without
-        `image_size`, a bad `image_size` or `resize_mode`."""
+        every problem: a role windowed differently in two entries, a role that is a depth camera in one entry and
+        a colour camera in another, cameras of several sizes without `image_size`, a bad `image_size`,
+        `resize_mode` or `depth_unit`."""
         problems: list[str] = []
         if resize_mode not in RESIZE_MODES:
             problems.append(f"resize_mode must be one of {RESIZE_MODES}, got {resize_mode!r}")
+        try:
+            check_unit(depth_unit)
+        except ValueError as err:
+            problems.append(str(err))
         spec = report.spec
         entries: list[EntryLayout] = []
         for rep in report.entries:
@@ -152,6 +167,7 @@ class MixtureLayout:
         if not entries:
             raise MixtureLayoutError(f"{spec.origin}: no entry takes part in the mixture", [])
         cameras = tuple(dict.fromkeys(r for e in entries for r in e.cameras))
+        depth_roles = _depth_roles(report, entries, cameras, problems)
         windows = _windows(entries, cameras, problems)
         size = _image_size(report, entries, image_size, problems)
         if problems:
@@ -167,6 +183,8 @@ class MixtureLayout:
             action_dim=max(e.action_dim for e in entries),
             windows=windows,
             entries=tuple(entries),
+            depth_roles=depth_roles,
+            depth_unit=depth_unit,
         )
 
     def restricted(self, indices: Sequence[int]) -> MixtureLayout:
@@ -198,6 +216,28 @@ class MixtureLayout:
         if role == "action":
             return entry.action_key
         return entry.cameras.get(role)
+
+
+def _depth_roles(
+    report: PreflightReport, entries: list[EntryLayout], cameras: tuple[str, ...], problems: list[str]
+) -> tuple[str, ...]:
+    """The camera roles that are depth cameras: in every entry that has the role, or in none."""
+    out = []
+    for role in cameras:
+        kinds: dict[bool, list[str]] = {}
+        for e in entries:
+            if role in e.cameras:
+                kinds.setdefault(role in report.entries[e.index].depth_roles, []).append(e.name)
+        if len(kinds) > 1:
+            problems.append(
+                f"role {role!r} is a depth camera in {len(kinds[True])} entr"
+                f"{'y' if len(kinds[True]) == 1 else 'ies'} ({', '.join(repr(x) for x in kinds[True][:3])}) "
+                f"and a colour camera in {len(kinds[False])} ({', '.join(repr(x) for x in kinds[False][:3])}):"
+                f" map them to different roles"
+            )
+        elif kinds.get(True):
+            out.append(role)
+    return tuple(out)
 
 
 def _windows(entries: list[EntryLayout], cameras: tuple[str, ...], problems: list[str]) -> dict[str, int]:

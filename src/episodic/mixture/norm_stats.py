@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..format.depth import rescale_stats
 from ..format.quantiles import pooled_quantiles
 from ..format.stats import QUANTILES, Stats, aggregate_stats
 from .layout import ACTION, STATE, EntryLayout, MixtureLayout, camera_key
@@ -170,6 +171,8 @@ def entry_stats(
                 mine[camera_key(role)] = {n: np.asarray(v, dtype=np.float64) for n, v in stats[key].items()}
                 mine[camera_key(role)].setdefault("count", np.asarray([total], dtype=np.int64))
                 mine.origin[camera_key(role)] = "stats.json"
+                if role in layout.depth_roles:  # recorded in the camera's depth_unit: in the items' unit
+                    rescale_stats(mine, camera_key(role), meta.info.features[key].depth_coding.unit, layout.depth_unit)
         result = computed[job_of[e.index]] if e.index in job_of else None
         for shared, key, indices, dim in _vector_roles(layout, e):
             if result is not None and key in result.keys:

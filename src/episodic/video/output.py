@@ -23,6 +23,12 @@ converting to RGB, torchvision scales the RGB image. The tolerance (tested): mea
 2/255 and 99th percentile under 6/255 on float frames in [0, 1]. Measured: 480x640 AV1 frames to 224x224
 mean 0.003, 99th percentile 0.011; the 96x128 test fixture up to 224x224 mean 0.0047, 99th percentile 0.017;
 single pixels on sharp colour edges differ by up to ~0.35.
+
+A depth camera's frames (`FrameOutput.depth`: its `format.depth.DepthCoding`) are its 12-bit codes, read from the
+decoded ``gray12le`` picture as they are (bit-identical to PyAV's ``frame.to_ndarray(format="gray12le")``; a
+picture of another pixel format is converted to it first, as that call does), then dequantised to float32
+distances in `FrameOutput.depth_unit` ((1, H, W)); resized, they take each output pixel's nearest source pixel
+(no depth is made up between two surfaces), letterbox bars are 0.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Any
 import av
 import numpy as np
 from av.video.reformatter import Interpolation, VideoReformatter
+
+from ..format.depth import DEPTH_UNITS, PIX_FMT, DepthCoding
 
 RESIZE_MODES = ("stretch", "letterbox")
 DTYPES = ("uint8", "float32")
@@ -59,17 +67,24 @@ def check_image_size(image_size, resize_mode: str = "stretch") -> tuple[int, int
 @dataclass(frozen=True)
 class FrameOutput:
     """The frames a decoder writes: `size` (H, W) or None for the file's own size, `resize_mode`
-    (RESIZE_MODES), `dtype` ("uint8", or "float32" in [0, 1]) and `channels_first` ((3, H, W), else (H, W, 3))."""
+    (RESIZE_MODES), `dtype` ("uint8", or "float32" in [0, 1]) and `channels_first` ((3, H, W), else (H, W, 3)).
+    With `depth` (a depth camera's coding): its distances, float32 in `depth_unit`, one channel."""
 
     size: tuple[int, int] | None = None
     resize_mode: str = "stretch"
     dtype: str = "uint8"
     channels_first: bool = True
+    depth: DepthCoding | None = None
+    depth_unit: str = "mm"
 
     def __post_init__(self):
         object.__setattr__(self, "size", check_image_size(self.size, self.resize_mode))
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.depth_unit not in DEPTH_UNITS:
+            raise ValueError(f"depth_unit must be one of {DEPTH_UNITS}, got {self.depth_unit!r}")
+        if self.depth is not None and self.dtype != "float32":
+            raise ValueError("depth frames are float32 distances")
 
     def frame_hw(self, src_hw: tuple[int, int]) -> tuple[int, int]:
         """(H, W) of an output frame for a source of `src_hw`."""
@@ -78,9 +93,13 @@ class FrameOutput:
         h, w = src_hw
         return h, w
 
+    @property
+    def channels(self) -> int:
+        return 1 if self.depth is not None else 3
+
     def shape(self, src_hw: tuple[int, int]) -> tuple[int, int, int]:
         h, w = self.frame_hw(src_hw)
-        return (3, h, w) if self.channels_first else (h, w, 3)
+        return (self.channels, h, w) if self.channels_first else (h, w, self.channels)
 
     def placement(self, src_hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """(height, width, top, left) of the scaled picture inside an output frame."""
@@ -100,6 +119,9 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
     src_hw = (frame.height, frame.width)
     h, w, top, left = out.placement(src_hw)
     scaled = (h, w) != src_hw
+    if out.depth is not None:
+        _write_depth(frame, dest, out, reformatter, (h, w, top, left))
+        return
     if out.channels_first and (scaled or planar_exact(frame)):
         for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
             _put(_rows(p, h, w), dest[c, top : top + h, left : left + w])
@@ -112,6 +134,30 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
     axis = 1 if out.channels_first else 0
     if (h, w) != dest.shape[axis : axis + 2]:
         _zero_border(dest, top, left, h, w, axis=axis)
+
+
+def depth_codes(frame, reformatter: VideoReformatter) -> np.ndarray:
+    """A depth frame's 12-bit codes (H, W) uint16: a view of its ``gray12le`` plane (a frame of another pixel
+    format converted to it first), the values of PyAV's ``frame.to_ndarray(format="gray12le")``."""
+    if frame.format.name != PIX_FMT:
+        frame = _reformat(reformatter, frame, PIX_FMT, frame.height, frame.width, False)
+    plane = frame.planes[0]
+    return np.frombuffer(plane, "<u2").reshape(frame.height, plane.line_size // 2)[:, : frame.width]
+
+
+def _write_depth(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoReformatter, place: tuple) -> None:
+    h, w, top, left = place
+    codes = depth_codes(frame, reformatter)
+    sh, sw = codes.shape
+    if (h, w) != (sh, sw):  # each output pixel takes its nearest source pixel
+        rows = np.minimum(((np.arange(h) + 0.5) * (sh / h)).astype(np.int64), sh - 1)
+        cols = np.minimum(((np.arange(w) + 0.5) * (sw / w)).astype(np.int64), sw - 1)
+        codes = codes[rows[:, None], cols[None, :]]
+    plane = dest[0] if out.channels_first else dest[..., 0]
+    assert out.depth is not None, "a depth camera's output"
+    out.depth.dequantise(codes, plane[top : top + h, left : left + w], out.depth_unit)
+    if (h, w) != plane.shape:
+        _zero_border(plane, top, left, h, w, axis=0)
 
 
 def planar_exact(frame) -> bool:

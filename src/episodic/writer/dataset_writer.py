@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..format.depth import PIX_FMT as DEPTH_PIX_FMT
 from ..format.errors import WriterError, WriterSessionError
 from ..format.stats import array_stats
 from ..format.timebase import frames_to_seconds, timestamp_column
@@ -103,7 +104,7 @@ class DatasetWriter:
             check_gop(name, gop)
         for k in self.video_keys:
             h, w, _ = self.features[k].shape
-            probe_encoder(k, w, h, self.fps, **self.video_opts)
+            probe_encoder(k, w, h, self.fps, **self.camera_opts(k))
         self.sizes = (data_files_size_in_mb, video_files_size_in_mb)
         self.chunks_size = chunks_size
         self.fsync = fsync
@@ -125,6 +126,15 @@ class DatasetWriter:
                 self._session.release()
                 self._closed = True
                 raise
+
+    def camera_opts(self, key: str) -> dict[str, Any]:
+        """The encoder settings of camera `key`: the writer's; a depth camera's (`format.depth`) are its 12-bit codes
+        in lossless HEVC (``gray12le``), at the writer's gop."""
+        if self.features[key].is_depth:
+            return dict(
+                vcodec="hevc", gop=self.video_opts["gop"], crf=None, pix_fmt=DEPTH_PIX_FMT, preset=None, lossless=True
+            )
+        return self.video_opts
 
     @classmethod
     def reopen(cls, root: str | os.PathLike, fsync: bool = True) -> DatasetWriter:
@@ -176,8 +186,12 @@ class DatasetWriter:
             task_index=np.array([task_ids[t] for t in tasks], dtype=np.int64),
         )
         stats = {k: array_stats(columns[k]) for k in self.data_keys if self.features[k].dtype not in ("string", "bool")}
-        for k in self.video_keys:
-            stats[k] = array_stats(arrays[k][:: max(1, n // MAX_IMAGE_STATS_FRAMES)], image=True)
+        for k in self.video_keys:  # a depth camera's in its depth_unit (LeRobot 0.6), RGB in [0, 1]
+            stats[k] = array_stats(
+                arrays[k][:: max(1, n // MAX_IMAGE_STATS_FRAMES)],
+                image=True,
+                scale=1.0 if self.features[k].is_depth else 255.0,
+            )
         stats_json = {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats.items()}
 
         row: dict[str, Any] = {"episode_index": ep, "tasks": list(dict.fromkeys(tasks)), "length": n}
@@ -199,13 +213,15 @@ class DatasetWriter:
             for k in self.video_keys:
                 vg = self._videos[k].open
                 path = self._session.segment_path(vg, ep)
+                f = self.features[k]
+                pixels = f.depth_coding.quantise(arrays[k], f.depth_coding.unit or "m") if f.is_depth else arrays[k]
                 sizes["videos"][k] = encode_file(
                     path,
-                    arrays[k],
+                    pixels,
                     self.fps,
                     fsync=self.fsync,
                     label=f"{self.root}: episode {ep}: camera {k!r}",
-                    **self.video_opts,
+                    **self.camera_opts(k),
                 )
                 written.append(path)
                 start = frames_to_seconds(vg.frames, self.fps)

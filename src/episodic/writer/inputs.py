@@ -84,8 +84,16 @@ def check_features(features: Any) -> dict[str, Feature]:
             )
         if not f.shape or any(s < 1 for s in f.shape):
             raise WriterInputError(f"{where}: shape must be a non-empty list of positive ints, got {list(f.shape)}")
-        if f.is_video and f.shape[2] != 3:
-            raise WriterInputError(f"{where}: a video camera needs shape [height, width, 3] (RGB), got {list(f.shape)}")
+        if f.is_video and f.is_depth:
+            if f.shape[2] != 1:
+                raise WriterInputError(f"{where}: a depth camera needs shape [height, width, 1], got {list(f.shape)}")
+            if f.depth_coding.unit is None:  # the unit of the depth given, and of its statistics: metres unless told
+                f = Feature(f.name, f.dtype, f.shape, f.names, {**f.info, "depth_unit": "m"})
+        elif f.is_video and f.shape[2] != 3:
+            raise WriterInputError(
+                f"{where}: a video camera needs shape [height, width, 3] (RGB), or [height, width, "
+                f"1] with info.is_depth_map (depth), got {list(f.shape)}"
+            )
         _check_size(where, f)
         if f.dtype == "string" and f.shape != (1,):
             raise WriterInputError(f"{where}: a string feature has shape [1], got {list(f.shape)}")
@@ -175,6 +183,18 @@ def _check_array(ep: int, f: Feature, value: Any) -> np.ndarray:
         raise WriterInputError(f"{where}: not a regular array ({e})") from None
     if a.ndim == 0:
         raise WriterInputError(f"{where}: needs one row per frame, got a single value {value!r}")
+    if f.is_video and f.is_depth:  # distances in the feature's depth_unit: metres (floats) or millimetres (ints)
+        h, w, _ = f.shape
+        kind = "f" if f.depth_coding.unit == "m" else "iu"
+        if a.dtype.kind not in kind or a.shape[1:] not in ((h, w), (h, w, 1)):
+            want = "float metres" if f.depth_coding.unit == "m" else "integer millimetres"
+            raise WriterInputError(
+                f"{where}: a depth camera with depth_unit {f.depth_coding.unit!r} needs {want} of shape "
+                f"(T, {h}, {w}, 1), got {a.dtype} {a.shape}"
+            )
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise WriterInputError(f"{where}: depth values must be finite (a missing depth is 0)")
+        return a.reshape(len(a), h, w, 1)
     if f.is_video:
         h, w, c = f.shape
         if a.dtype != np.uint8 or a.shape[1:] != (h, w, c):

@@ -146,6 +146,14 @@ def write_metadata(
                 "video.crf": video_info["video.crf"],
                 "has_audio": False,
             }
+            if f.is_depth:  # LeRobot 0.6's depth camera: 12-bit codes in lossless HEVC, its coding
+                spec["info"].update({"video.codec": "hevc", "video.pix_fmt": "gray12le", "video.crf": None})
+                del spec["info"]["video.is_depth_map"]
+                spec["info"] = {
+                    **f.depth_coding.info(),
+                    **spec["info"],
+                    "video.extra_options": {"x265-params": "lossless=1"},
+                }
         out_features[k] = Feature.from_json(k, spec)
     info = DatasetInfo(
         codebase_version=V30,

@@ -100,12 +100,15 @@ def _add_stream(
     crf: int | None,
     pix_fmt: str,
     preset: int | str | None,
+    lossless: bool = False,
 ):
     name = encoder_name(vcodec)
     check_gop(name, gop)
     _refuse_unsafe_size(name, width, height)
+    if lossless and name != "libx265":
+        raise WriterInputError(f"lossless video is written with HEVC (x265), not {vcodec!r}")
     options = {"g": str(gop)}
-    if crf is not None:
+    if crf is not None and not lossless:
         options["crf"] = str(crf)
     if name == "libsvtav1":
         config.quiet_svt_av1()  # before the encoder starts: it reads SVT_LOG when it opens
@@ -118,8 +121,22 @@ def _add_stream(
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = Fraction(1, fps)
     if name == "libx265":
-        stream.codec_context.options = {**options, "x265-params": f"log-level=error:keyint={gop}:min-keyint={gop}"}
+        params = f"log-level=error:keyint={gop}:min-keyint={gop}" + (":lossless=1" if lossless else "")
+        stream.codec_context.options = {**options, "x265-params": params}
     return stream, name
+
+
+def video_frame(img: np.ndarray, pix_fmt: str) -> av.VideoFrame:
+    """A PyAV frame of one camera frame: HWC uint8 RGB, or (H, W[, 1]) uint16 codes for ``gray12le`` (a depth
+    camera's, `format.depth`; written row by row into the plane, whose rows may be padded)."""
+    if pix_fmt != "gray12le":
+        return av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+    codes = img.reshape(img.shape[0], img.shape[1])
+    frame = av.VideoFrame(codes.shape[1], codes.shape[0], "gray12le")
+    plane = frame.planes[0]
+    rows = np.frombuffer(memoryview(plane), np.uint8).reshape(codes.shape[0], plane.line_size)
+    rows[:, : codes.shape[1] * 2] = codes.astype("<u2").view(np.uint8).reshape(codes.shape[0], -1)
+    return frame
 
 
 def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
@@ -129,7 +146,11 @@ def probe_encoder(key: str, width: int, height: int, fps: int, **opts) -> None:
         with av.open(io.BytesIO(), mode="w", format="mp4") as container:
             stream, _ = _add_stream(container, width, height, fps, **opts)
             stream.codec_context.open()  # a size the encoder refuses fails here, before a frame is allocated
-            frame = av.VideoFrame.from_ndarray(np.zeros((height, width, 3), np.uint8), format="rgb24")
+            gray = opts.get("pix_fmt") == "gray12le"
+            frame = video_frame(
+                np.zeros((height, width) if gray else (height, width, 3), np.uint16 if gray else np.uint8),
+                opts.get("pix_fmt", "yuv420p"),
+            )
             frame.pts = 0
             packets = watched(
                 lambda tick: [*stream.encode(frame), *stream.encode(None)], f"camera {key!r} (the encoder probe)"
@@ -208,6 +229,7 @@ class VideoFileWriter:
         crf: int | None = 30,
         pix_fmt: str = "yuv420p",
         preset: int | str | None = None,
+        lossless: bool = False,
     ):
         self.final_path = final_path
         self.fps = fps
@@ -220,7 +242,9 @@ class VideoFileWriter:
         self._container = self._sink = None
         try:
             self._sink, self._container = open_output(self.tmp_path)
-            self._stream, name = _add_stream(self._container, width, height, fps, vcodec, gop, crf, pix_fmt, preset)
+            self._stream, name = _add_stream(
+                self._container, width, height, fps, vcodec, gop, crf, pix_fmt, preset, lossless
+            )
         except BaseException:
             self.abort()
             raise
@@ -228,8 +252,8 @@ class VideoFileWriter:
         self.pix_fmt = pix_fmt
 
     def add(self, frames: np.ndarray) -> float:
-        """Append HWC uint8 frames; returns the time (seconds) of the first one inside this file. `EncoderStalled`
-        when the encoder stops making progress (`encoder_watch`)."""
+        """Append HWC uint8 frames (a ``gray12le`` file: uint16 codes); returns the time (seconds) of the first one
+        inside this file. `EncoderStalled` when the encoder stops making progress (`encoder_watch`)."""
         start = frames_to_seconds(self.frames, self.fps)
         self._watched(lambda tick: self._add(frames, tick))
         return start
@@ -238,7 +262,7 @@ class VideoFileWriter:
         container = self._container
         assert container is not None, "opened by the constructor"
         for img in frames:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")
+            frame = video_frame(img, self.pix_fmt)
             frame.pts = self.frames
             frame.time_base = Fraction(1, self.fps)
             for packet in self._stream.encode(frame):

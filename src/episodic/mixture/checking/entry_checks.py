@@ -135,7 +135,7 @@ def check_entry(
     camera_roles = {r: k for r, k in explicit.items() if r not in RESERVED_ROLES}
     if not camera_roles and not removed.difference(RESERVED_ROLES):  # names no camera role: all, by default
         camera_roles = default_camera_roles(info.camera_keys, spec.camera_role_style)
-    cameras, shapes = {}, {}
+    cameras, shapes, depth_roles = {}, {}, []
     for role, camera in camera_roles.items():
         f = features.get(camera)
         if f is None:
@@ -153,8 +153,11 @@ def check_entry(
             )
             continue
         h, w, c = info.camera_hw(camera)
-        if c not in (1, 3):
-            add(f"roles.{role}", f"camera {camera!r} has {c} channels; 1 or 3 are supported")
+        problem = f.camera_problem(c)
+        if problem:
+            add(f"roles.{role}", problem)
+        elif f.is_depth:
+            depth_roles.append(role)
         vfps = f.info.get("video.fps") if isinstance(f.info, dict) else None
         if isinstance(vfps, (int, float)) and not isinstance(vfps, bool) and abs(vfps - info.fps) > 1e-6:
             add(
@@ -283,6 +286,7 @@ def check_entry(
         eval_frames=int(all_lengths[held].sum()),
         cameras=cameras,
         camera_shapes=shapes,
+        depth_roles=tuple(depth_roles),
         state_key=keys.get("state"),
         state_dim=dims.get("state", 0),
         action_key=keys.get("action"),

@@ -132,6 +132,7 @@ class EntryReport:
     eval_frames: int = 0
     cameras: Mapping[str, str] = field(default_factory=dict)  # role -> key
     camera_shapes: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)  # role -> (h, w, c)
+    depth_roles: tuple[str, ...] = ()  # camera roles that are depth cameras (`format.depth`)
     state_key: str | None = None
     state_dim: int = 0  # after state_indices
     action_key: str | None = None
@@ -148,14 +149,19 @@ class EntryReport:
         for k in ("cameras", "delta_offsets"):
             out[k] = {r: list(v) if isinstance(v, tuple) else v for r, v in out[k].items()}
         out["camera_shapes"] = {r: list(v) for r, v in self.camera_shapes.items()}
+        out["depth_roles"] = list(self.depth_roles)
         return out
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "entry") -> EntryReport:
-        """An entry's facts from `to_dict`'s form, checked (see the module docstring)."""
+        """An entry's facts from `to_dict`'s form, checked (see the module docstring); a report saved before depth
+        cameras were known has no ``depth_roles``: none."""
+        if isinstance(raw, dict) and "depth_roles" not in raw:
+            raw = {**raw, "depth_roles": []}
         raw = dict(_checked_fields(raw, _ENTRY_FIELDS, where))
         raw["cameras"] = dict(raw["cameras"])
         raw["camera_shapes"] = {r: tuple(v) for r, v in raw["camera_shapes"].items()}
+        raw["depth_roles"] = tuple(raw["depth_roles"])
         raw["delta_offsets"] = {r: tuple(v) for r, v in raw["delta_offsets"].items()}
         return cls(**raw)
 
@@ -184,6 +190,7 @@ _ENTRY_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eval_frames": (_count, "an int >= 0"),
     "cameras": (_mapping_of(_text), "an object of role -> feature key"),
     "camera_shapes": (_mapping_of(_list_of(_count, 3)), "an object of role -> [height, width, channels]"),
+    "depth_roles": (_list_of(_text), "a list of camera roles"),
     "state_key": (_opt_text, "a string or null"),
     "state_dim": (_count, "an int >= 0"),
     "action_key": (_opt_text, "a string or null"),

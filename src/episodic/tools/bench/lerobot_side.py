@@ -23,7 +23,9 @@ LeRobot's key order; camera frames uint8 = round(x * 255); "j/task" the task str
 "indices" (int64 positions queried), "delta_timestamps" (JSON string, "null" if none) and
 "episodes" (int64 list as given to LeRobotDataset; only present when a subset was requested). Frames stay
 float32 (LeRobot's values) with `--transform`, and are LeRobot's uint8 with `--return-uint8`; "options" (JSON)
-records both.
+records both. Depth cameras (LeRobot 0.6; `write --depth N`) stay LeRobot's float32 distances, in the unit of
+`items --depth-unit` (recorded in "options", with the depth keys), and their statistics as the dataset hands
+them out are "stats/KEY/NAME".
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import logging  # noqa: E402
 import math  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Collection  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -127,13 +130,25 @@ def _make_frame(h: int, w: int, cam: int, ep: int, fi: int, n: int) -> np.ndarra
     return img.astype(np.uint8)
 
 
+def _make_depth(h: int, w: int, ep: int, fi: int, unit: str) -> np.ndarray:
+    """(H, W, 1) depth of a tilted floor with a moving box in front of it: metres (float32) from about 0.005 to 12
+    (beyond the default range on both sides, so clamping shows), or millimetres (uint16) with `unit` "mm"."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    d = 0.3 + 11.7 * (y / max(h - 1, 1)) ** 2 + 0.2 * np.sin(0.3 * x + 0.5 * ep + 0.2 * fi)
+    cx, cy = (w / 2) * (1 + 0.6 * math.sin(0.2 * fi + ep)), (h / 2) * (1 + 0.5 * math.cos(0.15 * fi + 2 * ep))
+    box = (np.abs(x - cx) < w / 6) & (np.abs(y - cy) < h / 6)
+    d[box] = 0.005 + 0.1 * ((fi + ep) % 5)
+    d = d.astype(np.float32)[..., None]
+    return np.round(d * 1000).astype(np.uint16) if unit == "mm" else d
+
+
 def cmd_write(a: argparse.Namespace) -> None:
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     root = Path(a.root)
     if root.exists():
         sys.exit(f"{root} exists; refusing to overwrite")
-    features = {
+    features: dict[str, dict] = {
         "observation.state": {"dtype": "float32", "shape": (14,), "names": JOINTS},
         "action": {"dtype": "float32", "shape": (14,), "names": JOINTS},
     }
@@ -144,11 +159,25 @@ def cmd_write(a: argparse.Namespace) -> None:
             "shape": (a.height, a.width, 3),
             "names": ["height", "width", "channels"],
         }
+    depth_cams = [f"observation.images.depth{i}" for i in range(a.depth)]
+    for cam in depth_cams:  # LeRobot 0.6's depth cameras: one channel, info.is_depth_map
+        features[cam] = {
+            "dtype": "video",
+            "shape": (a.height, a.width, 1),
+            "names": ["height", "width", "channels"],
+            "info": {"is_depth_map": True},
+        }
     kw: dict = {"vcodec": VCODECS[a.vcodec]}
     if _lerobot_version() >= (0, 5):  # LeRobot 0.6: encoder settings in an RGBEncoderConfig
-        from lerobot.configs.video import RGBEncoderConfig
+        from lerobot.configs.video import DepthEncoderConfig, RGBEncoderConfig
 
         kw = {"rgb_encoder": RGBEncoderConfig(vcodec=VCODECS[a.vcodec])}
+        if depth_cams:
+            kw["depth_encoder"] = DepthEncoderConfig(
+                use_log=a.depth_quant == "log", depth_min=a.depth_min, depth_max=a.depth_max
+            )
+    elif depth_cams:
+        sys.exit("depth cameras need LeRobot 0.6")
     ds = LeRobotDataset.create(
         repo_id=a.repo_id,
         fps=a.fps,
@@ -181,6 +210,8 @@ def cmd_write(a: argparse.Namespace) -> None:
             }
             for ci, cam in enumerate(cams):
                 frame[cam] = _make_frame(a.height, a.width, ci, ep, fi, n)
+            for ci, cam in enumerate(depth_cams):
+                frame[cam] = _make_depth(a.height, a.width, ep + 7 * ci, fi, a.depth_unit)
             ds.add_frame(frame)
         ds.save_episode()
         if (ep + 1) % 10 == 0 or ep + 1 == a.episodes:
@@ -209,13 +240,13 @@ def _parse_delta(arg: str | None, fps: int, cams: list[str]):
     return json.loads(arg)
 
 
-def _to_numpy(key: str, v, camera_keys: set[str], float_frames: bool = False):
+def _to_numpy(key: str, v, camera_keys: set[str], float_frames: bool = False, depth_keys: Collection[str] = ()):
     import torch
 
     if isinstance(v, str):
         return np.array(v)
     if isinstance(v, torch.Tensor):
-        if key in camera_keys and v.dtype != torch.uint8 and not float_frames:
+        if key in camera_keys and key not in depth_keys and v.dtype != torch.uint8 and not float_frames:
             return torch.round(v * 255).clamp(0, 255).to(torch.uint8).numpy()
         return v.numpy()
     return np.asarray(v)
@@ -232,6 +263,8 @@ def cmd_items(a: argparse.Namespace) -> None:
         extra["return_uint8"] = True
     if a.transform:
         extra["image_transforms"] = TRANSFORMS[a.transform]
+    if a.depth_unit:
+        extra["depth_output_unit"] = a.depth_unit
     ds = LeRobotDataset(a.repo_id, root=a.root, episodes=episodes, delta_timestamps=delta, **extra)
     n = len(ds)
     if a.indices:
@@ -251,15 +284,29 @@ def cmd_items(a: argparse.Namespace) -> None:
         picks |= set(rng.choice(pool, size=min(n_extra, len(pool)), replace=False).tolist())
         indices = sorted(picks)
     camera_keys = set(meta.camera_keys)
+    depth_keys = set(getattr(meta, "depth_keys", ()))  # LeRobot 0.6: float32 distances, kept as they are
     out: dict[str, np.ndarray] = {"indices": np.asarray(indices, dtype=np.int64)}
     out["delta_timestamps"] = np.array(json.dumps(delta))
-    out["options"] = np.array(json.dumps({"return_uint8": a.return_uint8, "transform": a.transform}))
+    out["options"] = np.array(
+        json.dumps(
+            {
+                "return_uint8": a.return_uint8,
+                "transform": a.transform,
+                "depth_output_unit": a.depth_unit,
+                "depth_keys": sorted(depth_keys),
+            }
+        )
+    )
+    if depth_keys:  # the statistics as the dataset hands them out (rescaled to the output unit)
+        for key in sorted(depth_keys):
+            for name, value in ds.meta.stats[key].items():
+                out[f"stats/{key}/{name}"] = np.asarray(value)
     if episodes is not None:
         out["episodes"] = np.asarray(episodes, dtype=np.int64)
     for j, i in enumerate(indices):
         item = ds[i]
         for k, v in item.items():
-            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys, float_frames=a.transform is not None)
+            out[f"{j}/{k}"] = _to_numpy(k, v, camera_keys, float_frames=a.transform is not None, depth_keys=depth_keys)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     # numpy's stub types **kwds as if a key could be its allow_pickle flag; these keys are array names
     np.savez_compressed(a.out, **out)  # type: ignore[arg-type]
@@ -451,6 +498,16 @@ def main(argv=None) -> None:
     w.add_argument("--data-mb", type=float, default=None, help="data_files_size_in_mb")
     w.add_argument("--video-mb", type=float, default=None, help="video_files_size_in_mb")
     w.add_argument("--chunks-size", type=int, default=None)
+    w.add_argument("--depth", type=int, default=0, help="depth cameras (LeRobot 0.6: HEVC gray12le)")
+    w.add_argument("--depth-quant", default="log", choices=["log", "linear"], help="depth quantisation")
+    w.add_argument(
+        "--depth-unit",
+        default="m",
+        choices=["m", "mm"],
+        help="the depth given to the writer: metres (float32) or millimetres (uint16)",
+    )
+    w.add_argument("--depth-min", type=float, default=0.01)
+    w.add_argument("--depth-max", type=float, default=10.0)
     w.add_argument(
         "--streaming-encoding",
         action="store_true",
@@ -481,6 +538,12 @@ def main(argv=None) -> None:
     it.add_argument("--return-uint8", action="store_true", help="LeRobotDataset(return_uint8=True)")
     it.add_argument(
         "--transform", default=None, choices=sorted(TRANSFORMS), help="image_transforms (frames then stored float32)"
+    )
+    it.add_argument(
+        "--depth-unit",
+        default=None,
+        choices=["m", "mm"],
+        help="LeRobotDataset(depth_output_unit=...) (LeRobot 0.6; default its own, mm)",
     )
     it.set_defaults(fn=cmd_items)
 
