@@ -11,7 +11,9 @@ units and the other way round.
 - `finish_copy(src, dst)`: when every video file has its record, `reencode` itself on the copy: it keeps (after
   verifying) every file, copies the other files and writes meta/info.json last (only then is DST a dataset); a
   finished copy is verified and skipped. While files lack their record (units of other array tasks still to
-  run) it returns ``pending`` and changes nothing: the unit that finishes the last file finishes the copy.
+  run) it returns ``pending`` and changes nothing: the run that finishes the last file finishes the copy. Two
+  array tasks done with their files at once both try; the one that finds the copy's lock taken returns
+  ``pending`` (the other is finishing it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from ..format.errors import ExistingDirectoryError
+from ..format.errors import ExistingDirectoryError, WriterLockedError
 from ..format.metadata import INFO_PATH
 from ..storage import open_source
 from ..storage.atomic import atomic_write_bytes, is_temp_name
@@ -115,9 +117,12 @@ def finish_copy(
                 "detail": f"{len(missing)} of {len(job.cameras)} video file(s) not encoded yet (e.g. {missing[0]}): "
                 "the run that encodes the last one finishes the copy",
             }
-    result = reencode(
-        job.src, job.dst, vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset, workers=1, fsync=fsync
-    )
+    try:
+        result = reencode(
+            job.src, job.dst, vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset, workers=1, fsync=fsync
+        )
+    except WriterLockedError as e:  # another array task, done with its files at the same time, is finishing it
+        return {"status": "pending", "detail": f"being finished by another run ({e})"}
     facts = {k: getattr(result, k) for k in ("files_copied", "bytes_before", "bytes_after")}
     if result.skipped:
         return {"status": "skipped", "detail": result.summary(), **facts}

@@ -47,7 +47,10 @@ def _rolled(rs: list[dict]) -> dict[str, Any]:
         if status != "pending":
             status = "done" if any(r["status"] == "done" for r in rs) else "skipped"
         out.update(status=status, detail=f"{len(files)} part(s) ({counts}); {final.get('detail', '')}")
-    units = [{k: r[k] for k in ("part", "finish", "status", "error", "seconds", "host", "pid") if k in r} for r in rs]
+    units = [
+        {k: r[k] for k in ("part", "finish", "status", "detail", "error", "seconds", "host", "pid") if k in r}
+        for r in rs
+    ]
     out.update(facts=facts, seconds=round(sum(r.get("seconds", 0.0) for r in rs), 3), units=units)
     return out
 
