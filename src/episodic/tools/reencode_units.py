@@ -106,8 +106,8 @@ def finish_copy(
     src: str, dst: str, *, vcodec: str, gop: int, crf: int | None, pix_fmt: str, preset, fsync: bool = True
 ) -> dict[str, Any]:
     """The copy's final step (module docstring); ``status`` ``done``, ``skipped`` (finished before, verified) or
-    ``pending`` (files not encoded yet), ``detail`` and, when done, ``files_copied``, ``bytes_before``,
-    ``bytes_after``."""
+    ``pending`` (files not encoded yet), ``detail`` and, when done, ``files_encoded`` (by this step: a file
+    that did not verify), ``files_copied``, ``bytes_before``, ``bytes_after``."""
     job = prepare(src, dst, vcodec, gop, crf, pix_fmt, preset, fsync, False)
     if not _finished(job):
         missing = [rel for rel in job.cameras if not os.path.isfile(_record(job.dst, rel))]
@@ -123,7 +123,8 @@ def finish_copy(
         )
     except WriterLockedError as e:  # another array task, done with its files at the same time, is finishing it
         return {"status": "pending", "detail": f"being finished by another run ({e})"}
-    facts = {k: getattr(result, k) for k in ("files_copied", "bytes_before", "bytes_after")}
+    # files_encoded: those a unit's record vouched for that did not verify (0 unless a file was changed since)
+    facts = {k: getattr(result, k) for k in ("files_encoded", "files_copied", "bytes_before", "bytes_after")}
     if result.skipped:
         return {"status": "skipped", "detail": result.summary(), **facts}
     return {"status": "done", "detail": f"{len(job.cameras)} video file(s) verified, info.json written", **facts}

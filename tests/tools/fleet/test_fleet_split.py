@@ -235,6 +235,11 @@ def test_split_shards_killed_midway_and_run_again(big, broken_file, fleet_source
     assert {f for f, s in again.items() if s == "failed"} == {broken}
     assert {f for f, s in again.items() if s == "done"} == split_files - done_before - {broken}
     assert sum(any(r["name"] == "big" for r in s["results"]) for s in summaries) == n  # big's files in both tasks
+    for s in summaries:  # what a dataset's line counts as encoded is what its units encoded (none by a final step)
+        for r in s["results"]:
+            if "units" in r:
+                encoded = sum(u.get("detail", "").endswith(": encoded") for u in r["units"] if "part" in u)
+                assert r["facts"].get("files_encoded", 0) == encoded, r
     failed = [r for s in summaries for r in s["results"] if r["status"] == "failed"]
     assert [r["name"] for r in failed] == ["broken"] and failed[0]["failed_parts"] == [rel]
     for i, source in zip(items, sources):  # every other dataset finished (by one task or the other), and right
