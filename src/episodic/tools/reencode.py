@@ -49,7 +49,15 @@ from ..writer.lock import DirectoryLock
 from ..writer.session import ABSENT, DATASET, FILE, SESSION, directory_state
 from ..writer.video import ENCODE_ATTEMPTS, INFO_CODEC, VideoFileWriter, encoder_name, probe_encoder
 
-__all__ = ["REENCODE_CODECS", "ReencodeResult", "reencode"]
+__all__ = [
+    "REENCODE_CODECS",
+    "ReencodeResult",
+    "begin_settings",
+    "camera_files",
+    "check_resumable",
+    "prepare",
+    "reencode",
+]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +135,11 @@ def _expected_info(raw: bytes, video_keys, settings: dict) -> bytes:
     return json.dumps(info, indent=4).encode()
 
 
+def camera_files(meta) -> dict[str, str]:
+    """Every video file of a dataset (relative path) -> its camera."""
+    return {rel: k for k in meta.info.video_keys for rel in meta.episodes.cameras[k].files}
+
+
 def _plain_files(src: str, videos: set[str]) -> list[str]:
     """Every file of the original but its videos and info.json (relative paths, sorted); hidden entries (a
     `.cache`, temporary files) are left out."""
@@ -175,7 +188,7 @@ class _Copy:
         self.src, self.dst, self.settings, self.fsync = src, dst, settings, fsync
         self.meta = open_source(src).load_metadata()
         self.fps = self.meta.info.fps
-        self.cameras = {rel: k for k in self.meta.info.video_keys for rel in self.meta.episodes.cameras[k].files}
+        self.cameras = camera_files(self.meta)
         self.plain = _plain_files(src, set(self.cameras))
         with open(os.path.join(src, INFO_PATH), "rb") as f:
             self.info = _expected_info(f.read(), self.meta.info.video_keys, settings)
@@ -186,9 +199,9 @@ class _Copy:
         s = self.settings
         return dict(vcodec=s["vcodec"], gop=s["gop"], crf=s["crf"], pix_fmt=s["pix_fmt"], preset=s["preset"])
 
-    def probe(self) -> None:
-        """Every camera's size through the encoder, before anything is written."""
-        for k in self.meta.info.video_keys:
+    def probe(self, keys=None) -> None:
+        """Every camera's (or `keys`') size through the encoder, before anything is written."""
+        for k in self.meta.info.video_keys if keys is None else keys:
             h, w = self.meta.info.camera_hw(k)[:2]
             probe_encoder(k, w, h, int(self.fps), **self.writer_opts())
 
@@ -293,21 +306,8 @@ def reencode(
     module docstring. `workers`: files encoded side by side (default: the usable cores, at most the files).
     Returns what was done; `dst` holding a verified copy with these settings is left as it is (`skipped`)."""
     t0 = time.perf_counter()
-    src, dst = os.path.realpath(os.fspath(src)), os.path.realpath(os.fspath(dst))
-    if not os.path.isdir(src):
-        raise DatasetFormatError(
-            f"{src}: not a directory; reencode reads a local dataset (download a remote one first)"
-        )
-    if src == dst or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
-        raise ExistingDirectoryError(f"{dst}: the copy must be outside the original ({src}) and not contain it")
-    if directory_state(src) == SESSION:
-        raise DatasetFormatError(f"{src}: an unfinished writing session; finish it with `episodic repair {src}` first")
-    if isinstance(gop, bool) or not isinstance(gop, int) or gop < 1:
-        raise ValueError(f"gop must be a positive integer, got {gop!r}")
-    if crf is not None and (isinstance(crf, bool) or not isinstance(crf, int) or not 0 <= crf <= 63):
-        raise ValueError(f"crf must be an integer in 0..63 or None, got {crf!r}")
-    settings = _settings(src, vcodec, gop, crf, pix_fmt, preset)
-    job = _Copy(src, dst, settings, fsync, progress)
+    job = prepare(src, dst, vcodec, gop, crf, pix_fmt, preset, fsync, progress)
+    src, dst, settings = job.src, job.dst, job.settings
     result = ReencodeResult(src, dst, settings["vcodec"], gop, crf)
     work = os.path.join(dst, WORK_DIR)
     state = directory_state(dst)
@@ -320,11 +320,7 @@ def reencode(
             f"{dst}: holds a dataset that is not a {settings['vcodec']} copy of {src} with "
             f"these settings ({why}); choose another directory or delete it"
         )
-    if state == FILE:
-        raise ExistingDirectoryError(f"{dst}: exists and is not a directory")
-    others = [e for e in os.listdir(dst) if e != WORK_DIR] if state != ABSENT else []
-    if others and not os.path.isfile(os.path.join(work, SETTINGS)):
-        raise ExistingDirectoryError(f"{dst}: not empty and not an unfinished copy; choose a new or empty directory")
+    check_resumable(dst, state)
     job.probe()
     os.makedirs(work, exist_ok=True)
     lock = DirectoryLock.acquire(os.path.join(work, "lock"), dst)
@@ -341,8 +337,47 @@ def reencode(
     return result
 
 
+def prepare(
+    src, dst, vcodec: str, gop: int, crf: int | None, pix_fmt: str, preset, fsync: bool, progress: bool
+) -> _Copy:
+    """The copy SRC -> DST with these settings, its arguments checked (nothing written)."""
+    src, dst = os.path.realpath(os.fspath(src)), os.path.realpath(os.fspath(dst))
+    if not os.path.isdir(src):
+        raise DatasetFormatError(
+            f"{src}: not a directory; reencode reads a local dataset (download a remote one first)"
+        )
+    if src == dst or dst.startswith(src + os.sep) or src.startswith(dst + os.sep):
+        raise ExistingDirectoryError(f"{dst}: the copy must be outside the original ({src}) and not contain it")
+    if directory_state(src) == SESSION:
+        raise DatasetFormatError(f"{src}: an unfinished writing session; finish it with `episodic repair {src}` first")
+    if isinstance(gop, bool) or not isinstance(gop, int) or gop < 1:
+        raise ValueError(f"gop must be a positive integer, got {gop!r}")
+    if crf is not None and (isinstance(crf, bool) or not isinstance(crf, int) or not 0 <= crf <= 63):
+        raise ValueError(f"crf must be an integer in 0..63 or None, got {crf!r}")
+    return _Copy(src, dst, _settings(src, vcodec, gop, crf, pix_fmt, preset), fsync, progress)
+
+
+def check_resumable(dst: str, state: str) -> None:
+    """Refuse a DST (in `state`, `writer.session.directory_state`) that is neither new, empty, nor a copy
+    begun before (its settings in WORK_DIR)."""
+    if state == FILE:
+        raise ExistingDirectoryError(f"{dst}: exists and is not a directory")
+    others = [e for e in os.listdir(dst) if e != WORK_DIR] if state != ABSENT else []
+    if others and not os.path.isfile(os.path.join(dst, WORK_DIR, SETTINGS)):
+        raise ExistingDirectoryError(f"{dst}: not empty and not an unfinished copy; choose a new or empty directory")
+
+
 def _begin(job: _Copy, work: str, result: ReencodeResult) -> None:
     """Start the copy's session, or resume the interrupted one with the same settings."""
+    result.resumed = begin_settings(job, work)
+    for p in temp_files(job.dst):
+        os.unlink(p)
+        result.temp_files_removed.append(os.path.relpath(p, job.dst))
+
+
+def begin_settings(job: _Copy, work: str) -> bool:
+    """Record the copy's settings in `work`, or check them against those an earlier run (or another unit of a
+    split copy) recorded; True when they were there."""
     path = os.path.join(work, SETTINGS)
     if os.path.isfile(path):
         with open(path, "rb") as f:
@@ -357,12 +392,9 @@ def _begin(job: _Copy, work: str, result: ReencodeResult) -> None:
                 f"{ {k: (old or {}).get(k) for k in diff} }); run it again with those, or "
                 f"delete the directory"
             )
-        result.resumed = True
-    else:
-        atomic_write_bytes(path, json.dumps(job.settings, indent=1).encode(), fsync=job.fsync)
-    for p in temp_files(job.dst):
-        os.unlink(p)
-        result.temp_files_removed.append(os.path.relpath(p, job.dst))
+        return True
+    atomic_write_bytes(path, json.dumps(job.settings, indent=1).encode(), fsync=job.fsync)
+    return False
 
 
 def _run(job: _Copy, result: ReencodeResult, workers: int | None) -> None:

@@ -14,6 +14,7 @@ from ..text import printable
 from .executors import EXECUTORS
 from .relayout_plan import VERIFY
 from .tasks import TASKS
+from .worklist import SPLIT_ABOVE
 
 __all__ = ["add_parsers", "fleet_command", "option_arg", "relayout_command", "relayout_options"]
 
@@ -66,7 +67,7 @@ def _fleet_options(p: argparse.ArgumentParser) -> None:
         "--shard",
         default=None,
         metavar="K/N",
-        help="work on array task K's share of N (0 <= K < N): the datasets at positions K, K+N, ... of "
+        help="work on array task K's share of N (0 <= K < N): the units (datasets) at positions K, K+N, ... of "
         "the list; 'slurm': this SLURM array task's (SLURM_ARRAY_TASK_ID/COUNT)",
     )
     g.add_argument(
@@ -157,10 +158,11 @@ def add_parsers(sub) -> None:
         help="a tool over many datasets: convert, repack, validate, stats (local processes, "
         "Ray, or a SLURM array task)",
         description="Run TOOL on every dataset of LIST (a text file of sources, one per line, or a "
-        "mixture spec), one task per dataset, results under OUT (by dataset name): on a "
-        "pool of local processes (default), on a Ray cluster (--executor ray, "
+        "mixture spec), one task per dataset (per video file of a large one for reencode), results under "
+        "OUT (by dataset name): on a pool of local processes (default), on a Ray cluster (--executor ray, "
         "--ray-address), or as one task of a SLURM array (--shard K/N or slurm: the "
-        "datasets at positions K, K+N, ...). Each task is crash-safe and skips a result "
+        "units at positions K, K+N, ...; a unit is a dataset, or for reencode one video file of a large "
+        "dataset: --split-above). Each task is crash-safe and skips a result "
         "already done and verified, so a killed run is finished by running it again. "
         "Prints a summary (done, skipped, failed with the error) and writes it as JSON; "
         "exit status 1 when a dataset failed. Tool options: --option KEY=VALUE (JSON "
@@ -171,8 +173,25 @@ def add_parsers(sub) -> None:
     p.add_argument("target", metavar="LIST", help="a text file of sources or a mixture spec (or one dataset)")
     p.add_argument("out", metavar="OUT", help="the directory of the results")
     p.add_argument("--option", action="append", type=option_arg, metavar="KEY=VALUE", help="a tool option")
+    p.add_argument(
+        "--split-above",
+        type=_bytes_arg,
+        default=SPLIT_ABOVE,
+        metavar="BYTES",
+        help="reencode: a local dataset whose video files add up to more than this (e.g. 500M, 2G; default "
+        "2G) is split, one task per video file, then its final step; the other tools work on whole datasets",
+    )
     _fleet_options(p)
     p.set_defaults(func=fleet_command)
+
+
+def _bytes_arg(text: str) -> int:
+    from ... import config
+
+    try:
+        return config.parse_bytes(text, "--split-above")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _run_fleet(
@@ -197,6 +216,7 @@ def _run_fleet(
             progress=not args.quiet,
             summary_path=args.summary,
             single=single,
+            split_above=getattr(args, "split_above", SPLIT_ABOVE),
         )
     except ExecutorUnavailable as e:  # an optional dependency: one line saying what to install
         print(f"episodic {command}: {e}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """One fleet run: a tool over many datasets (`episodic fleet TOOL LIST OUT`, or `episodic convert` / `repack`
-given a list): the list read (`worklist`), this array task's share taken (``--shard``), the task run on each
-dataset by an executor (`executors`), a progress bar, and the summary (`summary`) written as JSON."""
+given a list): the list read (`worklist`), its units planned (a large dataset split per file where the task
+splits: `worklist.plan_units`), this array task's share of the units taken (``--shard``), the task run on each
+unit by an executor (`executors`), then the final step of each split dataset whose parts here all succeeded, a
+progress bar, and the summary (`summary`, one line per dataset) written as JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from ...storage.atomic import atomic_write_bytes
 from .executors import run_items
 from .summary import summarize
 from .tasks import TASKS, load_task
-from .worklist import WorkItem, read_worklist, shard as take_shard
+from .worklist import SPLIT_ABOVE, WorkItem, plan_units, read_worklist, shard as take_shard
 
 __all__ = ["default_summary_path", "run_fleet"]
 
@@ -37,11 +39,13 @@ def run_fleet(
     progress: bool = False,
     summary_path: str | None = None,
     single: bool = False,
+    split_above: int | None = SPLIT_ABOVE,
 ) -> dict[str, Any]:
     """Run `task` (a name of `tasks.TASKS`, or "module:attribute") on every dataset of `target` (a list file, a
     mixture spec, or a list of sources), results under `out_root`; returns the summary (also written as JSON to
     `summary_path`, default ``<out_root>/fleet-<task>[-shard-K-of-N].json``). `single`: `target` is one dataset
-    and `out_root` its result (no summary file unless `summary_path`)."""
+    and `out_root` its result (no summary file unless `summary_path`). `split_above`: a dataset with more bytes
+    than this in the parts a task splits (reencode: video files) is split, one unit per part (None: never)."""
     spec = TASKS.get(task, task)
     tool = load_task(spec)
     opts = tool.options(dict(options or {}))  # checked once, before any dataset is touched
@@ -52,12 +56,16 @@ def run_fleet(
         items = [WorkItem(name=name, source=str(target), output=out_root)]
     else:
         items = read_worklist(target, out_root, tool.output)
+    if split_above is not None and (isinstance(split_above, bool) or split_above < 0):
+        raise ValueError(f"split_above must be a number of bytes >= 0 or None, got {split_above!r}")
     listed = len(items)
-    if shard is not None:
-        items = take_shard(items, *shard)
-    results: list[dict] = []
     t0 = time.perf_counter()
-    with bar(total=len(items), enabled=progress, desc=getattr(tool, "name", task), unit="dataset") as pb:
+    units = plan_units(items, tool, opts, split_above)
+    if shard is not None:
+        units = take_shard(units, *shard)
+    split = {u["name"] for u in units if "part" in u}
+    results: list[dict] = []
+    with bar(total=len(units) + len(split), enabled=progress, desc=getattr(tool, "name", task), unit="task") as pb:
 
         def on_result(result: dict) -> None:
             results.append(result)
@@ -66,9 +74,16 @@ def run_fleet(
             if failed:
                 pb.set_postfix(failed=failed)
 
-        run_items(
-            spec, [i.to_json() for i in items], opts, on_result, executor=executor, workers=workers, address=address
-        )
+        def go(batch: list[dict]) -> None:
+            run_items(spec, batch, opts, on_result, executor=executor, workers=workers, address=address)
+
+        go(units)
+        # the final step of each split dataset whose parts here all succeeded (the rest: failed, named per part)
+        ok = {n for n in split if all(r["status"] != "failed" for r in results if r["name"] == n)}
+        finals = [{**i.to_json(), "finish": True} for i in items if i.name in ok]
+        pb.total = len(units) + len(finals)
+        if finals:
+            go(finals)
     summary = summarize(
         getattr(tool, "name", task),
         results,

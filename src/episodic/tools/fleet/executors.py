@@ -1,14 +1,15 @@
 """Where a fleet run's tasks run: a pool of local processes (the default), or a Ray cluster.
 
-Each task is `run_one(task, item, options)`: it imports the task (`tasks.load_task`), runs it on one dataset and
-returns what happened as JSON values (status ``done``, ``skipped`` or ``failed`` with the error; seconds; the
-task's facts); it never raises for a dataset's error, so one broken dataset never stops the others.
+Each task is `run_one(task, item, options)`: it imports the task (`tasks.load_task`), runs it on one dataset (or
+one unit of a split dataset: a part, or its final step) and returns what happened as JSON values (status
+``done``, ``skipped``, ``pending`` or ``failed`` with the error; seconds; the task's facts); it never raises for a
+dataset's error, so one broken dataset never stops the others.
 
 - ``local``: `workers` processes (default: the usable cores; 1: in this process). At most `workers` tasks are in
   flight; a worker process that dies (a crash in native code, the OOM killer) takes only the tasks it was
   running: they are run again one at a time in a fresh process, and a task whose process dies again fails with
   that as its error.
-- ``ray``: one Ray task per dataset (1 CPU each), on the cluster at `address` (``auto``, ``ray://host:10001``,
+- ``ray``: one Ray task per dataset or unit (1 CPU each), on the cluster at `address` (``auto``, ``ray://host:10001``,
   ``host:6379``) or, without one, on a local Ray started with `workers` CPUs and stopped at the end. Ray is an
   optional dependency (``pip install "episodic[ray]"``); episodic must be installed on every node. A Ray worker
   that dies is retried once by Ray, then the task fails with Ray's error.
@@ -45,7 +46,13 @@ class ExecutorUnavailable(RuntimeError):
 
 
 def _base(item: dict) -> Result:
-    return {"name": item["name"], "source": item["source"], "output": item["output"]}
+    """What names a unit's result: its dataset, and the part (file) of a split one, or its final step."""
+    out = {"name": item["name"], "source": item["source"], "output": item["output"]}
+    if item.get("part") is not None:
+        out["part"] = item["part"]
+    if item.get("finish"):
+        out["finish"] = True
+    return out
 
 
 def run_one(task: str, item: dict, options: dict) -> Result:

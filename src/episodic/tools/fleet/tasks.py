@@ -19,6 +19,12 @@ Tasks are named by an import path ``"module:attribute"`` (`TASKS`): a worker pro
 on another machine) imports the task itself, so a task registered with `register_task` works with every
 executor as long as its module is importable there.
 
+A task may also split a large dataset into parts (``units(item, options, split_above) -> list[str] | None``: the
+parts, e.g. its files, or None for one task): each part is then run as ``run({**item, "part": part}, ...)``, and,
+once every part of the dataset succeeded, the dataset's final step as ``run({**item, "finish": True}, ...)``, which
+may return ``{"status": "pending", ...}`` while parts run elsewhere (another array task) are not done. `driver`
+plans the units and rolls their results up per dataset (`summary.roll_up`).
+
 A new tool joins with one line in `TASKS` (or ``register_task(name, "module:attribute")``) naming an object that
 follows the protocol: `ReencodeTask` is how ``reencode`` (`tools.reencode`, which keeps its own verification of a
 finished copy) plugged in.
@@ -203,7 +209,8 @@ class ReencodeTask:
     resumable, a verified copy skipped). Options: ``vcodec`` (h264, hevc; default h264), ``gop``, ``crf``,
     ``pix_fmt``, ``preset`` (the writer's meanings) and ``workers`` (files encoded side by side in one dataset's
     task; default 1: the fleet's processes are the parallelism). A local dataset or a Hub one (downloaded); a
-    URL is refused by `reencode` (download it first)."""
+    URL is refused by `reencode` (download it first). A large local dataset is split: one unit per video file,
+    then its final step (`units`, `tools.reencode_units`)."""
 
     name = "reencode"
     KEYS = ("vcodec", "gop", "crf", "pix_fmt", "preset", "workers")
@@ -227,9 +234,27 @@ class ReencodeTask:
     def output(self, out_root: str, name: str) -> str:
         return os.path.join(out_root, name)
 
+    def units(self, item: dict, options: dict, split_above: int) -> list[str] | None:
+        """The parts of a large dataset, each a unit of its own: its video files, when it is a local directory
+        with at least two whose bytes add up to more than `split_above` (`tools.reencode_units`); else None
+        (one task)."""
+        from ..reencode_units import video_files
+
+        if not os.path.isdir(item["source"]):
+            return None
+        files = video_files(item["source"])
+        return sorted(files) if len(files) > 1 and sum(files.values()) > split_above else None
+
     def run(self, item: dict, options: dict, progress: bool = False) -> dict:
         from ..reencode import reencode
 
+        if item.get("part") is not None or item.get("finish"):
+            from ..reencode_units import encode_file, finish_copy
+
+            settings = {k: v for k, v in options.items() if k != "workers"}
+            if item.get("finish"):
+                return finish_copy(item["source"], item["output"], fsync=True, **settings)
+            return encode_file(item["source"], item["output"], item["part"], fsync=True, **settings)
         source = open_item_source(item)
         result = reencode(source.root, item["output"], progress=progress, fsync=True, **options)
         facts = {

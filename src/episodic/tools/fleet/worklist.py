@@ -7,22 +7,33 @@ first entry). Each dataset's result goes under the output directory at its *name
 last path part (a Hub repo id stays ``owner/name``), made a safe relative path (letters, digits, ``._-``; anything else
 becomes ``_``), and unique (``-2``, ``-3``, ... in list order).
 
-`shard(items, k, n)`: the items of array task `k` of `n`: those at positions ``k, k + n, k + 2n, ...`` of the
-list. A pure function of the list: every task of the array computes the same list, the tasks' shares are
-disjoint and together they are the whole list, whatever runs when.
+`plan_units(items, task, options, split_above)`: the units a run runs: each dataset one unit, but a dataset the
+task splits (a task with ``units``: `tasks`; `reencode`: a local dataset whose video files add up to more than
+`split_above` bytes) one unit per part (file), in the list's order, the parts in theirs (sorted paths). A pure
+function of the list and the datasets' file lists.
+
+`shard(units, k, n)`: the units of array task `k` of `n`: those at positions ``k, k + n, k + 2n, ...`` of the
+planned list. A pure function of that list: every task of the array computes the same list, the tasks' shares
+are disjoint and together they are the whole list, whatever runs when; the files of a large dataset are spread
+over the array's tasks.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ... import config
 
-__all__ = ["WorkItem", "parse_shard", "read_worklist", "shard"]
+__all__ = ["SPLIT_ABOVE", "WorkItem", "parse_shard", "plan_units", "read_worklist", "shard"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+SPLIT_ABOVE = 2 << 30  # a dataset is split into units (per file) above this many bytes (of the files split)
 
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -118,6 +129,24 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return kk, nn
 
 
-def shard(items: list[WorkItem], k: int, n: int) -> list[WorkItem]:
-    """The items of array task `k` of `n` (module docstring)."""
+def plan_units(items: list[WorkItem], task: Any, options: dict, split_above: int | None) -> list[dict]:
+    """The units of `items` (module docstring): an item's dict, or one per part with ``part`` added; `split_above`
+    None: no dataset split."""
+    out: list[dict] = []
+    for item in items:
+        parts = None
+        if split_above is not None and hasattr(task, "units"):
+            try:
+                parts = task.units(item.to_json(), options, split_above)
+            except Exception as e:  # noqa: BLE001  one that cannot be listed is one task: its error is reported there
+                log.debug("%s: not split (%s)", item.source, e)
+        if parts:
+            out.extend({**item.to_json(), "part": part} for part in parts)
+        else:
+            out.append(item.to_json())
+    return out
+
+
+def shard(items: list[T], k: int, n: int) -> list[T]:
+    """The items (units) of array task `k` of `n` (module docstring)."""
     return items[k::n]
