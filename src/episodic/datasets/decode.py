@@ -145,9 +145,10 @@ def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarra
     return [(*meta.info.camera_hw(k)[:2], len(np.unique(meta.episodes.cameras[k].file_id[episodes]))) for k in keys]
 
 
-def flat_frames(frames: np.ndarray) -> np.ndarray:
-    """(N, [T,] *frame) frames as (N * T, *frame) rows: a view, never a copy that writes would be lost in."""
-    flat = frames.reshape(-1, *frames.shape[-3:])
+def flat_frames(frames: np.ndarray, frame_dims: int = 3) -> np.ndarray:
+    """(N, [T,] *frame) frames as (N * T, *frame) rows (`frame_dims`: the axes of one frame, or of one frame
+    reference): a view, never a copy that writes would be lost in."""
+    flat = frames.reshape(-1, *frames.shape[-frame_dims:])
     if flat.size and not np.may_share_memory(flat, frames):  # (numpy 2.5 deprecates setting .shape, which raised)
         raise ValueError(
             f"frames of shape {frames.shape} and strides {frames.strides} cannot be written through one flat view"

@@ -267,11 +267,7 @@ def _frame_jobs(
     q = g.rows[:, None] if w is None else w[0]
     t = q.shape[1]
     target = g.pos[:, None] * t + np.arange(t)
-    if refs is None:
-        dest = flat_frames(out)
-    else:
-        dest = out.view()
-        dest.shape = (-1, 3)  # raises rather than copy
+    dest = flat_frames(out, 3 if refs is None else 1)  # frames, or (file, frame, pts) references
     frames = g.part.frames
     output = refs if refs is not None else frames.output(dtype, src)
     if g.part.pooled:
