@@ -31,22 +31,63 @@ __all__ = ["Rows", "gather", "positions_by_value"]
 @dataclass
 class Rows:
     """Whole episodes of layout entry `entry`, side by side (`columns`), decoded by `frames`. With `pooled` (one
-    episode a streaming consumer holds), each camera's frame of every row is located once, on first use."""
+    episode a streaming consumer holds, or `merged`: several such episodes of one entry side by side, one batch's
+    `merge_pooled`), each camera's frame of every row is located once, on first use."""
 
     entry: int
     columns: Columns
     frames: EntryFrames
     pooled: bool = False
+    merged: tuple[Rows, ...] = ()
     _located: dict = field(default_factory=dict, repr=False)
 
-    def located(self, key: str) -> tuple[str, np.ndarray, np.ndarray | None]:
-        """(file, time in it, frame index) of every row of this one-episode part for camera `key` (the frame
-        indices are None when some row has no frame within tolerance)."""
+    def located(self, key: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+        """For camera `key`, every row's video file (`files[file_of_row]`), time in it and frame index there
+        (-1 for the rows of an episode that has some row with no frame within tolerance: they are located when
+        decoded, so that the error names them): (files, file_of_row, times, frames)."""
         got = self._located.get(key)
         if got is None:
-            ts = self.columns.camera_times().astype(np.float64)
-            got = self._located[key] = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
+            if self.merged:
+                subs = [p.located(key) for p in self.merged]
+                files = sorted({f for fs, *_ in subs for f in fs})
+                number = {f: i for i, f in enumerate(files)}
+                got = (
+                    files,
+                    np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, _, _ in subs]),
+                    np.concatenate([t for _, _, t, _ in subs]),
+                    np.concatenate([fr for *_, fr in subs]),
+                )
+            else:
+                ts = self.columns.camera_times().astype(np.float64)
+                rel, times, frames = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
+                n = len(times)
+                got = ([rel], np.zeros(n, np.int64), times, np.full(n, -1, np.int64) if frames is None else frames)
+            self._located[key] = got
         return got
+
+
+def merge_pooled(parts: Sequence[Rows], part: np.ndarray, row: np.ndarray) -> tuple[list[Rows], np.ndarray, np.ndarray]:
+    """The pooled episodes of a streaming batch merged into one part per entry (their rows side by side,
+    `Columns.concat`), so that each key is one gather per entry rather than one per episode: (parts, the part
+    and row of each item in them)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, p in enumerate(parts):
+        groups.setdefault((p.entry, id(p.frames)) if p.pooled and not p.merged else (-1, i), []).append(i)
+    if len(groups) == len(parts):
+        return list(parts), part, row
+    merged: list[Rows] = []
+    new_part = np.empty(len(parts), np.int64)
+    offset = np.zeros(len(parts), np.int64)
+    for idx in groups.values():
+        subs = [parts[i] for i in idx]
+        if len(subs) > 1:
+            lengths = [len(p.columns) for p in subs]
+            offset[idx] = np.concatenate([[0], np.cumsum(lengths[:-1])])
+            columns = Columns.concat([p.columns for p in subs])
+            subs = [Rows(subs[0].entry, columns, subs[0].frames, pooled=True, merged=tuple(subs))]
+        new_part[idx] = len(merged)
+        merged.append(subs[0])
+    return merged, new_part[part], row + offset[part]
 
 
 @dataclass
@@ -86,6 +127,8 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
     """The batch whose item i is row `row[i]` of `parts[part[i]]`: the layout's keys in order, tensors placed
     by `memory.place`, cameras of `dtype` ("uint8", or "float32" in [0, 1]), text as lists of `str`."""
     part, row = np.asarray(part, dtype=np.int64), np.asarray(row, dtype=np.int64)
+    if len(parts) > 1 and parts[0].pooled:
+        parts, part, row = merge_pooled(parts, part, row)
     n = len(row)
     groups = []
     for u, pos in positions_by_value(part) if len(parts) > 1 else [(0, np.arange(n))] if n else []:
@@ -271,21 +314,39 @@ def _frame_jobs(
     frames = g.part.frames
     output = refs if refs is not None else frames.output(dtype, src)
     if g.part.pooled:
-        rel, times, located = g.part.located(src)
-        key = (frames.source.root, rel, f.key, None if located is not None else g.index)
-        jobs.setdefault(key, []).append(
-            (
-                frames,
-                src,
-                rel,
-                g.part.columns.episodes,
-                times[q].reshape(-1),
-                None if located is None else located[q].reshape(-1),
-                dest,
-                target.reshape(-1),
-                output,
+        files, file_of, times, located = g.part.located(src)
+        rows, slots = q.reshape(-1), target.reshape(-1)
+        cols = g.part.columns
+        by_file = positions_by_value(file_of[rows]) if len(files) > 1 else [(0, np.arange(len(rows)))]
+        for number, pos in by_file:
+            at, loc = rows[pos], located[rows[pos]]
+            lazy = loc < 0
+            eps = cols.episodes if len(by_file) == 1 else cols.episodes[np.unique(cols.episode_of_rows(at))]
+            if lazy.any():  # located when run, one job per episode: an error names its episode and rows' times
+                ep_of = cols.episodes[cols.episode_of_rows(at)]
+                for ep, where in positions_by_value(ep_of[lazy]):
+                    sel = np.flatnonzero(lazy)[where]
+                    key = (frames.source.root, files[number], f.key, ("episode", id(frames), ep))
+                    jobs.setdefault(key, []).append(
+                        (
+                            frames,
+                            src,
+                            files[number],
+                            np.asarray([ep]),
+                            times[at[sel]],
+                            None,
+                            dest,
+                            slots[pos][sel],
+                            output,
+                        )
+                    )
+                keep = ~lazy
+                at, loc, pos, eps = at[keep], loc[keep], pos[keep], np.unique(ep_of[keep])
+                if not len(at):
+                    continue
+            jobs.setdefault((frames.source.root, files[number], f.key, None), []).append(
+                (frames, src, files[number], eps, times[at], loc, dest, slots[pos], output)
             )
-        )
         return
     cols = g.part.columns
     eps = cols.episodes[cols.episode_of_rows(g.rows)]
