@@ -64,6 +64,8 @@ PAIRS = {
 }
 # resume: a deterministic ACT (no dropout, no VAE sampling), checkpoints every 2 steps
 RESUME = ACT + ["--policy.dropout=0", "--policy.use_vae=false", "--num_workers=0", "--save_freq=2"]
+# streaming (episodic only: its counting loader, on 2 spawned workers; the position saved with each checkpoint)
+STREAM = ACT + ["--policy.dropout=0", "--policy.use_vae=false", "--dataset.streaming=true", "--num_workers=2"]
 LOADERS = ("lerobot", "episodic")
 
 
@@ -135,12 +137,29 @@ def _runs(root: Path, out: Path) -> list[dict]:
                 "args": ["--resume=true", f"--steps={STEPS}", f"--config_path={config}"],
             }
         )
+    stream = out / "stream"
+    runs.append(
+        {
+            "name": "stream/whole",
+            "loader": "episodic",
+            "args": _common(root) + STREAM + ["--save_freq=2", f"--steps={STEPS}", f"--output_dir={stream}"],
+        }
+    )
+    config = stream / "checkpoints" / "000002" / "pretrained_model" / "train_config.json"
+    runs.append(
+        {
+            "name": "stream/resumed",
+            "loader": "episodic",
+            "args": ["--resume=true", f"--steps={STEPS}", f"--config_path={config}"],
+        }
+    )
     return runs
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[dict, Path]:
-    """Every run of this module, in one LeRobot 0.6.1 process: (results by run name, the dataset's root)."""
+    """Every run of this module, in one LeRobot 0.6.1 process: (results by run name, the output directory's parent,
+    which holds the dataset's root `ds` and the runs' `out`)."""
     tmp = tmp_path_factory.mktemp("lerobot06-train")
     root = tmp / "ds"
     write = [str(SIDE), "write", "--root", str(root), "--episodes", "8", "--min-len", "12", "--max-len", "24"]
@@ -157,7 +176,7 @@ def trained(tmp_path_factory) -> tuple[dict, Path]:
         timeout=3000,  # a run whose spawned workers keep the process alive ends here, failing
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads((tmp / "results.json").read_text()), root
+    return json.loads((tmp / "results.json").read_text()), tmp
 
 
 _STEP = re.compile(r"^step:(\d+) .*\bloss:(\S+) grdn:(\S+) ")
@@ -208,7 +227,8 @@ def test_the_held_out_episodes_are_lerobot_s_rule(trained):
     written out here from the dataset's own episodes table)."""
     import pyarrow.parquet as pq
 
-    results, root = trained
+    results, tmp = trained
+    root = tmp / "ds"
     first_task = {}
     for path in sorted((root / "meta" / "episodes").rglob("*.parquet")):
         rows = pq.read_table(path, columns=["episode_index", "tasks"]).to_pylist()
@@ -234,6 +254,8 @@ def test_a_resumed_run_continues_with_the_same_batches(trained):
         whole, resumed = (results[f"resume/{loader}/{n}"]["steps"] for n in ("whole", "resumed"))
         assert len(whole) == STEPS and len(resumed) == STEPS - 2, loader
         assert [s["index"] for s in resumed] == [s["index"] for s in whole[2:]], loader
+        # (a deterministic ACT: the losses of the uninterrupted run too, on both sides)
+        assert resumed == whole[2:], loader
     # episodic's run, uninterrupted and resumed, is LeRobot's
     for part in ("whole", "resumed"):
         assert results[f"resume/episodic/{part}"]["steps"] == results[f"resume/lerobot/{part}"]["steps"], part
@@ -251,3 +273,18 @@ def test_entry_point_prints_lerobot06_help(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "--dataset.eval_split" in proc.stdout and "--policy.type" in proc.stdout
+
+
+@pytest.mark.timeout(3600)
+def test_streaming_resumes_from_the_state_saved_with_the_checkpoint(trained):
+    """`--dataset.streaming=true` on LeRobot 0.6.1, 2 spawned workers: the stream's position is saved with each
+    checkpoint, and a run resumed from step 2 repeats the uninterrupted run's steps 3-4 (frames and losses)."""
+    results, tmp = trained
+    whole, resumed = (results[f"stream/{n}"]["steps"] for n in ("whole", "resumed"))
+    assert len(whole) == STEPS and all(len(s["index"]) == BATCH for s in whole)
+    frames = [i for s in whole for i in s["index"]]
+    assert len(set(frames)) == len(frames)  # one epoch: no frame twice
+    state_file = tmp / "out/stream/checkpoints/000002/training_state/episodic_stream_state.json"
+    state = json.loads(state_file.read_text())
+    assert (state["epoch"], state["batches_consumed"], state["batch_size"], state["seed"]) == (0, 2, BATCH, SEED)
+    assert resumed == whole[2:]
