@@ -152,6 +152,13 @@ def make_train_eval_datasets(cfg: Any) -> tuple[Any, Any]:
         dcfg.eval_split,
         len(set(first_tasks)),
     )
+    if getattr(cfg, "max_eval_samples", 0) > 0:  # LeRobot's subset reads `hf_dataset`, which episodic's lacks
+        log.warning(
+            "max_eval_samples=%d is not used with episodic's datasets: every frame of the %d held-out episodes is "
+            "evaluated",
+            cfg.max_eval_samples,
+            len(held_out),
+        )
     if getattr(dcfg, "video_backend", None):
         log.info("dataset.video_backend=%s is not used: episodic decodes videos with PyAV", dcfg.video_backend)
     common: dict[str, Any] = dict(
