@@ -9,8 +9,8 @@
   last ``ceil(n * eval_split)`` episodes of each task held out), so the same episodes are held out as with
   LeRobot's dataset; `(dataset, None)` without a split.
 
-LeRobot is imported only when these run. Which names each version has is looked up, not assumed
-(`lerobot.transforms` in 0.6, `lerobot.datasets.transforms` in 0.4).
+LeRobot is imported only when these run. The configuration tells the version (0.6's has `dataset.eval_split`):
+`ImageTransforms` comes from `lerobot.transforms` in 0.6, `lerobot.datasets.transforms` in 0.4.
 """
 
 from __future__ import annotations
@@ -43,10 +43,8 @@ def is_lerobot06(cfg: Any) -> bool:
 def _image_transforms(cfg: Any) -> Any:
     if not cfg.dataset.image_transforms.enable:
         return None
-    try:
-        module = importlib.import_module("lerobot.transforms")  # LeRobot 0.6
-    except ImportError:
-        module = importlib.import_module("lerobot.datasets.transforms")  # LeRobot 0.4
+    # LeRobot 0.6 moved them from lerobot.datasets.transforms (0.4) to lerobot.transforms
+    module = importlib.import_module("lerobot.transforms" if is_lerobot06(cfg) else "lerobot.datasets.transforms")
     return module.ImageTransforms(cfg.dataset.image_transforms)
 
 
