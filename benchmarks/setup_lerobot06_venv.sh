@@ -7,7 +7,9 @@
 # Recipe (see benchmarks/LEROBOT_ENV.md, "LeRobot 0.6.1"):
 #   * Python 3.13 (LeRobot 0.6 needs >= 3.12), built shared (libpython3.13.so, which torchcodec's custom ops
 #     link against) by .ci/python313.sh when $PYTHON313 is not given: ~10 min on 2 cores, once, into /opt/py313.
-#   * pip install "lerobot[dataset]==0.6.1": its own resolution, nothing pinned by hand (torch 2.11.0,
+#   * pip install "lerobot[dataset,accelerate-dep,diffusers-dep]==0.6.1" (accelerate, diffusers: its training
+#     script, Diffusion Policy): its own
+#     resolution, nothing pinned by hand (torch 2.11.0,
 #     torchvision 0.26.0 and torchcodec 0.11.1 as resolved: PyPI's torch for Linux is a CUDA build, ~5 GB with
 #     its nvidia-* wheels; this venv is opt-in, outside the default CI run).
 #   * torchcodec needs FFmpeg shared libraries; none are installed system-wide here, so we expose the FFmpeg 7.1
@@ -28,8 +30,11 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 VENV="$(cd "$VENV" && pwd)"
-"$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('lerobot') != '0.6.1')" 2>/dev/null ||
-    "$VENV/bin/pip" install --disable-pip-version-check -q "lerobot[dataset]==0.6.1"
+# accelerate-dep and diffusers-dep: LeRobot's own extras that its training script (lerobot-train) and Diffusion
+# Policy need, for tests/lerobot/test_train06.py (`episodic lerobot-train` on LeRobot 0.6.1)
+"$VENV/bin/python" -c "import importlib.metadata as m, sys, accelerate, diffusers
+sys.exit(m.version('lerobot') != '0.6.1')" 2>/dev/null ||
+    "$VENV/bin/pip" install --disable-pip-version-check -q "lerobot[dataset,accelerate-dep,diffusers-dep]==0.6.1"
 
 # FFmpeg for torchcodec: symlink every lib of PyAV's av.libs (so their $ORIGIN rpaths resolve here too) plus the
 # plain sonames (libavcodec.so.61, ...) that libtorchcodec_core7.so links against.

@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "lerobot-train",
         add_help=False,
-        help="LeRobot's own training script (lerobot-train, LeRobot 0.4.x) on episodic's datasets",
+        help="LeRobot's own training script (lerobot-train, LeRobot 0.4.x or 0.6.x) on episodic's datasets",
         description="episodic lerobot-train ARGS: the usual lerobot-train arguments, passed to "
         "LeRobot's lerobot_train as they are (run where LeRobot is installed); see "
         "episodic.lerobot.train.",

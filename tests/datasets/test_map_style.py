@@ -255,3 +255,27 @@ def test_image_transforms_apply_through_the_dataloader(small_root):
             torch.equal(batch["observation.images.top"], ref) and batch["observation.images.top"].dtype == torch.float32
         )
         break
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"episodes": [4, 0, 2]}, {"eval_split": {"fraction": 0.34, "rule": "lerobot"}}, {"episodes": [5, 1]}],
+    ids=["episodes", "eval-split", "two"],
+)
+def test_absolute_to_relative_idx_maps_each_index_to_its_position(small_root, kwargs):
+    """LeRobot 0.6's `absolute_to_relative_idx` (its training script's sampler maps the episodes'
+    dataset_from_index ranges through it): {global index: position} of a subset, checked against the dataset's own
+    index column read here with pyarrow, and against the items; None for the whole dataset."""
+    import pyarrow.parquet as pq
+
+    ds = LeRobotDataset("local/small", root=small_root, **kwargs)
+    table = pq.read_table(sorted((small_root / "data").rglob("*.parquet"))[0], columns=["episode_index", "index"])
+    episode_index = table.column("episode_index").to_numpy()
+    kept = np.unique([int(ds[p]["episode_index"]) for p in range(len(ds))])
+    assert 0 < len(kept) < 6
+    want = table.column("index").to_numpy()[np.isin(episode_index, kept)]  # ascending episodes, as LeRobot's rows
+    mapping = ds.absolute_to_relative_idx
+    assert list(mapping) == want.tolist() and list(mapping.values()) == list(range(len(ds)))
+    for index, position in list(mapping.items())[::7]:
+        assert int(ds[position]["index"]) == index
+    assert LeRobotDataset("local/small", root=small_root).absolute_to_relative_idx is None

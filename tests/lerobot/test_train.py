@@ -245,3 +245,49 @@ def test_without_lerobot_a_clear_error():
         [sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "src"))
     )
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def _script(*names: str):
+    import types
+
+    module = types.ModuleType("lerobot_train")
+    for name in names:
+        setattr(module, name, lambda *a, _name=name, **kw: _name)
+    return module
+
+
+@pytest.mark.parametrize(
+    "names, factory",
+    [
+        (("make_train_eval_datasets", "cycle", "save_checkpoint"), "make_train_eval_datasets"),  # LeRobot 0.6
+        (("make_dataset", "cycle", "save_checkpoint"), "make_dataset"),  # LeRobot 0.4
+    ],
+    ids=["0.6", "0.4"],
+)
+def test_the_script_s_names_pick_the_factory_replaced(names, factory):
+    """One entry point for both versions: the dataset factory `lerobot_train` has is the one replaced for the run
+    (with `cycle` and `save_checkpoint`), and every name is LeRobot's again afterwards. (The runs themselves:
+    test_train06.py with LeRobot 0.6.1, the tests above with 0.4.4, both slow.)"""
+    from episodic.lerobot import factory as episodic_factory
+    from episodic.lerobot.train import _Run
+
+    script = _script(*names)
+    originals = {n: getattr(script, n) for n in names}
+    with _Run(script) as run:
+        assert run.factory == factory
+        for n in names:
+            assert getattr(script, n) == getattr(run, n) and getattr(script, n) is not originals[n]
+        assert getattr(episodic_factory, factory).__name__ == factory  # what run's method calls
+    assert {n: getattr(script, n) for n in names} == originals
+
+
+@pytest.mark.parametrize(
+    "names, missing",
+    [(("cycle", "save_checkpoint"), "make_train_eval_datasets or make_dataset"), (("make_dataset",), "cycle")],
+)
+def test_a_script_of_another_version_is_a_clear_error(names, missing):
+    from episodic.lerobot.train import _factory_of
+
+    with pytest.raises(SystemExit) as err:
+        _factory_of(_script(*names))
+    assert f"has no {missing}" in str(err.value) and "supported: LeRobot 0.4.x and 0.6.x" in str(err.value)

@@ -333,6 +333,23 @@ class LeRobotDataset(EpisodicDataset):
             video_backend=(video_backend if video_backend not in (None, "pyav") else None, None),
         )
 
+    @property
+    def absolute_to_relative_idx(self) -> dict[int, int] | None:
+        """{global frame `index`: position in this dataset} when the dataset holds some of the episodes (an
+        `episodes` list or an eval split), None when it holds all (positions are the indices): LeRobot 0.6's, which
+        its `EpisodeAwareSampler` maps the episodes' `dataset_from_index` ranges through."""
+        if self.episodes is None and self.eval_split is None:
+            return None
+        index = self.rows.columns.arrays.get("index")
+        if index is None:  # no index column loaded: the episodes' ranges, in this dataset's (ascending) order
+            eps = self.rows.columns.episodes
+            table = self.meta.episodes
+            index = np.concatenate(
+                [np.arange(table.dataset_from_index[e], table.dataset_to_index[e]) for e in eps.tolist()]
+                or [np.zeros(0, np.int64)]
+            )
+        return dict(zip(np.asarray(index).reshape(-1).tolist(), range(len(index))))
+
 
 _WARNED: set[str] = set()
 

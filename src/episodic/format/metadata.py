@@ -63,6 +63,10 @@ __all__ = [
 ]
 
 
+# LeRobot 0.6's language columns (`lerobot.datasets.language.LANGUAGE_COLUMNS`)
+LANGUAGE_COLUMNS = ("language_persistent", "language_events")
+
+
 @dataclass
 class DatasetMetadata:
     """info.json + episodes + tasks + stats of one dataset, loaded through an fsspec filesystem."""
@@ -100,6 +104,12 @@ class DatasetMetadata:
     def depth_keys(self) -> list[str]:
         """The depth cameras (LeRobot 0.6's ``depth_keys`` of its metadata)."""
         return self.info.depth_keys
+
+    @property
+    def has_language_columns(self) -> bool:
+        """Whether the dataset declares one of LeRobot 0.6's language columns (``language_persistent``,
+        ``language_events``): its ``has_language_columns``, which picks the training script's collate function."""
+        return any(key in self.info.features for key in LANGUAGE_COLUMNS)
 
     def rescale_depth_stats(self, output_unit: str) -> None:
         """The depth cameras' statistics, recorded in their ``depth_unit``, brought to `output_unit` ("m" or "mm")
