@@ -11,6 +11,7 @@ encodes it again from its frames with a fresh encoder (`video.encode_file`).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -18,9 +19,23 @@ from typing import TypeVar
 
 from .. import config
 
-__all__ = ["EncoderStalled", "watched"]
+__all__ = ["LEFT_BEHIND", "EncoderStalled", "leave_behind", "watched"]
 
 T = TypeVar("T")
+
+
+# What stalled encoders use, kept for the life of the process: never closed under their thread, and never
+# freed either, not even when the interpreter exits (the thread may still wake inside it; PyAV 15 crashes
+# freeing an output container left open mid-file: the lowest-versions suite died of SIGSEGV in the garbage
+# collector at its end).
+LEFT_BEHIND: list = []
+
+
+def leave_behind(obj) -> None:
+    """Keep `obj` (a stalled encoder's writer, and through it its container, stream and file) alive until the
+    process ends: one reference more than anything will ever drop, so no collection frees it."""
+    LEFT_BEHIND.append(obj)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 class EncoderStalled(Exception):

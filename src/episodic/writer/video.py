@@ -20,7 +20,7 @@ from .. import config
 from ..format.errors import EncoderError, WriterInputError, WriterSessionError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
-from .encoder_watch import EncoderStalled, watched
+from .encoder_watch import EncoderStalled, leave_behind, watched
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +275,8 @@ class VideoFileWriter:
         try:
             return watched(work, self.final_path)
         except EncoderStalled:
-            self.stalled = True  # its thread is still inside the container: never close it
+            self.stalled = True  # its thread is still inside the container: never close it, nor free it
+            leave_behind(self)
             raise
 
     def size(self) -> int:

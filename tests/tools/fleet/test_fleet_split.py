@@ -216,7 +216,10 @@ def test_split_shards_killed_midway_and_run_again(big, broken_file, fleet_source
     for k, p in enumerate(procs):
         _, err = p.communicate(timeout=600)
         mine = shard(units, k, n)
-        assert p.returncode == (1 if any(u.get("part") == rel and u["name"] == "broken" for u in mine) else 0), err
+        summary = tmp_path / f"again-{k}.json"
+        assert p.returncode == (1 if any(u.get("part") == rel and u["name"] == "broken" for u in mine) else 0), err + (
+            summary.read_text() if summary.exists() else "(no summary)"
+        )
         summaries.append(json.loads((tmp_path / f"again-{k}.json").read_text()))
     again: dict[str, str] = {}  # file -> its unit's status in the second round
     for k, s in enumerate(summaries):
