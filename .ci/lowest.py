@@ -1,5 +1,5 @@
 """Print pip constraints pinning every dependency of pyproject.toml to its declared lower bound ("numpy>=1.26"
--> "numpy==1.26"), except those named on the command line (torch: CI uses the 2.13.0 CPU wheel on disk).
+-> "numpy==1.26"), except those named on the command line.
 .ci/run installs the package with these constraints and runs the suite, so the lower bounds we declare are
 the versions we test."""
 
