@@ -328,8 +328,12 @@ def reencode(
         _begin(job, work, result)
         _run(job, result, workers)
         atomic_write_bytes(os.path.join(dst, INFO_PATH), job.info, fsync=fsync)  # last: now it is a dataset
-        lock.release(remove=True)
-        shutil.rmtree(work, ignore_errors=True)
+        # the work directory goes in one step, renamed while still locked, then removed: another run looking at
+        # the copy meanwhile (a split copy's final step in another array task) sees it unfinished and locked,
+        # or finished; never a work directory half removed (it took that for a directory it must not touch)
+        done = f"{work}.{os.getpid()}.done"
+        os.rename(work, done)
+        shutil.rmtree(done, ignore_errors=True)
     finally:
         lock.release()
     result.seconds = time.perf_counter() - t0

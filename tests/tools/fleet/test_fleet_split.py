@@ -244,7 +244,7 @@ def test_split_shards_killed_midway_and_run_again(big, broken_file, fleet_source
                 encoded = sum(u.get("detail", "").endswith(": encoded") for u in r["units"] if "part" in u)
                 assert r["facts"].get("files_encoded", 0) == encoded, r
     failed = [r for s in summaries for r in s["results"] if r["status"] == "failed"]
-    assert [r["name"] for r in failed] == ["broken"] and failed[0]["failed_parts"] == [rel]
+    assert [r["name"] for r in failed] == ["broken"] and failed[0]["failed_parts"] == [rel], failed
     for i, source in zip(items, sources):  # every other dataset finished (by one task or the other), and right
         if i.name != "broken":
             assert (Path(i.output) / "meta/info.json").exists() and not (Path(i.output) / WORK_DIR).exists(), i.name
