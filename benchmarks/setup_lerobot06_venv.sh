@@ -36,29 +36,8 @@ VENV="$(cd "$VENV" && pwd)"
 sys.exit(m.version('lerobot') != '0.6.1')" 2>/dev/null ||
     "$VENV/bin/pip" install --disable-pip-version-check -q "lerobot[dataset,accelerate-dep,diffusers-dep]==0.6.1"
 
-# FFmpeg for torchcodec: symlink every lib of PyAV's av.libs (so their $ORIGIN rpaths resolve here too) plus the
-# plain sonames (libavcodec.so.61, ...) that libtorchcodec_core7.so links against.
-SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-AVLIBS="$SITE/av.libs"
-LIBDIR="$VENV/ffmpeg-libs"
-rm -rf "$LIBDIR"
-mkdir -p "$LIBDIR"
-for f in "$AVLIBS"/*; do ln -sf "$f" "$LIBDIR/"; done
-for f in "$AVLIBS"/lib{avcodec,avformat,avutil,avdevice,avfilter,swscale,swresample}-*.so.*; do
-    b="$(basename "$f")"
-    stem="${b%%-*}"                                        # libavcodec
-    major="$(sed -E 's/.*\.so\.([0-9]+).*/\1/' <<<"$b")"   # 61
-    ln -sf "$f" "$LIBDIR/$stem.so.$major"
-done
-
-cat > "$VENV/bin/lerobot-python" <<EOF
-#!/usr/bin/env bash
-export LD_LIBRARY_PATH="$LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-exec "$VENV/bin/python" "\$@"
-EOF
-chmod +x "$VENV/bin/lerobot-python"
-grep -q "ffmpeg-libs" "$VENV/bin/activate" ||
-    echo "export LD_LIBRARY_PATH=\"$LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"" >> "$VENV/bin/activate"
+# FFmpeg for torchcodec, from PyAV's wheel (benchmarks/link_pyav_ffmpeg.sh)
+source "$(dirname "$0")/link_pyav_ffmpeg.sh"
 
 # Smoke test: LeRobot picks torchcodec and torchcodec loads FFmpeg.
 "$VENV/bin/lerobot-python" - <<'EOF'
