@@ -60,6 +60,8 @@ PAIRS = {
     "act-w0-split-episodes": ACT
     + ["--num_workers=0", "--dataset.episodes=[7,1,4,2,6,0]", "--dataset.eval_split=0.4", "--eval_steps=2"],
     "diffusion-w0-split": DIFFUSION + ["--num_workers=0"] + SPLIT,
+    # --max_eval_samples: LeRobot evaluates the first frames of each task of the held-out side
+    "act-w0-split-max-eval": ACT + ["--num_workers=0", "--max_eval_samples=5"] + SPLIT,
     "diffusion-w2": DIFFUSION + ["--num_workers=2"],
 }
 # resume: a deterministic ACT (no dropout, no VAE sampling), checkpoints every 2 steps

@@ -150,13 +150,6 @@ def make_train_eval_datasets(cfg: Any) -> tuple[Any, Any]:
         dcfg.eval_split,
         len(set(first_tasks)),
     )
-    if getattr(cfg, "max_eval_samples", 0) > 0:  # LeRobot's subset reads `hf_dataset`, which episodic's lacks
-        log.warning(
-            "max_eval_samples=%d is not used with episodic's datasets: every frame of the %d held-out episodes is "
-            "evaluated",
-            cfg.max_eval_samples,
-            len(held_out),
-        )
     if getattr(dcfg, "video_backend", None):
         log.info("dataset.video_backend=%s is not used: episodic decodes videos with PyAV", dcfg.video_backend)
     common: dict[str, Any] = dict(
@@ -168,10 +161,23 @@ def make_train_eval_datasets(cfg: Any) -> tuple[Any, Any]:
     )  # (no depth_output_unit: LeRobot 0.6.1's split datasets take their default, millimetres)
     train = LeRobotDataset(dcfg.repo_id, episodes=kept.tolist(), image_transforms=_image_transforms(cfg), **common)
     held = LeRobotDataset(dcfg.repo_id, episodes=held_out.tolist(), image_transforms=None, **common)
+    if getattr(cfg, "max_eval_samples", 0) > 0:  # LeRobot's subset of the held-out frames reads `hf_dataset`
+        held.hf_dataset = TaskIndexTable(held.rows.columns.arrays["task_index"])  # type: ignore[attr-defined]
     if dcfg.use_imagenet_stats:
         for ds in (train, held):
             _set_imagenet_stats(ds, skip_depth=False)
     return train, held
+
+
+class TaskIndexTable:
+    """What LeRobot 0.6.1's `--max_eval_samples` reads of the held-out dataset, `hf_dataset.data.column(
+    "task_index").to_numpy()`: every item's task index, in item order (its first frames of each task are
+    evaluated)."""
+
+    def __init__(self, task_index: Any):
+        import pyarrow as pa
+
+        self.data = pa.table({"task_index": pa.array(task_index)})
 
 
 def stream_state_path(checkpoint_dir: Path) -> Path:
