@@ -185,7 +185,7 @@ def test_hung_server_while_streaming_gives_a_named_error(served, tmp_path):
 def test_streaming_over_a_dead_host_fails_within_one_window(multifile_root, tmp_path, fault):
     """A pool of 1 fetches rows, sizes and mp4s one after another: each used to wait a whole window of its own
     (two windows before the error reached the loop); now the host is down after the first."""
-    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=3.0, timeout_s=0.25, connect_timeout_s=0.25)
+    policy = FetchPolicy(backoff_s=0.01, max_backoff_s=0.05, retry_window_s=3.0, timeout_s=1.0, connect_timeout_s=1.0)
     shutil.copytree(multifile_root, tmp_path / "www" / "ds")
     with FaultServer(tmp_path / "www") as server:
         ds = StreamingLeRobotDataset(
