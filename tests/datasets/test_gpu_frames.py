@@ -24,7 +24,8 @@ from episodic.datasets import gpu_frames as G
 from episodic.datasets.decode import FILES_KEY
 from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.nvdec_sessions import SessionPool
-from episodic.datasets.streaming import StreamingLeRobotDataset, StreamingMixtureDataset
+from episodic.datasets.streaming import StreamingLeRobotDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.demo import write_demo_dataset
 from episodic.format.errors import GpuDecodeError
 from episodic.testing.synthetic import mixture_spec

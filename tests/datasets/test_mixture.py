@@ -328,7 +328,7 @@ def test_null_removes_a_role_and_its_default(small_root, tmp_path):
             assert torch.equal(batch[cam][rows], ref[cam][idx]) and not batch[f"{cam}_is_pad"][rows].any()
         else:
             assert not batch[cam][rows].any() and batch[f"{cam}_is_pad"][rows].all()
-    from episodic.datasets.streaming import StreamingMixtureDataset
+    from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 
     streamed = [i for i in StreamingMixtureDataset(report, cache_dir=tmp_path) if i["dataset_name"] != "full"]
     assert len(streamed) == 2 * len(ref["index"])

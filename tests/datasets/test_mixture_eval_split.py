@@ -17,7 +17,7 @@ import pytest
 
 from episodic.cli import main
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.streaming import StreamingMixtureDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.format.errors import MixtureSpecError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.order.split_stratified import held_out_count

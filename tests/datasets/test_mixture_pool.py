@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.streaming import StreamingMixtureDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.format.errors import FrameTimestampError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.testing.synthetic import mixture_spec

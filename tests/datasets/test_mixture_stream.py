@@ -14,7 +14,7 @@ import torch
 
 from episodic.datasets.consumer import Consumer, iterate_consumer
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.streaming import StreamingMixtureDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.mixture import MixtureSpec, preflight
 from episodic.order.mixture_state import SpecChangeError
 from episodic.order.pool_order import PoolOrder

@@ -21,7 +21,7 @@ import torch
 
 from episodic import DatasetWriter, LeRobotDataset, StreamingLeRobotDataset
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.streaming import StreamingMixtureDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.format.errors import MixtureSpecError
 from episodic.mixture import MixtureSpec, preflight
 

@@ -154,7 +154,7 @@ def _mixture_report(root: Path, **roles):
 
 def test_a_mixture_reads_a_string_feature_only_as_its_task_role(text_root, tmp_path):
     from episodic.datasets.mixture import MixtureDataset
-    from episodic.datasets.streaming import StreamingMixtureDataset
+    from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 
     want = _expected()
     plain = MixtureDataset(_mixture_report(text_root), image_size=(32, 32), cache_dir=tmp_path / "a")

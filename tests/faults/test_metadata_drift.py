@@ -18,7 +18,7 @@ import torch
 
 from episodic import LeRobotDataset, StreamingLeRobotDataset, UnknownTaskWarning
 from episodic.datasets.mixture import MixtureDataset
-from episodic.datasets.streaming import StreamingMixtureDataset
+from episodic.datasets.streaming_mixture import StreamingMixtureDataset
 from episodic.format import DatasetFormatError
 from episodic.mixture import preflight
 from episodic.tools.validate import validate

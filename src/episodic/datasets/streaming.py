@@ -7,7 +7,8 @@ in and what a resume skips are pure arithmetic in `order/` (`stream_plan`, `pool
 trainer is a `StreamState` value (plus what the epoch source adds, a mixture's state); one consumer's reads and
 batches are `consumer.Consumer`, whose items come from `gather` with the dataset's item layout, so an item
 equals the map-style dataset's item for the same frame. `StreamingLeRobotDataset` and `StreamingMixtureDataset`
-build one from their arguments; `loader()` is a `loader.StreamingLoader`.
+build one from their arguments (the mixture's in `streaming_mixture.py`); `loader()` is a
+`loader.StreamingLoader`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import torch
 from .. import config, runtime
 from ..counters import Counters, Tally
 from ..format.metadata import DatasetMetadata
-from ..mixture.sampling import build_sampler
 from ..order.eval_split import EvalSplit
 from ..order.pool_order import PoolOrder
 from ..order.shard import ConsumerId, resolve_topology
@@ -37,22 +37,19 @@ from ..storage.resolve import resolve_source
 from ..storage.source import Source
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from ..video.output import FrameOutput, check_image_size
 from .access import finish_batch, transformed_keys
 from .collate import Batch, deliver, make_batch, unbatch
 from .consumer import Consumer, StreamEntry, iterate_consumer
 from .epochs import DatasetEpochs, MixtureEpochs
-from .facts import DatasetFacts, MixtureFacts
+from .facts import DatasetFacts
 from .gpu_frames import gpu_setup
-from .item_layout import ItemLayout, mixture_layout, single_layout
+from .item_layout import ItemLayout, single_layout
 from .item_spec import ItemSpec, select_episodes
 from .loader import Iteration, StreamingLoader
-from .mixture import mixture_side
-from .mixture_entry import EntryEngines
 from .sides import SplitSides, checked_split
 from .stream_options import UNSET, StreamOptions, stream_options
 
-__all__ = ["StreamingDataset", "StreamingLeRobotDataset", "StreamingMixtureDataset"]
+__all__ = ["StreamingDataset", "StreamingLeRobotDataset", "local_for_gpu"]
 
 
 class StreamingDataset(torch.utils.data.IterableDataset):
@@ -253,7 +250,7 @@ class StreamingDataset(torch.utils.data.IterableDataset):
                 yield from unbatch(batch, self.image_transforms, transformed_keys(self))
 
 
-def _local_for_gpu(gpu, sources) -> None:
+def local_for_gpu(gpu, sources) -> None:
     """Streaming with decode_device='cuda' reads local datasets: a remote one is read into a consumer's mirror,
     whose files may go before the main process decodes them."""
     if gpu is not None and not all(s.is_local for s in sources):
@@ -384,7 +381,7 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
             self.spec.frames,
             counters,
         )
-        _local_for_gpu(gpu, [self.source])
+        local_for_gpu(gpu, [self.source])
         self.spec = replace(self.spec, gpu_keys=gpu_keys)
         super().__init__(
             DatasetEpochs(self.selected, self.spec.episode_lengths(self.meta)),
@@ -410,117 +407,3 @@ class StreamingLeRobotDataset(DatasetFacts, SplitSides, StreamingDataset):
     @property
     def num_episodes(self) -> int:
         return len(self.selected)
-
-
-class StreamingMixtureDataset(MixtureFacts, SplitSides, StreamingDataset):
-    """Items of a weighted mixture, streamed episode by episode from all entries: whole episodes of every entry
-    per epoch (`epochs.MixtureEpochs`), everything else as a single dataset streams (plan, exact and elastic
-    resume, `loader()`), items in the mixture's layout, each equal to `MixtureDataset`'s for the same frame.
-
-    `spec`: a `MixtureSpec`, a spec dict or file, or a `PreflightReport`. `image_size`/`resize_mode`,
-    `return_uint8`, `image_transforms` as in `MixtureDataset`; the streaming arguments as in
-    `StreamingLeRobotDataset` (`StreamOptions`, or `options=` one whole); `depth_output_unit` as in `MixtureDataset`.
-    `on_change`: what `load_state_dict`
-    does with a state saved under another mixture ("continue" or "refuse"). `split` and `eval_dataset()` as in
-    `MixtureDataset`.
-    """
-
-    epochs: MixtureEpochs
-
-    def __init__(
-        self,
-        spec,
-        *,
-        seed: int = 0,
-        shuffle: bool = True,
-        episode_pool_size: int = UNSET,
-        image_size: Sequence[int] | None = None,
-        resize_mode: str = "stretch",
-        return_uint8: bool = False,
-        image_transforms: Callable | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        chunk_size: int = UNSET,
-        prefetch_episodes: int = UNSET,
-        prefetch_threads: int = UNSET,
-        tabular_block: int = UNSET,
-        mirror_max_bytes: int = UNSET,
-        decoder_cache_size: int | None = UNSET,
-        fetch_policy: FetchPolicy | None = None,
-        on_error: str | None = None,
-        concurrency: int = 16,
-        on_change: str = "continue",
-        options: StreamOptions | None = None,
-        cache_max_bytes: int = UNSET,
-        decode_device: str = "cpu",
-        cpu_fallback=False,
-        gpu_decoders: int | None = None,
-        split: str = "train",
-        depth_output_unit: str = "mm",
-    ):
-        self.remember(locals())
-        options = stream_options(
-            options,
-            cache_max_bytes,
-            episode_pool_size=episode_pool_size,
-            chunk_size=chunk_size,
-            prefetch_episodes=prefetch_episodes,
-            prefetch_threads=prefetch_threads,
-            tabular_block=tabular_block,
-            mirror_max_bytes=mirror_max_bytes,
-            decoder_cache_size=decoder_cache_size,
-            fetch=UNSET if fetch_policy is None else fetch_policy,
-        )
-        mixture_side(self, spec, split, on_error, concurrency, image_size, resize_mode, depth_output_unit)
-        self.sampler, used = build_sampler(self.report, seed=seed, shuffle=shuffle)
-        assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
-        counters = Counters()
-        self.engines = EntryEngines(self.report, self.layout, counters, None, cache_dir)  # specs only
-        item_layout = mixture_layout(self.layout)
-        gpu_keys, gpu = gpu_setup(
-            item_layout,
-            self.engines.entries(),
-            decode_device,
-            cpu_fallback,
-            gpu_decoders,
-            FrameOutput(size=check_image_size(image_size, resize_mode), resize_mode=resize_mode),
-            counters,
-        )
-        _local_for_gpu(gpu, self.engines.sources)
-        self.engines.decode_on_gpu(gpu_keys)
-        self.items_per_entry = Tally(len(self.layout.entries))
-        self.target_shares = np.asarray([self.report.entries[e.index].share for e in self.layout.entries])
-        self.delta_indices = None
-        super().__init__(
-            MixtureEpochs(self.sampler, on_change),
-            item_layout,
-            self.engines.stream_entry,
-            options,
-            seed=seed,
-            shuffle=shuffle,
-            return_uint8=return_uint8,
-            image_transforms=image_transforms,
-            rank=rank,
-            world_size=world_size,
-            cache_dir=cache_dir,
-            cameras=self.engines.camera_sizes(),
-            tally=self.items_per_entry,
-            counters=counters,
-        )
-        self.gpu = gpu
-
-    @property
-    def changes(self) -> list[str]:
-        """What the last `load_state_dict` found changed in the mixture (`order.mixture_state`)."""
-        return self.epochs.changes
-
-    def epoch_slots(self, epoch: int):
-        """The whole episodes streaming epoch `epoch` takes, entry by entry (`order.epoch_episodes`)."""
-        return self.epochs.epoch(epoch, self.seed)
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.num_entries} entries, {self.num_frames} frames, pool "
-            f"{self.episode_pool_size}, cameras={list(self.layout.cameras)})"
-        )

@@ -2,6 +2,10 @@
 """LeRobot side of episodic's comparisons (LeRobot 0.4.4 and 0.6.1): write synthetic datasets, dump reference
 items, benchmark LeRobot's loaders.
 
+One file on purpose (586 lines, more than the project's ~450): it is copied nowhere and imports nothing of
+episodic, so a LeRobot venv runs it by path with no package of ours installed; split into modules it would need
+episodic on that venv's path.
+
 A standalone script shipped inside the episodic package: it is run by path, with the python of a LeRobot
 virtualenv (see benchmarks/LEROBOT_ENV.md and benchmarks/setup_lerobot_venv.sh), as a subprocess
 (`episodic bench --compare-lerobot`, benchmarks/bench_loaders.py, tests/e2e/test_parity_lerobot06.py) or by
