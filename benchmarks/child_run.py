@@ -8,7 +8,8 @@ import subprocess
 
 def measured(cmd: list[str]) -> dict:
     """Run `cmd` (a Python child that prints its result as a JSON line, last), sampling the peak PSS and RSS of
-    its process tree from outside; its JSON plus ``peak_pss_tree_mb`` and ``peak_rss_tree_mb``."""
+    its process tree from outside (RSS every 0.1 s, PSS every 2 s: see `PeakRSS`); its JSON plus
+    ``peak_pss_tree_mb`` and ``peak_rss_tree_mb``."""
     from episodic.tools.rss import PeakRSS
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -258,6 +258,11 @@ class _DecodePool:
 _POOL = _DecodePool()
 
 
+def _run_each(pairs: list) -> None:
+    for job, reader in pairs:
+        job.run(reader)
+
+
 def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
     """Run a batch's frame jobs, timed as the first job's entry's ``decode_seconds``: each file's frames in one
     forward pass. When every job has its own file and all of them fit in their decoder caches at once, the
@@ -280,7 +285,10 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
         readers = [j.reader() for j in jobs]  # here, in one thread: the cache is not thread-safe
         threads = threads or runtime.decode_threads()
         if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
-            _POOL.map(threads, FrameJob.run, jobs, readers)
+            # one task per thread (jobs dealt round-robin), not one per job: a mixture's batch is ~64 one-frame
+            # jobs, each shorter than handing it to a thread
+            n = min(threads, len(jobs))
+            _POOL.map(n, _run_each, [list(zip(jobs[i::n], readers[i::n])) for i in range(n)])
         else:
             for j, r in zip(jobs, readers):
                 j.run(r)

@@ -25,69 +25,187 @@ from .decode import FILES_KEY, EntryFrames, FrameJob, FrameRefs, flat_frames, ru
 from .item_layout import FRAME_KINDS, TEXT_KINDS, Field, ItemLayout, item_dtype
 from .memory import Empty, place
 
-__all__ = ["Rows", "gather", "positions_by_value"]
+__all__ = ["Rows", "gather", "merge_entries", "positions_by_value"]
 
 
 @dataclass
 class Rows:
     """Whole episodes of layout entry `entry`, side by side (`columns`), decoded by `frames`. With `pooled` (one
-    episode a streaming consumer holds, or `merged`: several such episodes of one entry side by side, one batch's
-    `merge_pooled`), each camera's frame of every row is located once, on first use."""
+    episode a streaming consumer holds), each camera's frame of every row is located once, on first use. A part
+    `merge_entries` made holds the rows of several parts (`subs`) of entries built alike: of each row, its part
+    (`sub_of_row`) and its row there (`row_in_sub`); pooled, every row of each part, else each item's rows within
+    its windows' reach."""
 
     entry: int
     columns: Columns
     frames: EntryFrames
     pooled: bool = False
-    merged: tuple[Rows, ...] = ()
+    subs: tuple[Rows, ...] = ()
+    sub_of_row: np.ndarray | None = None
+    row_in_sub: np.ndarray | None = None
     _located: dict = field(default_factory=dict, repr=False)
+    _key: tuple | None = field(default=None, repr=False)
 
-    def located(self, key: str) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-        """For camera `key`, every row's video file (`files[file_of_row]`), time in it and frame index there
-        (-1 for the rows of an episode that has some row with no frame within tolerance: they are located when
-        decoded, so that the error names them): (files, file_of_row, times, frames)."""
+    def located(
+        self, key: str
+    ) -> tuple[list[tuple[EntryFrames, str]], np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Of a pooled part, for camera `key`, every row's video file (`files[file_of_row]`: the entry's frames
+        and the file), time in it and frame index there (-1 for the rows of an episode that has some row with no
+        frame within tolerance: they are located when decoded, so that the error names them), and each file's
+        episodes: (files, file_of_row, times, frames, episodes of each file)."""
         got = self._located.get(key)
         if got is None:
-            if self.merged:
-                subs = [p.located(key) for p in self.merged]
-                files = sorted({f for fs, *_ in subs for f in fs})
-                number = {f: i for i, f in enumerate(files)}
+            if self.subs:
+                subs = [p.located(key) for p in self.subs]
+                files = list(dict.fromkeys(f for fs, *_ in subs for f in fs))
+                if len(files) == len(subs):  # each part one file of its own (one episode each)
+                    file_of = np.repeat(np.arange(len(subs)), [len(of) for _, of, *_ in subs])
+                    file_eps = [e for *_, es in subs for e in es]
+                else:
+                    number = {f: i for i, f in enumerate(files)}
+                    file_of = np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, *_ in subs])
+                    eps: list[list] = [[] for _ in files]
+                    for fs, *_, es in subs:
+                        for f, e in zip(fs, es):
+                            eps[number[f]].append(e)
+                    file_eps = [np.unique(np.concatenate(e)) for e in eps]
                 got = (
                     files,
-                    np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, _, _ in subs]),
-                    np.concatenate([t for _, _, t, _ in subs]),
-                    np.concatenate([fr for *_, fr in subs]),
+                    file_of,
+                    np.concatenate([t for _, _, t, _, _ in subs]),
+                    np.concatenate([fr for _, _, _, fr, _ in subs]),
+                    file_eps,
                 )
             else:
                 ts = self.columns.camera_times().astype(np.float64)
                 rel, times, frames = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
                 n = len(times)
-                got = ([rel], np.zeros(n, np.int64), times, np.full(n, -1, np.int64) if frames is None else frames)
+                got = (
+                    [(self.frames, rel)],
+                    np.zeros(n, np.int64),
+                    times,
+                    np.full(n, -1, np.int64) if frames is None else frames,
+                    [self.columns.episodes[:1].astype(np.int64)],
+                )
             self._located[key] = got
         return got
 
+    def merge_key(self, layout: ItemLayout) -> tuple:
+        """Equal for parts whose items are built alike (`merge_entries`): pooled or not, the entry's
+        `ItemLayout.merge_keys`, the windows, the cameras and the columns (names, dtypes, shapes). A part with
+        image features is merged with none."""
+        if self._key is None:
+            spec, cols = self.frames.spec, self.columns
+            if cols.images or self.subs:
+                self._key = ("alone", id(self))
+            else:
+                self._key = (
+                    self.pooled,
+                    layout.merge_keys[self.entry],
+                    tuple((k, v.tobytes()) for k, v in sorted(spec.offsets.items())),
+                    tuple(spec.video_keys),
+                    tuple(spec.gpu_keys),
+                    tuple((n, a.dtype.str, a.shape[1:]) for n, a in cols.arrays.items()),
+                    cols.frame_times is None,
+                )
+        return self._key
 
-def merge_pooled(parts: Sequence[Rows], part: np.ndarray, row: np.ndarray) -> tuple[list[Rows], np.ndarray, np.ndarray]:
-    """The pooled episodes of a streaming batch merged into one part per entry (their rows side by side,
-    `Columns.concat`), so that each key is one gather per entry rather than one per episode: (parts, the part
-    and row of each item in them)."""
-    groups: dict[tuple[int, int], list[int]] = {}
+    def entries(self) -> np.ndarray | None:
+        """Of a merged part, each row's entry; None for a part of one entry."""
+        if not self.subs:
+            return None
+        assert self.sub_of_row is not None
+        return np.asarray([p.entry for p in self.subs], dtype=np.int64)[self.sub_of_row]
+
+
+def merge_entries(
+    layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.ndarray
+) -> tuple[list[Rows], np.ndarray, np.ndarray]:
+    """The parts of a batch whose items are built alike (`Rows.merge_key`: a streaming pool's episodes, and a
+    mixture's entries with the same sources, selections, windows and cameras) merged into one part, so that each
+    key is one gather for all of them rather than one per part: pooled episodes side by side whole, each with its
+    frames located once; other parts (a mixture entry's whole selection), each item's rows within its windows'
+    reach (its episode's rows from its earliest to its latest offset, views concatenated), decoded from each
+    part's own files. (parts, the part and row of each item in them)."""
+    buckets: dict[tuple, list[int]] = {}
     for i, p in enumerate(parts):
-        groups.setdefault((p.entry, id(p.frames)) if p.pooled and not p.merged else (-1, i), []).append(i)
-    if len(groups) == len(parts):
+        buckets.setdefault(p.merge_key(layout), []).append(i)
+    if len(buckets) == len(parts) or not len(row):
         return list(parts), part, row
+    items = dict(positions_by_value(part))
     merged: list[Rows] = []
-    new_part = np.empty(len(parts), np.int64)
-    offset = np.zeros(len(parts), np.int64)
-    for idx in groups.values():
-        subs = [parts[i] for i in idx]
-        if len(subs) > 1:
-            lengths = [len(p.columns) for p in subs]
-            offset[idx] = np.concatenate([[0], np.cumsum(lengths[:-1])])
-            columns = Columns.concat([p.columns for p in subs])
-            subs = [Rows(subs[0].entry, columns, subs[0].frames, pooled=True, merged=tuple(subs))]
-        new_part[idx] = len(merged)
-        merged.append(subs[0])
-    return merged, new_part[part], row + offset[part]
+    new_part = np.empty(len(row), np.int64)
+    new_row = np.empty(len(row), np.int64)
+    for idx in buckets.values():
+        idx = [i for i in idx if i in items]
+        if len(idx) == 1:
+            pos = items[idx[0]]
+            new_part[pos], new_row[pos] = len(merged), row[pos]
+            merged.append(parts[idx[0]])
+        elif idx:
+            rows, new = (_whole if parts[idx[0]].pooled else _reach)(
+                [parts[i] for i in idx], [items[i] for i in idx], row
+            )
+            for i, at in zip(idx, new):
+                new_part[items[i]], new_row[items[i]] = len(merged), at
+            merged.append(rows)
+    return merged, new_part, new_row
+
+
+def _whole(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, list[np.ndarray]]:
+    """Pooled parts side by side whole (`merge_entries`); each item's row in them."""
+    lengths = [len(p.columns) for p in subs]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    merged = Rows(
+        subs[0].entry,
+        Columns.concat([p.columns for p in subs]),
+        subs[0].frames,
+        pooled=True,
+        subs=tuple(subs),
+        sub_of_row=np.repeat(np.arange(len(subs)), lengths),
+        row_in_sub=np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths),
+    )
+    return merged, [offsets[k] + row[pos] for k, pos in enumerate(items)]
+
+
+def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, list[np.ndarray]]:
+    """Each item's rows within its windows' reach, of parts whose rows are whole selections (`merge_entries`),
+    side by side, each a piece of its own in the merged columns; each item's row in them."""
+    offsets = list(subs[0].frames.spec.offsets.values())
+    lo = min([0, *(int(o.min()) for o in offsets if len(o))])
+    hi = max([0, *(int(o.max()) for o in offsets if len(o))])
+    a, b, eps, r = [], [], [], []
+    for p, pos in zip(subs, items):
+        cols, rr = p.columns, row[pos]
+        ep = cols.episode_of_rows(rr)
+        a.append(np.maximum(cols.starts[ep], rr + lo))
+        b.append(np.minimum(cols.starts[ep + 1], rr + hi + 1))
+        eps.append(cols.episodes[ep])
+        r.append(rr)
+    counts = [len(x) for x in r]
+    first, last = np.concatenate(a), np.concatenate(b)
+    lengths = last - first
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    sub = np.repeat(np.arange(len(subs)), counts)
+    spans = list(zip([subs[k].columns for k in sub.tolist()], first.tolist(), last.tolist()))
+    cols0 = subs[0].columns
+    columns = Columns(
+        episodes=np.concatenate(eps),
+        starts=starts,
+        arrays={n: np.concatenate([c.arrays[n][x:y] for c, x, y in spans]) for n in cols0.arrays},
+        frame_times=None if cols0.frame_times is None else np.concatenate([c.camera_times()[x:y] for c, x, y in spans]),
+    )
+    merged = Rows(
+        subs[0].entry,
+        columns,
+        subs[0].frames,
+        subs=tuple(subs),
+        sub_of_row=np.repeat(sub, lengths),
+        row_in_sub=np.arange(starts[-1]) - np.repeat(starts[:-1], lengths) + np.repeat(first, lengths),
+    )
+    at = starts[:-1] + np.concatenate(r) - first
+    bounds = np.cumsum([0, *counts])
+    return merged, [at[x:y] for x, y in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -127,8 +245,8 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
     """The batch whose item i is row `row[i]` of `parts[part[i]]`: the layout's keys in order, tensors placed
     by `memory.place`, cameras of `dtype` ("uint8", or "float32" in [0, 1]), text as lists of `str`."""
     part, row = np.asarray(part, dtype=np.int64), np.asarray(row, dtype=np.int64)
-    if len(parts) > 1 and parts[0].pooled:
-        parts, part, row = merge_pooled(parts, part, row)
+    if len(parts) > 1:
+        parts, part, row = merge_entries(layout, parts, part, row)
     n = len(row)
     groups = []
     for u, pos in positions_by_value(part) if len(parts) > 1 else [(0, np.arange(n))] if n else []:
@@ -176,7 +294,8 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                         f"cannot be decoded on the GPU with the videos of key {f.key!r}"
                     )
                 if not on_gpu:
-                    _check_shape(layout, g, f, src, out.shape[-3:])
+                    for p in g.part.subs or (g.part,):
+                        _check_shape(layout, p, f, src, out.shape[-3:])
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
                 if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
                     copies.append((g, seen, f.key))
@@ -192,7 +311,11 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                 if src is not None:
                     out[at, : layout.base_of(f).dims[g.part.entry]] = True
             elif f.kind == "entry":
-                out[at] = layout.entry_index[g.part.entry]
+                per_row = g.part.entries()
+                if per_row is None:
+                    out[at] = layout.entry_index[g.part.entry]
+                else:
+                    out[at] = np.asarray(layout.entry_index, dtype=np.int64)[per_row[g.rows]]
     run_jobs([_job(parts) for parts in jobs.values()])
     for g, src_key, key in copies:
         view[key][g.pos] = view[src_key][g.pos]
@@ -258,7 +381,13 @@ def _text(f: Field, layout: ItemLayout, groups: list[_Group], n: int) -> list[st
         return _texts(f, groups[0])
     out = np.empty(n, dtype=object)
     for g in groups:
-        out[g.pos] = layout.entry_name[g.part.entry] if f.kind == "name" else _texts(f, g)
+        if f.kind != "name":
+            out[g.pos] = _texts(f, g)
+            continue
+        per_row = g.part.entries()
+        out[g.pos] = (
+            layout.entry_name[g.part.entry] if per_row is None else [layout.entry_name[e] for e in per_row[g.rows]]
+        )
     return out.tolist()
 
 
@@ -269,18 +398,24 @@ def _texts(f: Field, g: _Group) -> list[str]:
         if src is None:  # the entry removes its task role
             return [""] * len(g.rows)
         if src == "task":
-            return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
+            if not g.part.subs:
+                return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
+            assert g.part.sub_of_row is not None
+            out = np.empty(len(g.rows), dtype=object)  # each entry its own task table
+            for s, at in positions_by_value(g.part.sub_of_row[g.rows]):
+                out[at] = g.part.subs[s].frames.spec.tasks_at(arrays["task_index"][g.rows[at]])
+            return out.tolist()
         return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
     assert src is not None, f"text field {f.key!r} has a column"
     return arrays[src][g.rows].tolist()
 
 
-def _check_shape(layout: ItemLayout, g: _Group, f: Field, src: str, shape: Sequence[int]) -> None:
-    want = g.part.frames.frame_shape(src)
+def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: Sequence[int]) -> None:
+    want = part.frames.frame_shape(src)
     if tuple(shape) != want:
-        name = layout.entry_name[g.part.entry]
+        name = layout.entry_name[part.entry]
         raise DatasetFormatError(
-            f"{f'entry {name!r}: ' if name else ''}{g.part.frames.meta.root}: camera {src!r} gives "
+            f"{f'entry {name!r}: ' if name else ''}{part.frames.meta.root}: camera {src!r} gives "
             f"frames of shape {want}, the batch holds {tuple(shape)}"
         )
 
@@ -305,51 +440,65 @@ def _frame_jobs(
 ) -> None:
     """Plan the decoding of a group's frames of camera `src` into its rows of `out`: jobs keyed by file (one
     job per file for the whole batch where frames are located already; per part where they are located when
-    decoded, so that an error names that part's episode). With `refs`, `out` holds frame references."""
+    decoded, so that an error names that part's episode). With `refs`, `out` holds frame references. The
+    frames of a merged part's items come from each one's own part."""
     w = g.window(src) if f.window is not None else None
     q = g.rows[:, None] if w is None else w[0]
     t = q.shape[1]
     target = g.pos[:, None] * t + np.arange(t)
     dest = flat_frames(out, 3 if refs is None else 1)  # frames, or (file, frame, pts) references
-    frames = g.part.frames
+    part = g.part
+    if not part.subs or part.pooled:  # a pooled part locates the frames of every row of its parts
+        _part_frame_jobs(f.key, part, src, q, target, dest, dtype, jobs, refs)
+        return
+    assert part.sub_of_row is not None and part.row_in_sub is not None
+    for s, at in positions_by_value(part.sub_of_row[g.rows]):
+        _part_frame_jobs(f.key, part.subs[s], src, part.row_in_sub[q[at]], target[at], dest, dtype, jobs, refs)
+
+
+def _part_frame_jobs(
+    key: str,
+    part: Rows,
+    src: str,
+    q: np.ndarray,
+    target: np.ndarray,
+    dest: np.ndarray,
+    dtype: str,
+    jobs: dict,
+    refs: FrameRefs | None,
+) -> None:
+    """`_frame_jobs` of the items of one part: rows `q` ((B, T), clamped into each item's episode) of `part`
+    into rows `target` of `dest`."""
+    frames = part.frames
     output = refs if refs is not None else frames.output(dtype, src)
-    if g.part.pooled:
-        files, file_of, times, located = g.part.located(src)
+    if part.pooled:
+        files, file_of, times, located, file_eps = part.located(src)
         rows, slots = q.reshape(-1), target.reshape(-1)
-        cols = g.part.columns
+        cols = part.columns
         by_file = positions_by_value(file_of[rows]) if len(files) > 1 else [(0, np.arange(len(rows)))]
         for number, pos in by_file:
-            at, loc = rows[pos], located[rows[pos]]
+            owner, rel = files[number]
+            out = refs if refs is not None else owner.output(dtype, src)
+            at = rows[pos]
+            loc = located[at]
             lazy = loc < 0
-            eps = cols.episodes if len(by_file) == 1 else cols.episodes[np.unique(cols.episode_of_rows(at))]
             if lazy.any():  # located when run, one job per episode: an error names its episode and rows' times
                 ep_of = cols.episodes[cols.episode_of_rows(at)]
                 for ep, where in positions_by_value(ep_of[lazy]):
                     sel = np.flatnonzero(lazy)[where]
-                    key = (frames.source.root, files[number], f.key, ("episode", id(frames), ep))
-                    jobs.setdefault(key, []).append(
-                        (
-                            frames,
-                            src,
-                            files[number],
-                            np.asarray([ep]),
-                            times[at[sel]],
-                            None,
-                            dest,
-                            slots[pos][sel],
-                            output,
-                        )
+                    jobs.setdefault((owner.source.root, rel, key, ("episode", id(owner), ep)), []).append(
+                        (owner, src, rel, np.asarray([ep]), times[at[sel]], None, dest, slots[pos][sel], out)
                     )
                 keep = ~lazy
-                at, loc, pos, eps = at[keep], loc[keep], pos[keep], np.unique(ep_of[keep])
+                at, loc, pos = at[keep], loc[keep], pos[keep]
                 if not len(at):
                     continue
-            jobs.setdefault((frames.source.root, files[number], f.key, None), []).append(
-                (frames, src, files[number], eps, times[at], loc, dest, slots[pos], output)
+            jobs.setdefault((owner.source.root, rel, key, None), []).append(
+                (owner, src, rel, file_eps[number], None, loc, dest, slots[pos], out)
             )
         return
-    cols = g.part.columns
-    eps = cols.episodes[cols.episode_of_rows(g.rows)]
+    cols = part.columns
+    eps = cols.episodes[cols.episode_of_rows(q[:, 0])]
     ts = cols.camera_times()[q].astype(np.float64)
     for job in frames.jobs(src, eps, ts, dest, target, output):
         jobs[(id(job), None, None, None)] = [job]

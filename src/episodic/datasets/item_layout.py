@@ -77,6 +77,23 @@ class ItemLayout:
     def _by_key(self) -> dict[str, Field]:
         return {f.key: f for f in self.fields}
 
+    @cached_property
+    def merge_keys(self) -> tuple[tuple, ...]:
+        """Per entry, what its items' values take from the entry besides its rows: each field's source, index
+        selection and own size. Entries with equal keys (and equal windows and cameras) are gathered as one part
+        (`gather.merge_entries`)."""
+        return tuple(
+            tuple(
+                (
+                    f.sources[e] if f.sources else None,
+                    f.select[e] if f.select else None,
+                    f.dims[e] if f.dims else None,
+                )
+                for f in self.fields
+            )
+            for e in range(len(self.entry_index))
+        )
+
     @property
     def keys(self) -> list[str]:
         return [f.key for f in self.fields]
