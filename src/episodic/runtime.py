@@ -103,6 +103,31 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def usable_memory() -> int:
+    """Bytes of memory this process's machine (or its container: the cgroup's limit, v2 or v1) has in all."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def loading_processes() -> int:
+    """How many processes on this machine load data alongside this one, itself included: this DataLoader's
+    workers (1 outside a worker) times the ranks on the node ($LOCAL_WORLD_SIZE, as torchrun sets it)."""
+    w = worker()
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    return (w[1] if w is not None else 1) * ranks
+
+
 def decode_threads() -> int:
     """Decode threads for this process: its share of the cores (a DataLoader worker gets cores /
     num_workers), at least 1, at most 8; $EPISODIC_DECODE_THREADS overrides."""

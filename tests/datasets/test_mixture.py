@@ -17,6 +17,7 @@ from episodic.format.errors import EpisodeIndexError, MissingFileError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.layout import camera_key
 from episodic.testing.synthetic import mixture_spec
+from episodic.video.decoder import default_cache_size
 
 SIZE = (24, 40)  # the synthetic cameras are 16x32, 24x32, 32x32 and 32x48
 
@@ -263,9 +264,10 @@ def test_map_style_keeps_one_decoder_per_video_file(report, tmp_path):
     s = ds.decoders.stats()
     assert s["misses"] == total and s["evictions"] == 0 and s["open"] == total
     # the budget: as many readers as its estimate allows, at least the minimum
-    assert ds.engines.decoder_cache_size(budget_bytes=1) == 32
-    assert ds.engines.decoder_cache_size(budget_bytes=1 << 40, minimum=1) == total
-    few = ds.engines.decoder_cache_size(budget_bytes=6 << 20, minimum=1)
+    rule = ds.engines.decoder_cache_rule()
+    assert default_cache_size(rule.files, budget_bytes=1) == 32
+    assert default_cache_size(rule.files, budget_bytes=1 << 40, minimum=1) == total
+    few = default_cache_size(rule.files, budget_bytes=6 << 20, minimum=1)
     assert 1 <= few < total
     assert MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, decoder_cache_size=7).decoders.max_open == 7
 

@@ -23,15 +23,24 @@ def test_bad_values_are_refused_with_the_allowed_range(field, value, message):
         StreamOptions(**{field: value})
 
 
-def test_decoder_cache_default_covers_pool_and_prefetch_within_the_budget():
+def test_decoder_cache_default_covers_pool_and_prefetch_within_the_budget(monkeypatch):
     """One rule for every dataset (`video.decoder.default_cache_size`): a reader per file in reach (each camera's
-    pooled and prefetched episodes), within the decoder memory budget, at least 32."""
-    assert StreamOptions(episode_pool_size=30, prefetch_episodes=2).decoders_for([(96, 128)] * 2) == 64
-    assert StreamOptions().decoders_for([(480, 640)] * 2) == 144  # 2 x (64 + 8)
-    assert StreamOptions().decoders_for([(720, 1280)] * 3) == 88  # 216 in reach, ~6 MB each: 512 MB allow 88
+    pooled and prefetched episodes), within the decoder memory budget of the process that decodes, at least 32."""
+    from episodic import runtime
+
+    monkeypatch.setattr(runtime, "usable_memory", lambda: 4 << 30)  # an eighth of it: the 512 MB floor
+
+    def size(option):
+        return option if isinstance(option, int) else option.size()
+
+    assert size(StreamOptions(episode_pool_size=30, prefetch_episodes=2).decoders_for([(96, 128)] * 2)) == 64
+    assert size(StreamOptions().decoders_for([(480, 640)] * 2)) == 144  # 2 x (64 + 8)
+    assert size(StreamOptions().decoders_for([(720, 1280)] * 3)) == 88  # 216 in reach, ~6 MB each: 512 MB allow 88
+    monkeypatch.setattr(runtime, "usable_memory", lambda: 16 << 30)  # 2 GB: every file in reach
+    assert size(StreamOptions().decoders_for([(720, 1280)] * 3)) == 216
     assert StreamOptions(decoder_cache_size=5).decoders_for([(96, 128)] * 3) == 5
-    assert StreamOptions(episode_pool_size=4, prefetch_episodes=0).decoders_for([(96, 128)]) == 32
-    assert StreamOptions().decoders_for([]) == 32
+    assert size(StreamOptions(episode_pool_size=4, prefetch_episodes=0).decoders_for([(96, 128)])) == 32
+    assert size(StreamOptions().decoders_for([])) == 32
 
 
 def test_the_streaming_dataset_validates_its_arguments(small_root):

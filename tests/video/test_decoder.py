@@ -124,3 +124,45 @@ def test_frame_index_nearest_equals_a_brute_force_argmin():
                 assert few_pick.dtype == np.int64 and few_dist.dtype == np.float64
                 assert few_pick.tolist() == pick[lo : lo + size].tolist()
                 assert few_dist.tolist() == dist[lo : lo + size].tolist()
+
+
+class _WorkerSizes:
+    """A dataset whose items are the decoder cache size each DataLoader worker takes from its rule."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.cache.max_open
+
+
+def test_the_decoder_budget_is_a_share_of_the_machine_sized_in_each_process(monkeypatch):
+    """By default the open decoders of every process loading data on a machine may take an eighth of its memory
+    together (at least 512 MB each): a DataLoader worker sizes its cache from its rule when it runs, as one of
+    num_workers (times $LOCAL_WORLD_SIZE ranks), not with the main process's share."""
+    import torch
+
+    from episodic import runtime
+    from episodic.video.decoder import CacheRule
+
+    monkeypatch.setattr(runtime, "usable_memory", lambda: 64 << 30)  # 8 GB for decoders in all
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    files = ((480, 640, 10_000),)  # ~2.3 MB each (estimate): 10,000 files want ~23 GB
+    per_reader = (512 << 10) + 4 * 480 * 640 * 3 // 2
+    rule = CacheRule(files)
+    assert rule.size() == (8 << 30) // per_reader  # the main process alone
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert rule.size() == (2 << 30) // per_reader
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")  # 128 MB each: the 512 MB floor
+    assert rule.size() == (512 << 20) // per_reader
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    cache = DecoderCache(max_open=rule)
+    assert cache.max_open == (4 << 30) // per_reader  # sized when first asked, in this process
+    loader = torch.utils.data.DataLoader(_WorkerSizes(cache), batch_size=None, num_workers=2)
+    assert [int(x) for x in loader] == [(2 << 30) // per_reader] * 4  # each worker: 8 GB / (2 ranks x 2 workers)
+    assert DecoderCache(max_open=rule, counters=None).max_open == cache.max_open
+    fixed = DecoderCache(max_open=7)
+    assert [int(x) for x in torch.utils.data.DataLoader(_WorkerSizes(fixed), batch_size=None, num_workers=2)] == [7] * 4

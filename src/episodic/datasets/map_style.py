@@ -21,7 +21,7 @@ from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from ..video.decoder import default_cache_size
+from ..video.decoder import CacheRule
 from .access import BatchAccess
 from .decode import EntryFrames, camera_files
 from .facts import DatasetFacts
@@ -52,7 +52,7 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
             `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
         decoder_cache_size: open video decoders per process (default: one per video file of the selected
-            episodes' cameras, within an estimated 512 MB, at least 32: `video.decoder.default_cache_size`).
+            episodes' cameras, within the process's decoder budget, at least 32: `video.decoder.default_cache_size`).
         cache_max_bytes: size of the whole-file cache of remote files (least recently used files evicted
             beyond it; default $EPISODIC_CACHE_MAX_BYTES or 32 GiB).
         fetch_policy: timeouts and retries of remote reads (`storage.fetch.FetchPolicy`; default from
@@ -148,9 +148,10 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
             unknown_tasks=self.spec.unknown_tasks,
         )
         columns = self.spec.resample(columns, self.meta)
-        if decoder_cache_size is None:
-            decoder_cache_size = default_cache_size(camera_files(self.meta, self.spec.video_keys, columns.episodes))
-        self.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        size: int | CacheRule | None = decoder_cache_size
+        if size is None:  # sized in each process that decodes
+            size = CacheRule(tuple(camera_files(self.meta, self.spec.video_keys, columns.episodes)))
+        self.decoders = DecoderCache(max_open=size, counters=self.counters)
         self.layout = single_layout(self.spec, self.meta.info.features)
         gpu_keys, self.gpu = gpu_setup(
             self.layout,

@@ -90,7 +90,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
             fewer bytes of columns are kept in RAM (default 64 KiB, `mixture_entry.MMAP_MIN_BYTES`; 0: every entry
             memory-mapped).
         decoder_cache_size: open video decoders per process, shared by all entries (default: one per video file
-            of the mapped cameras, within an estimated 512 MB per process: `EntryEngines.decoder_cache_size`).
+            of the mapped cameras, within the process's decoder budget: `EntryEngines.decoder_cache_rule`).
         decode_device, cpu_fallback, gpu_decoders: as in `EpisodicDataset` (every entry's cameras are checked).
         split: with the spec's ``eval_split``, which side this dataset is: "train" (default) or "eval";
             `eval_dataset()` builds the other (`datasets.sides`; `mixture.checking.split_sides`).
@@ -133,9 +133,10 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
         assert used == [e.index for e in self.layout.entries], (used, self.layout.entries)
         self.counters = Counters()
         self.engines = EntryEngines(self.report, self.layout, self.counters, None, cache_dir, mmap_min_bytes)
-        if decoder_cache_size is None:
-            decoder_cache_size = self.engines.decoder_cache_size()
-        self.decoders = self.engines.decoders = DecoderCache(max_open=decoder_cache_size, counters=self.counters)
+        self.decoders = self.engines.decoders = DecoderCache(
+            max_open=self.engines.decoder_cache_rule() if decoder_cache_size is None else decoder_cache_size,
+            counters=self.counters,
+        )
         gpu_keys, self.gpu = gpu_setup(
             self.item_layout,
             self.engines.entries(),

@@ -30,7 +30,7 @@ from ..mixture.layout import EntryLayout, MixtureLayout
 from ..tabular import UnknownTasks, load_columns
 from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache
-from ..video.decoder import DECODER_BUDGET_BYTES, DEFAULT_MIN_OPEN, default_cache_size
+from ..video.decoder import CacheRule
 from .consumer import StreamEntry
 from .decode import EntryFrames, camera_files
 from .gather import Rows
@@ -158,10 +158,11 @@ class EntryEngines:
             out += camera_files(meta, keys, self.selected[slot])
         return out
 
-    def decoder_cache_size(self, budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = DEFAULT_MIN_OPEN) -> int:
-        """Open decoders for random access over the mixture (map-style): `video.decoder.default_cache_size` of
-        every video file its mapped cameras span (a batch's frames come from files all over the mixture)."""
-        return default_cache_size(self.video_files(), budget_bytes, minimum)
+    def decoder_cache_rule(self) -> CacheRule:
+        """Open decoders for random access over the mixture (map-style): one per video file its mapped cameras
+        span (a batch's frames come from files all over the mixture), within each process's decoder budget
+        (`video.decoder.CacheRule`)."""
+        return CacheRule(tuple(self.video_files()))
 
     @property
     def built(self) -> int:

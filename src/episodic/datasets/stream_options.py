@@ -9,7 +9,7 @@ from typing import Any
 
 from ..checks import check_number
 from ..storage.fetch import FetchPolicy
-from ..video.decoder import default_cache_size
+from ..video.decoder import CacheRule
 
 __all__ = ["StreamOptions", "UNSET", "stream_options"]
 
@@ -52,13 +52,14 @@ class StreamOptions:
         if not isinstance(self.fetch, FetchPolicy):
             raise TypeError(f"fetch must be a storage.FetchPolicy, got {type(self.fetch).__name__}")
 
-    def decoders_for(self, cameras: Sequence[tuple[int, int]]) -> int:
+    def decoders_for(self, cameras: Sequence[tuple[int, int]]) -> int | CacheRule:
         """Open decoders per process: the option, else one per pooled and prefetched episode of each camera
-        (`cameras`: (height, width) of each), within the decoder memory budget (`default_cache_size`)."""
+        (`cameras`: (height, width) of each), within the decoder memory budget of the process that decodes
+        (`video.decoder.CacheRule`)."""
         if self.decoder_cache_size is not None:
             return self.decoder_cache_size
         reach = self.episode_pool_size + self.prefetch_episodes
-        return default_cache_size([(h, w, reach) for h, w in cameras])
+        return CacheRule(tuple((h, w, reach) for h, w in cameras))
 
 
 class _Unset:

@@ -246,24 +246,35 @@ class VideoReader:
 _HWC_UINT8 = FrameOutput(channels_first=False)
 
 
-# What the open decoders of a process may take by default (estimated, `DecoderCache.default_size`), and the estimate
-# of one open decoder: a fixed part (demuxer, codec context; ~0.5 MB measured for small AV1 files) plus a few
-# pictures of the camera's size (YUV 4:2:0; 480x640: ~2.2 MB measured in all).
+# What the open decoders of a process may take by default at least (`decoder_budget_bytes`), and the estimate of
+# one open decoder: a fixed part (demuxer, codec context; ~0.5 MB measured for small AV1 files) plus a few
+# pictures of the camera's size (YUV 4:2:0; an AV1 480x640 file of one episode, g=2: 1.5 MB RSS measured in all).
 DECODER_BUDGET_BYTES = 512 << 20
+DECODER_MEMORY_SHARE = 8  # the open decoders of every loading process of a machine: up to 1/8 of its memory
 _READER_FIXED_BYTES = 512 << 10
 _READER_PICTURES = 4
 DEFAULT_MIN_OPEN = 32
 
 
+def decoder_budget_bytes() -> int:
+    """The estimated decoder memory this process may hold: its share of an eighth of the machine's memory, shared
+    by every process loading data on it (`runtime.loading_processes`: this DataLoader's workers, times the ranks
+    of the node), at least `DECODER_BUDGET_BYTES` (512 MB)."""
+    share = runtime.usable_memory() // DECODER_MEMORY_SHARE // runtime.loading_processes()
+    return max(DECODER_BUDGET_BYTES, share)
+
+
 def default_cache_size(
-    files: Sequence[tuple[int, int, int]], budget_bytes: int = DECODER_BUDGET_BYTES, minimum: int = DEFAULT_MIN_OPEN
+    files: Sequence[tuple[int, int, int]], budget_bytes: int | None = None, minimum: int = DEFAULT_MIN_OPEN
 ) -> int:
     """The decoder cache size of a process when the user gives none, one rule for every dataset: one reader per
     video file the process reads from at once (`files`: (height, width, number of files) per camera: a
     map-style dataset's whole selection, a streaming consumer's pooled and prefetched episodes), since
     reopening a file (demuxer, codec, frame index) costs several times the decode of a frame; as many as
-    `budget_bytes` of estimated decoder memory allow when that is fewer (readers are then reopened as the LRU
-    evicts them); at least `minimum`."""
+    `budget_bytes` (default `decoder_budget_bytes()` of this process) of estimated decoder memory allow when that
+    is fewer (readers are then reopened as the LRU evicts them); at least `minimum`."""
+    if budget_bytes is None:
+        budget_bytes = decoder_budget_bytes()
     count = sum(n for _, _, n in files)
     if not count:
         return minimum
@@ -276,26 +287,56 @@ def default_cache_size(
 _INHERITED: list = []
 
 
-class DecoderCache:
-    """A bounded LRU of open VideoReaders for this process. After a fork, a child starts empty: it never
-    touches a container its parent opened (not even to close it). Hits, misses, evictions and the number of
-    open readers go to `counters` (the dataset's, or a private one)."""
+@dataclass(frozen=True)
+class CacheRule:
+    """A decoder cache size left to each process: `default_cache_size(files)` with the budget of the process that
+    decodes (a DataLoader worker knows how many share the machine only once it runs)."""
 
-    def __init__(self, max_open: int = 32, thread_count: int = 1, counters: Counters | None = None):
-        if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
+    files: tuple[tuple[int, int, int], ...]
+    minimum: int = DEFAULT_MIN_OPEN
+
+    def size(self) -> int:
+        return default_cache_size(self.files, None, self.minimum)
+
+
+class DecoderCache:
+    """A bounded LRU of open VideoReaders for this process: `max_open` readers, or a `CacheRule` each process
+    sizes itself by when it first decodes. After a fork, a child starts empty: it never touches a container its
+    parent opened (not even to close it). Hits, misses, evictions and the number of open readers go to
+    `counters` (the dataset's, or a private one)."""
+
+    def __init__(self, max_open: int | CacheRule = 32, thread_count: int = 1, counters: Counters | None = None):
+        if not isinstance(max_open, CacheRule) and (
+            isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1
+        ):
             raise ValueError(f"decoder_cache_size must be an int >= 1, got {max_open!r}")
-        self.max_open = max_open
+        self.rule: CacheRule | None = max_open if isinstance(max_open, CacheRule) else None
+        self._max_open: int | None = None if isinstance(max_open, CacheRule) else max_open
         self.thread_count = thread_count
         self.counters = counters if counters is not None else Counters()
         self._readers: dict[str, VideoReader] = {}
         runtime.after_fork(self)
 
+    @property
+    def max_open(self) -> int:
+        """Readers kept open in this process (a rule's size is taken when first asked, in each process)."""
+        if self._max_open is None:
+            assert self.rule is not None
+            self._max_open = self.rule.size()
+        return self._max_open
+
+    @max_open.setter
+    def max_open(self, value: int) -> None:
+        self._max_open, self.rule = value, None
+
     def _after_fork(self) -> None:  # set the parent's readers aside without touching them
         _INHERITED.append(self._readers)
         self._readers = {}
+        if self.rule is not None:
+            self._max_open = None  # sized again in this process
 
-    def __getstate__(self) -> dict:  # a spawned process (DataLoader worker) starts empty too
-        return {**self.__dict__, "_readers": {}}
+    def __getstate__(self) -> dict:  # a spawned process (DataLoader worker) starts empty too, a rule unsized
+        return {**self.__dict__, "_readers": {}, **({"_max_open": None} if self.rule is not None else {})}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
