@@ -104,8 +104,12 @@ def usable_cores() -> int:
 
 
 def usable_memory() -> int:
-    """Bytes of memory this process's machine (or its container: the cgroup's limit, v2 or v1) has in all."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """Bytes of memory this process's machine (or its container: the cgroup's limit, v2 or v1) has in all; 0
+    where the OS does not say."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             with open(path) as f:
