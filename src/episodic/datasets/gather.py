@@ -294,7 +294,7 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                         f"cannot be decoded on the GPU with the videos of key {f.key!r}"
                     )
                 if not on_gpu:
-                    for p in g.part.subs or (g.part,):
+                    for p in _by_entry(g.part).values():
                         _check_shape(layout, p, f, src, out.shape[-3:])
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
                 if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
@@ -401,13 +401,24 @@ def _texts(f: Field, g: _Group) -> list[str]:
             if not g.part.subs:
                 return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
             assert g.part.sub_of_row is not None
+            owners = _by_entry(g.part)
+            if len(owners) == 1:  # a single dataset's pooled episodes
+                return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
+            number = {k: i for i, k in enumerate(owners)}
+            owner = np.asarray([number[id(p.frames)] for p in g.part.subs])[g.part.sub_of_row[g.rows]]
             out = np.empty(len(g.rows), dtype=object)  # each entry its own task table
-            for s, at in positions_by_value(g.part.sub_of_row[g.rows]):
-                out[at] = g.part.subs[s].frames.spec.tasks_at(arrays["task_index"][g.rows[at]])
+            specs = [p.frames.spec for p in owners.values()]
+            for k, at in positions_by_value(owner):
+                out[at] = specs[k].tasks_at(arrays["task_index"][g.rows[at]])
             return out.tolist()
         return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
     assert src is not None, f"text field {f.key!r} has a column"
     return arrays[src][g.rows].tolist()
+
+
+def _by_entry(part: Rows) -> dict[int, Rows]:
+    """One part of each entry (each `EntryFrames`) whose rows a part holds, by the id of its frames."""
+    return {id(p.frames): p for p in part.subs or (part,)}
 
 
 def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: Sequence[int]) -> None:
