@@ -19,6 +19,9 @@ entries in one batch): identical values, one vectorised pass instead of one call
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["GOLDEN", "MASK64", "MIX1", "MIX2", "ROUNDS", "permute", "permute_lanes", "round_keys", "unpermute"]
@@ -77,7 +80,7 @@ def _mix_array(z: np.ndarray) -> np.ndarray:
 
 
 _TABLE_HALF = 12  # halves up to 12 bits use precomputed round-function tables
-_FULL_TABLE_HALF = 5  # domains up to 2**10 are tabulated whole
+_FULL_TABLE_HALF = 9  # domains up to 2**18 are tabulated whole (2 MB), once per (seed, epoch, direction): `_step`
 
 
 def _round_functions(keys: np.ndarray, half: int) -> list:
@@ -119,6 +122,19 @@ def _feistel(x: np.ndarray, rounds: list, half: int, inverse: bool) -> np.ndarra
     return left
 
 
+@functools.lru_cache(maxsize=8)
+def _step(half: int, seed: int, epoch: int, inverse: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """One pass of the network for (seed, epoch) in one direction, kept for the calls that follow (a sampler asks
+    for every batch): over a small domain, a lookup in the whole domain's table, computed once; else the
+    network itself (its round functions computed once)."""
+    keys = _round_functions(np.array(round_keys(seed, epoch, _rounds(half)), dtype=np.uint64), half)
+    if half <= _FULL_TABLE_HALF:  # small domain: one pass over all of it, then walk by lookups
+        table = _feistel(np.arange(1 << (2 * half), dtype=np.uint64), keys, half, inverse)
+        table.flags.writeable = False
+        return table.__getitem__
+    return lambda v: _feistel(v, keys, half, inverse)
+
+
 def _walk(values, n: int, seed: int, epoch: int, inverse: bool):
     scalar = np.ndim(values) == 0
     x = np.asarray(values)
@@ -127,13 +143,7 @@ def _walk(values, n: int, seed: int, epoch: int, inverse: bool):
     if n <= 1:
         out = np.zeros(x.shape, dtype=np.int64)
         return int(out) if scalar else out
-    half = _domain_bits(n) // 2
-    keys = _round_functions(np.array(round_keys(seed, epoch, _rounds(half)), dtype=np.uint64), half)
-    if half <= _FULL_TABLE_HALF:  # small domain: one pass over all of it, then walk by lookups
-        table = _feistel(np.arange(1 << (2 * half), dtype=np.uint64), keys, half, inverse)
-        step = table.__getitem__
-    else:
-        step = lambda v: _feistel(v, keys, half, inverse)  # noqa: E731
+    step = _step(_domain_bits(n) // 2, int(seed), int(epoch), inverse)
     out = step(x.astype(np.uint64).reshape(-1))
     lanes = np.flatnonzero(out >= n)
     while lanes.size:  # cycle walking, only on the lanes still outside [0, n)
