@@ -63,7 +63,11 @@ class Rows:
                     file_eps = [e for *_, es in subs for e in es]
                 else:
                     number = {f: i for i, f in enumerate(files)}
-                    file_of = np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, *_ in subs])
+                    if all(len(fs) == 1 for fs, *_ in subs):  # one file each (one episode each), some shared
+                        codes = [number[fs[0]] for fs, *_ in subs]
+                        file_of = np.repeat(np.asarray(codes, dtype=np.int64), [len(of) for _, of, *_ in subs])
+                    else:
+                        file_of = np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, *_ in subs])
                     eps: list[list] = [[] for _ in files]
                     for fs, *_, es in subs:
                         for f, e in zip(fs, es):
