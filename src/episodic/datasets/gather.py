@@ -9,7 +9,12 @@ for a single dataset); windows are each entry's offsets on its own fps grid (`ta
 frames are decoded straight into their rows, one forward pass per video file for the whole batch
 (`frames.run_jobs`), or, for the keys decoded on the GPU (`ItemSpec.gpu_keys`), located only: the batch then
 holds their frame references (`decode.FrameRefs`) and lists their files under `decode.FILES_KEY`, for
-`gpu_frames.GpuFrames.complete` in the main process. Text values are lists of `str`.
+`gpu_frames.GpuFrames.complete` in the main process. Text values are lists of `str`. Before the gather, the
+parts whose items are built alike are merged into one (`merge_entries`), so that each key is one gather per batch.
+
+One module for the parts (`Rows`), their merging and the gather, ~530 lines: they are one concept (building a
+batch from rows), and a streaming mixture batch would otherwise cross a sixth `datasets/` module on its way from
+loader to decoder (issue 21 asks for at most 5).
 """
 
 from __future__ import annotations
