@@ -60,24 +60,21 @@ class Rows:
         episodes: (files, file_of_row, times, frames, episodes of each file)."""
         got = self._located.get(key)
         if got is None:
-            if self.subs:
+            if self.subs:  # `_whole`'s parts: pooled episodes, each in one file of its entry
                 subs = [p.located(key) for p in self.subs]
-                files = list(dict.fromkeys(f for fs, *_ in subs for f in fs))
-                if len(files) == len(subs):  # each part one file of its own (one episode each)
-                    file_of = np.repeat(np.arange(len(subs)), [len(of) for _, of, *_ in subs])
-                    file_eps = [e for *_, es in subs for e in es]
-                else:
-                    number = {f: i for i, f in enumerate(files)}
-                    if all(len(fs) == 1 for fs, *_ in subs):  # one file each (one episode each), some shared
-                        codes = [number[fs[0]] for fs, *_ in subs]
-                        file_of = np.repeat(np.asarray(codes, dtype=np.int64), [len(of) for _, of, *_ in subs])
-                    else:
-                        file_of = np.concatenate([np.asarray([number[f] for f in fs])[of] for fs, of, *_ in subs])
-                    eps: list[list] = [[] for _ in files]
-                    for fs, *_, es in subs:
-                        for f, e in zip(fs, es):
-                            eps[number[f]].append(e)
-                    file_eps = [np.unique(np.concatenate(e)) for e in eps]
+                assert all(len(fs) == 1 for fs, *_ in subs), "a merged part's parts are one episode each"
+                number: dict[tuple[EntryFrames, str], int] = {}
+                eps: list[list[np.ndarray]] = []
+                codes = []
+                for fs, *_, es in subs:
+                    code = number.setdefault(fs[0], len(number))
+                    if code == len(eps):
+                        eps.append([])
+                    eps[code].append(es[0])
+                    codes.append(code)
+                files = list(number)
+                file_of = np.repeat(np.asarray(codes, dtype=np.int64), [len(of) for _, of, *_ in subs])
+                file_eps = [e[0] if len(e) == 1 else np.unique(np.concatenate(e)) for e in eps]
                 got = (
                     files,
                     file_of,
@@ -407,12 +404,10 @@ def _texts(f: Field, g: _Group) -> list[str]:
         if src is None:  # the entry removes its task role
             return [""] * len(g.rows)
         if src == "task":
-            if not g.part.subs:
+            owners = _by_entry(g.part)
+            if len(owners) == 1:  # one entry (a single dataset's pooled episodes too): one task table
                 return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
             assert g.part.sub_of_row is not None
-            owners = _by_entry(g.part)
-            if len(owners) == 1:  # a single dataset's pooled episodes
-                return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
             number = {k: i for i, k in enumerate(owners)}
             owner = np.asarray([number[id(p.frames)] for p in g.part.subs])[g.part.sub_of_row[g.rows]]
             out = np.empty(len(g.rows), dtype=object)  # each entry its own task table
@@ -490,7 +485,6 @@ def _part_frame_jobs(
     """`_frame_jobs` of the items of one part: rows `q` ((B, T), clamped into each item's episode) of `part`
     into rows `target` of `dest`."""
     frames = part.frames
-    output = refs if refs is not None else frames.output(dtype, src)
     if part.pooled:
         files, file_of, times, located, file_eps = part.located(src)
         rows, slots = q.reshape(-1), target.reshape(-1)
@@ -517,6 +511,7 @@ def _part_frame_jobs(
                 (owner, src, rel, file_eps[number], None, loc, dest, slots[pos], out)
             )
         return
+    output = refs if refs is not None else frames.output(dtype, src)
     cols = part.columns
     eps = cols.episodes[cols.episode_of_rows(q[:, 0])]
     ts = cols.camera_times()[q].astype(np.float64)

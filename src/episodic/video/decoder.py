@@ -325,10 +325,6 @@ class DecoderCache:
             self._max_open = self.rule.size()
         return self._max_open
 
-    @max_open.setter
-    def max_open(self, value: int) -> None:
-        self._max_open, self.rule = value, None
-
     def _after_fork(self) -> None:  # set the parent's readers aside without touching them
         _INHERITED.append(self._readers)
         self._readers = {}
