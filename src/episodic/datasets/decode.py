@@ -245,14 +245,23 @@ class _DecodePool:
     def _after_fork(self) -> None:  # in the child: no pool (stopped before the fork), a lock of its own
         self.pool, self.lock = None, threading.Lock()
 
-    def map(self, n: int, fn: Callable, *iterables) -> list:
-        """`fn` over `iterables` on `n` threads; the results in order."""
+    def each(self, fn: Callable, items: Sequence) -> None:
+        """`fn(item)` for every item at once: the first on the calling thread (which would otherwise only wait),
+        the others on this pool's `len(items) - 1` threads. Returns when all have ended; raises the first error."""
+        n = len(items) - 1
         with self.lock:
             if self.pool is None or self.threads != n:
                 if self.pool is not None:
                     self.pool.shutdown(wait=False)
                 self.pool, self.threads = ThreadPoolExecutor(max_workers=n, thread_name_prefix="episodic-decode"), n
-            return list(self.pool.map(fn, *iterables))
+            futures = [self.pool.submit(fn, item) for item in items[1:]]
+            try:
+                fn(items[0])
+            finally:
+                for f in futures:  # every job ends before the batch it writes into is returned or dropped
+                    f.exception()
+            for f in futures:
+                f.result()
 
 
 _POOL = _DecodePool()
@@ -288,7 +297,7 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
             # one task per thread (jobs dealt round-robin), not one per job: a mixture's batch is ~64 one-frame
             # jobs, each shorter than handing it to a thread
             n = min(threads, len(jobs))
-            _POOL.map(n, _run_each, [list(zip(jobs[i::n], readers[i::n])) for i in range(n)])
+            _POOL.each(_run_each, [list(zip(jobs[i::n], readers[i::n])) for i in range(n)])
         else:
             for j, r in zip(jobs, readers):
                 j.run(r)
