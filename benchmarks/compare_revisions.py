@@ -74,6 +74,7 @@ def main() -> int:
                 for name, rs in runs.items():
                     for k in FIGURES:
                         row[f"{name}_{k}"] = statistics.median(r[k] for r in rs)
+                    row[f"{name}_runs_frames_per_s"] = [r["frames_per_s"] for r in rs]
                 row["ratio_frames_per_s"] = row["after_frames_per_s"] / row["before_frames_per_s"]
                 rows.append(row)
                 print(

@@ -35,9 +35,11 @@ def test_decoder_cache_default_covers_pool_and_prefetch_within_the_budget(monkey
 
     assert size(StreamOptions(episode_pool_size=30, prefetch_episodes=2).decoders_for([(96, 128)] * 2)) == 64
     assert size(StreamOptions().decoders_for([(480, 640)] * 2)) == 144  # 2 x (64 + 8)
-    assert size(StreamOptions().decoders_for([(720, 1280)] * 3)) == 88  # 216 in reach, ~6 MB each: 512 MB allow 88
-    monkeypatch.setattr(runtime, "usable_memory", lambda: 16 << 30)  # 2 GB: every file in reach
-    assert size(StreamOptions().decoders_for([(720, 1280)] * 3)) == 216
+    assert size(StreamOptions().decoders_for([(720, 1280)] * 3)) == 216  # readers hold no pictures: any size
+    wide = StreamOptions(episode_pool_size=1200, prefetch_episodes=0).decoders_for([(720, 1280)] * 2)
+    assert size(wide) == 2048  # 2400 in reach, 256 KB each (estimate): 512 MB allow 2048
+    monkeypatch.setattr(runtime, "usable_memory", lambda: 32 << 30)  # 4 GB: every file in reach
+    assert size(wide) == 2400
     assert StreamOptions(decoder_cache_size=5).decoders_for([(96, 128)] * 3) == 5
     assert size(StreamOptions(episode_pool_size=4, prefetch_episodes=0).decoders_for([(96, 128)])) == 32
     assert size(StreamOptions().decoders_for([])) == 32

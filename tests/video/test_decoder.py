@@ -140,7 +140,7 @@ class _WorkerSizes:
 
 
 def test_the_decoder_budget_is_a_share_of_the_machine_sized_in_each_process(monkeypatch):
-    """By default the open decoders of every process loading data on a machine may take an eighth of its memory
+    """By default the open readers of every process loading data on a machine may take an eighth of its memory
     together (at least 512 MB each): a DataLoader worker sizes its cache from its rule when it runs, as one of
     num_workers (times $LOCAL_WORLD_SIZE ranks), not with the main process's share."""
     import torch
@@ -150,8 +150,8 @@ def test_the_decoder_budget_is_a_share_of_the_machine_sized_in_each_process(monk
 
     monkeypatch.setattr(runtime, "usable_memory", lambda: 64 << 30)  # 8 GB for decoders in all
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    files = ((480, 640, 10_000),)  # ~2.3 MB each (estimate): 10,000 files want ~23 GB
-    per_reader = (512 << 10) + 4 * 480 * 640 * 3 // 2
+    files = ((480, 640, 100_000),)  # 256 KB each (estimate: demuxer and index, no pictures): want ~25 GB
+    per_reader = 256 << 10
     rule = CacheRule(files)
     assert rule.size() == (8 << 30) // per_reader  # the main process alone
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")

@@ -65,23 +65,19 @@ class Rows:
                 assert all(len(fs) == 1 for fs, *_ in subs), "a merged part's parts are one episode each"
                 number: dict[tuple[EntryFrames, str], int] = {}
                 eps: list[list[np.ndarray]] = []
-                codes = []
-                for fs, *_, es in subs:
+                codes, lengths, times, frames = [], [], [], []
+                for fs, of, t, fr, es in subs:
                     code = number.setdefault(fs[0], len(number))
                     if code == len(eps):
                         eps.append([])
                     eps[code].append(es[0])
                     codes.append(code)
-                files = list(number)
-                file_of = np.repeat(np.asarray(codes, dtype=np.int64), [len(of) for _, of, *_ in subs])
+                    lengths.append(len(of))
+                    times.append(t)
+                    frames.append(fr)
                 file_eps = [e[0] if len(e) == 1 else np.unique(np.concatenate(e)) for e in eps]
-                got = (
-                    files,
-                    file_of,
-                    np.concatenate([t for _, _, t, _, _ in subs]),
-                    np.concatenate([fr for _, _, _, fr, _ in subs]),
-                    file_eps,
-                )
+                file_of = np.repeat(np.asarray(codes, dtype=np.int64), lengths)
+                got = (list(number), file_of, np.concatenate(times), np.concatenate(frames), file_eps)
             else:
                 ts = self.columns.camera_times().astype(np.float64)
                 rel, times, frames = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
