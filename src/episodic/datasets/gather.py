@@ -65,7 +65,7 @@ class Rows:
                 assert all(len(fs) == 1 for fs, *_ in subs), "a merged part's parts are one episode each"
                 number: dict[tuple[EntryFrames, str], int] = {}
                 eps: list[list[np.ndarray]] = []
-                codes, lengths, times, frames = [], [], [], []
+                codes, lengths, time_parts, frame_parts = [], [], [], []
                 for fs, of, t, fr, es in subs:
                     code = number.setdefault(fs[0], len(number))
                     if code == len(eps):
@@ -73,11 +73,11 @@ class Rows:
                     eps[code].append(es[0])
                     codes.append(code)
                     lengths.append(len(of))
-                    times.append(t)
-                    frames.append(fr)
+                    time_parts.append(t)
+                    frame_parts.append(fr)
                 file_eps = [e[0] if len(e) == 1 else np.unique(np.concatenate(e)) for e in eps]
                 file_of = np.repeat(np.asarray(codes, dtype=np.int64), lengths)
-                got = (list(number), file_of, np.concatenate(times), np.concatenate(frames), file_eps)
+                got = (list(number), file_of, np.concatenate(time_parts), np.concatenate(frame_parts), file_eps)
             else:
                 ts = self.columns.camera_times().astype(np.float64)
                 rel, times, frames = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)

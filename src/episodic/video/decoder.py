@@ -359,9 +359,9 @@ DEFAULT_MIN_OPEN = 32
 
 
 def decoder_budget_bytes() -> int:
-    """The estimated memory of open video readers this process may hold: its share of an eighth of the machine's memory, shared
-    by every process loading data on it (`runtime.loading_processes`: this DataLoader's workers, times the ranks
-    of the node), at least `DECODER_BUDGET_BYTES` (512 MB)."""
+    """The estimated memory of open video readers this process may hold: its share of an eighth of the machine's
+    memory, shared by every process loading data on it (`runtime.loading_processes`: this DataLoader's workers,
+    times the ranks of the node), at least `DECODER_BUDGET_BYTES` (512 MB)."""
     share = runtime.usable_memory() // DECODER_MEMORY_SHARE // runtime.loading_processes()
     return max(DECODER_BUDGET_BYTES, share)
 
