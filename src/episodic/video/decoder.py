@@ -140,6 +140,7 @@ class VideoReader:
         self._stream.codec_context.thread_count = thread_count
         self._signature = _signature(self._stream, thread_count)  # None: decoded by the stream's own codec context
         self._decoder: SharedDecoder | None = None  # the shared decoder the live generator feeds
+        self.reads_forward = False  # its last frame was reachable by decoding on from the one before
         self._reformatter = VideoReformatter()
         self._frames: Iterator[av.VideoFrame] | None = None  # live decode generator
         self._next = 0  # index of the frame the live generator yields next (-1: unknown)
@@ -205,7 +206,9 @@ class VideoReader:
                 continue
             k = int(self.index.keyframe_of[f])
             # decode on from where the decoder is when no key frame lies between; else seek to f's key frame
-            if self._frames is None or self._next > f or self._next < k or not self._holds_decoder():
+            onward = self._frames is not None and k <= self._next <= f  # reachable by decoding on
+            self.reads_forward = onward
+            if not onward or not self._holds_decoder():
                 self._seek(k)
             write_frame(self._decode_until(f), dest[slot], output, self._reformatter)
             first[f] = slot
@@ -215,10 +218,14 @@ class VideoReader:
             self._container.seek(int(self.index.pts[k]), stream=self._stream, backward=True, any_frame=False)
         except av.FFmpegError as e:
             raise VideoDecodeError(f"{self.path}: seek to {self.index.times[k]:.4f}s failed ({e})") from None
-        if self._signature is None:
+        if self._signature is not None:
+            try:
+                self._decoder = _SHARED.take(self._signature, self)
+            except (AttributeError, TypeError, ValueError, av.FFmpegError):  # PyAV cannot make a context like it
+                self._signature = self._decoder = None
+        if self._decoder is None:
             self._frames = self._container.decode(self._stream)
         else:
-            self._decoder = _SHARED.take(self._signature, self)
             self._frames = self._decoded(self._decoder)
         self._next = k
         self.seeks += 1
@@ -303,13 +310,15 @@ class SharedDecoder:
 
 
 class SharedDecoders:
-    """The decoders of this process, per thread: up to `per_signature` for files alike (cameras read in turn each
-    keep theirs, so a reader decodes on from where it was), `per_thread` in all, least recently used given
-    away first. A video file's open reader then holds its demuxer and frame index only (~70 KB at 480x640,
-    measured), and a mixture of hundreds of one-episode files decodes through a few contexts whose pictures stay
-    in the CPU's caches, not one context per file (at 96x128, 800 files: 0.11 -> 0.09 ms per frame; 480x640:
-    0.85 -> 0.77; /work/tools/shared_ctx.py, not in the project). After a fork a child starts with none and
-    never touches its parent's."""
+    """The decoders of this process, per thread: up to `per_signature` for files alike (cameras read forward in turn
+    each keep theirs, so a reader decodes on from where it was), `per_thread` in all. A reader that reads forward
+    (`VideoReader.reads_forward`) takes a new one while there are fewer, else the least recently used, one no
+    other forward reader holds if any; a reader of random frames takes the most recently used one no forward
+    reader holds (over many files: the same one, its pictures hot in the CPU's caches).
+
+    A video file's open reader then holds its demuxer and frame index only (~70 KB at 480x640, measured), not a
+    codec context with its pictures (~1.5 MB): a map-style mixture of 800 one-episode files at 480x640 keeps
+    every file open within its budget. After a fork a child starts with none and never touches its parent's."""
 
     def __init__(self, per_signature: int = 4, per_thread: int = 16):
         self.per_signature, self.per_thread = per_signature, per_thread
@@ -321,15 +330,18 @@ class SharedDecoders:
         self._local = threading.local()
 
     def take(self, signature: tuple, reader: VideoReader) -> SharedDecoder:
-        """A flushed decoder of this thread for `reader`'s files, now owned by it: the one it still owns, else a new
-        one while there are fewer than `per_signature`, else the least recently used."""
+        """A flushed decoder of this thread for `reader`'s files, now owned by it: the one it still owns, else as
+        the class says."""
         pool: list[tuple[tuple, SharedDecoder]] = getattr(self._local, "pool", None) or []
         self._local.pool = pool
         mine = [i for i, (sig, d) in enumerate(pool) if sig == signature]
         last = reader._decoder
         pick = next((i for i in mine if pool[i][1] is last and last.owner is reader), None)
+        free = [i for i in mine if not getattr(pool[i][1].owner, "reads_forward", False)]
+        if pick is None and free and not reader.reads_forward:
+            pick = free[-1]  # random access: the most recently used, its pictures still in the CPU's caches
         if pick is None and len(mine) >= self.per_signature:
-            pick = mine[0]
+            pick = free[0] if free else mine[0]  # the least recently used, one no reader reads forward if any
         if pick is None:
             decoder = SharedDecoder(signature)
             if len(pool) >= self.per_thread:
