@@ -9,9 +9,9 @@ import threading
 
 import av
 import numpy as np
+import pytest
 
-from episodic.video import VideoReader
-from episodic.video.decoder import _SHARED
+from episodic.video import VideoReader, decoder
 
 from support import LEROBOT_FIXTURE
 
@@ -38,11 +38,20 @@ def _encode(path, codec, h, w, n, seed=0, pix_fmt="yuv420p"):
             c.mux(p)
 
 
-def _decoders_of_this_thread():
-    return [d for _, d in getattr(_SHARED._local, "pool", [])]
+@pytest.fixture(autouse=True)
+def shared(monkeypatch):
+    """This process's shared decoders, fresh, and no reader decoding with its own context (the first `own` files
+    alike of a process do: `test_the_first_files_alike_decode_with_their_own_contexts`)."""
+    fresh = decoder.SharedDecoders(own=0)
+    monkeypatch.setattr(decoder, "_SHARED", fresh)
+    return fresh
 
 
-def test_readers_of_files_alike_share_a_few_contexts_and_decode_exactly(tmp_path):
+def _decoders_of_this_thread(shared):
+    return [d for ds in getattr(shared._local, "pools", {}).values() for d in ds]
+
+
+def test_readers_of_files_alike_share_a_few_contexts_and_decode_exactly(tmp_path, shared):
     ref = _all_frames(VIDEO)
     paths = []
     for i in range(9):
@@ -62,7 +71,7 @@ def test_readers_of_files_alike_share_a_few_contexts_and_decode_exactly(tmp_path
     used = {id(r._decoder) for r in readers}
     assert len(used) <= 2  # random access: nine files through the most recently used context (rarely another)
     assert odd._decoder is not None and id(odd._decoder) not in used  # another size: a context of its own
-    assert all(d.thread == threading.get_ident() for d in _decoders_of_this_thread())
+    assert all(d.thread == threading.get_ident() for d in _decoders_of_this_thread(shared))
 
 
 def test_files_read_forward_in_turn_by_more_readers_than_contexts(tmp_path):
@@ -81,8 +90,12 @@ def test_files_read_forward_in_turn_by_more_readers_than_contexts(tmp_path):
 
 def test_cameras_read_in_turn_keep_their_contexts(tmp_path):
     """Two files read forward in turn (a streaming consumer's cameras) each decode on, not seeking every frame,
-    also where the thread's contexts were all used before (by the test above, in this process)."""
+    also where the thread's contexts were all used before by readers of random frames."""
     ref = _all_frames(VIDEO)
+    others = []
+    for i in range(6):
+        others.append(VideoReader(str(shutil.copy(VIDEO, tmp_path / f"o{i}.mp4"))))
+        others[-1].decode(np.array([7 * i]))
     a, b = tmp_path / "a.mp4", tmp_path / "b.mp4"
     shutil.copy(VIDEO, a)
     shutil.copy(VIDEO, b)
@@ -125,3 +138,40 @@ def test_b_frames_decode_exactly_through_a_shared_context(tmp_path):
     for _ in range(60):
         i, f = int(rng.integers(3)), rng.integers(0, 30, 3)
         assert np.array_equal(readers[i].decode(f), refs[i][f])
+
+
+def test_a_thread_keeps_at_most_per_thread_contexts(tmp_path, monkeypatch):
+    """Files of three sizes (three signatures) with room for two contexts: the least recently used is dropped,
+    its reader takes another when it next decodes, and every frame is still exact."""
+    small = decoder.SharedDecoders(per_signature=4, per_thread=2, own=0)
+    monkeypatch.setattr(decoder, "_SHARED", small)
+    paths = [tmp_path / f"s{w}.mp4" for w in (32, 48, 424)]
+    for i, (p, w) in enumerate(zip(paths, (32, 48, 424))):
+        _encode(p, "libx264", 24, w, 12, seed=i)
+    refs = [_all_frames(p) for p in paths]
+    readers = [VideoReader(str(p)) for p in paths]
+    for f in (0, 5, 2, 11, 7):
+        for r, ref in zip(readers, refs):
+            assert np.array_equal(r.decode(np.array([f]))[0], ref[f])
+            assert sum(map(len, small._local.pools.values())) <= 2
+    assert len({r._signature for r in readers}) == 3
+
+
+def test_the_first_files_alike_decode_with_their_own_contexts(tmp_path, monkeypatch):
+    """A process's first `own` open readers of files alike keep their own codec context (PyAV's decode loop: a
+    dataset of a few files); the next share; closing one lets the next reader have its own again."""
+    few = decoder.SharedDecoders(own=2)
+    monkeypatch.setattr(decoder, "_SHARED", few)
+    ref = _all_frames(VIDEO)
+    readers = [VideoReader(str(shutil.copy(VIDEO, tmp_path / f"c{i}.mp4"))) for i in range(3)]
+    assert [r._signature is None for r in readers] == [True, True, False]
+    for f in (3, 9, 1):
+        for r in readers:
+            assert np.array_equal(r.decode(np.array([f]))[0], ref[f])
+    assert readers[0]._decoder is None and readers[2]._decoder is not None
+    readers[0].close()
+    again = VideoReader(str(tmp_path / "c0.mp4"))
+    assert again._signature is None
+    assert VideoReader(str(tmp_path / "c1.mp4"))._signature is not None
+    del again  # collected without close: its place goes too
+    assert VideoReader(str(tmp_path / "c1.mp4"))._signature is None
