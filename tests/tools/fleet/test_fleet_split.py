@@ -120,9 +120,13 @@ def test_the_split_copy_is_the_whole_runs_and_a_rerun_skips_it(big, tmp_path):
     assert row["units"][-1].get("finish") and row["units"][-1]["status"] == "done"
     assert tree_digest(big) == before  # the source untouched
     a, b = tmp_path / "whole/big", tmp_path / "split/big"
-    assert {k: v.split(":")[0] for k, v in tree_digest(a).items()} == {
-        k: v.split(":")[0] for k, v in tree_digest(b).items()
-    }  # the same files, byte for byte (the encoder is deterministic), no work directory left
+    whole_files, split_files = tree_digest(a), tree_digest(b)
+    assert whole_files.keys() == split_files.keys()  # the same files, no work directory left
+    for rel in set(whole_files) - set(_mp4s(big)):  # everything but the encoded videos byte for byte
+        assert whole_files[rel].split(":")[0] == split_files[rel].split(":")[0], rel
+    # the videos: each the original's frames at its times, in both copies (their bytes are not compared: x264's
+    # output was seen to differ between runs of the same files in ~1 of 6 runs, at earlier commits too)
+    _same_frames_as_source(big, a)
     _same_frames_as_source(big, b)
     again = run_fleet("reencode", [str(big)], str(tmp_path / "split"), workers=2, options=H264, split_above=0)
     assert again["skipped"] == 1 and again["done"] == 0
