@@ -9,12 +9,10 @@ than decoding on from where the decoder already is.
 from __future__ import annotations
 
 import threading
-import weakref
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import av
 import numpy as np
@@ -24,6 +22,8 @@ from .. import runtime
 from ..counters import Counters
 from ..format.errors import FrameTimestampError, VideoDecodeError
 from ..format.timebase import end_clamp_s
+from . import codec_contexts
+from .codec_contexts import SharedDecoder
 from .output import FrameOutput, write_frame
 
 _FEW_TIMES = 8  # up to this many times, `FrameIndex.nearest` bisects in Python
@@ -141,8 +141,9 @@ class VideoReader:
         self._stream.codec_context.thread_count = thread_count
         # None: decoded by the stream's own codec context (the first few files alike of this process, or a stream
         # whose parameters PyAV cannot read), else through its thread's shared ones
-        self._own_slot: weakref.finalize | None = None
-        self._signature = _SHARED.admit(self, _signature(self._stream, thread_count))
+        self._signature, self._own_slot = codec_contexts.SHARED.admit(
+            self, codec_contexts.stream_signature(self._stream, thread_count)
+        )
         self._decoder: SharedDecoder | None = None  # the shared decoder the live generator feeds
         self.reads_forward = False  # its last frame was reachable by decoding on from the one before
         self._reformatter = VideoReformatter()
@@ -226,7 +227,7 @@ class VideoReader:
             raise VideoDecodeError(f"{self.path}: seek to {self.index.times[k]:.4f}s failed ({e})") from None
         if self._signature is not None:
             try:
-                self._decoder = _SHARED.take(self._signature, self)
+                self._decoder = codec_contexts.SHARED.take(self._signature, self, self._decoder)
             except (AttributeError, TypeError, ValueError, av.FFmpegError):  # PyAV cannot make a context like it
                 self._signature = self._decoder = None
         if self._decoder is None:
@@ -277,133 +278,6 @@ class VideoReader:
 
 
 _HWC_UINT8 = FrameOutput(channels_first=False)
-
-
-# What a codec context is made from: the stream's codec and the parameters that shape its decoded pictures. Files
-# whose streams agree on all of them decode alike through one context.
-_COPIED = ("width", "height", "pix_fmt", "colorspace", "color_range", "color_primaries", "color_trc")
-
-
-def _signature(stream, thread_count: int) -> int | None:
-    """The number of what a shared decoder of this stream must be made with (`SharedDecoders`), the same for
-    streams alike in this process; None where PyAV cannot read one of its parameters (the reader then decodes
-    with the stream's own context)."""
-    cc = stream.codec_context
-    try:
-        values = tuple(getattr(cc, a) for a in _COPIED)
-        extradata = bytes(cc.extradata or b"")
-    except (AttributeError, RuntimeError, ValueError):
-        return None
-    signature = (cc.name, extradata, values, str(stream.time_base), thread_count)
-    with _SIGNATURES_LOCK:
-        return _SIGNATURES.setdefault(signature, len(_SIGNATURES))
-
-
-_SIGNATURES: dict[tuple, int] = {}  # the signatures of this process's streams, numbered
-_SIGNATURES_LOCK = threading.Lock()
-
-
-def _signature_of(number: int) -> tuple:
-    with _SIGNATURES_LOCK:
-        return next(sig for sig, n in _SIGNATURES.items() if n == number)
-
-
-class SharedDecoder:
-    """A codec context of one thread that readers of files alike take turns on: the reader that last sought it
-    (`owner`) feeds it that file's packets; another reader taking it flushes it first."""
-
-    def __init__(self, signature: int):
-        name, extradata, values, _, thread_count = _signature_of(signature)
-        ctx = av.CodecContext.create(name, "r")
-        for attr, value in zip(_COPIED, values):
-            setattr(ctx, attr, value)
-        if extradata:
-            ctx.extradata = extradata
-        ctx.thread_count = thread_count
-        self.ctx: Any = ctx
-        self.signature = signature
-        self.owner: VideoReader | None = None
-        self.thread = threading.get_ident()
-        self.used = 0  # when its thread last handed it out (a count)
-
-
-class SharedDecoders:
-    """The decoders of this process, per thread: up to `per_signature` for files alike (cameras read forward in turn
-    each keep theirs, so a reader decodes on from where it was), `per_thread` in all. A reader that reads forward
-    (`VideoReader.reads_forward`) takes a new one while there are fewer, else the least recently used, one no
-    other forward reader holds if any; a reader of random frames takes the most recently used one no forward
-    reader holds (over many files: the same one, its pictures hot in the CPU's caches).
-
-    A video file's open reader then holds its demuxer and frame index only (~70 KB at 480x640, measured), not a
-    codec context with its pictures (~1.5 MB): a map-style mixture of 800 one-episode files at 480x640 keeps
-    every file open within its budget. After a fork a child starts with none and never touches its parent's."""
-
-    def __init__(self, per_signature: int = 4, per_thread: int = 16, own: int = 8):
-        self.per_signature, self.per_thread, self.own = per_signature, per_thread, own
-        self._local = threading.local()
-        self._owning: dict[int, int] = {}  # signature -> open readers of this process decoding with their own
-        self._lock = threading.Lock()
-        runtime.after_fork(self)
-
-    def _after_fork(self) -> None:
-        _INHERITED.append(self._local)
-        self._local = threading.local()
-        self._owning, self._lock = {}, threading.Lock()  # the parent's readers are never used here
-
-    def admit(self, reader: VideoReader, signature: int | None) -> int | None:
-        """`reader`'s signature, or None when it decodes with its stream's own codec context: while fewer than
-        `own` open readers of this process with that signature do (a dataset's few files: PyAV's own decode
-        loop, ~2% less CPU per frame at 96x128 than feeding a shared context packet by packet from Python)."""
-        if signature is None:
-            return None
-        with self._lock:
-            n = self._owning.get(signature, 0)
-            if n >= self.own:
-                return signature
-            self._owning[signature] = n + 1
-        reader._own_slot = weakref.finalize(reader, self._release, signature, self._owning)  # closed or collected
-        return None
-
-    def _release(self, signature: int, owning: dict[int, int]) -> None:
-        with self._lock:
-            if owning is self._owning and owning.get(signature, 0) > 0:
-                owning[signature] -= 1
-
-    def take(self, signature: int, reader: VideoReader) -> SharedDecoder:
-        """A flushed decoder of this thread for `reader`'s files, now owned by it: the one it still owns, else as
-        the class says."""
-        local = self._local
-        pools: dict[int, list[SharedDecoder]] | None = getattr(local, "pools", None)
-        if pools is None:
-            pools = local.pools = {}
-            local.clock = 0
-        mine = pools.setdefault(signature, [])  # least recently used first
-        last = reader._decoder
-        if last is not None and last.owner is reader and last in mine:
-            pick: SharedDecoder | None = last
-        else:
-            free = [d for d in mine if not getattr(d.owner, "reads_forward", False)]
-            pick = None
-            if free and not reader.reads_forward:
-                pick = free[-1]  # random access: the most recently used, its pictures still in the CPU's caches
-            elif len(mine) >= self.per_signature:
-                pick = free[0] if free else mine[0]  # the least recently used, one no reader reads forward if any
-        if pick is None:
-            pick = SharedDecoder(signature)
-            if sum(map(len, pools.values())) >= self.per_thread:
-                lru = min((d for ds in pools.values() for d in ds), key=lambda d: d.used)
-                pools[lru.signature].remove(lru)
-                lru.ctx = lru.owner = None
-        else:
-            mine.remove(pick)
-            pick.ctx.flush_buffers()
-        mine.append(pick)
-        local.clock += 1
-        pick.owner, pick.used = reader, local.clock
-        return pick
-
-
-_SHARED = SharedDecoders()
 
 
 # What the open readers of a process may take by default at least (`decoder_budget_bytes`), and the estimate of

@@ -1,4 +1,4 @@
-"""Readers of files alike decode through their thread's shared codec contexts (`video.decoder.SharedDecoders`):
+"""Readers of files alike decode through their thread's shared codec contexts (`video.codec_contexts.SharedDecoders`):
 frames equal PyAV's own decode whichever reader last used a context, cameras read in turn keep theirs, a context
 is never used by two threads, and files with other parameters get contexts of their own."""
 
@@ -11,7 +11,7 @@ import av
 import numpy as np
 import pytest
 
-from episodic.video import VideoReader, decoder
+from episodic.video import VideoReader, codec_contexts
 
 from support import LEROBOT_FIXTURE
 
@@ -42,8 +42,8 @@ def _encode(path, codec, h, w, n, seed=0, pix_fmt="yuv420p"):
 def shared(monkeypatch):
     """This process's shared decoders, fresh, and no reader decoding with its own context (the first `own` files
     alike of a process do: `test_the_first_files_alike_decode_with_their_own_contexts`)."""
-    fresh = decoder.SharedDecoders(own=0)
-    monkeypatch.setattr(decoder, "_SHARED", fresh)
+    fresh = codec_contexts.SharedDecoders(own=0)
+    monkeypatch.setattr(codec_contexts, "SHARED", fresh)
     return fresh
 
 
@@ -143,8 +143,8 @@ def test_b_frames_decode_exactly_through_a_shared_context(tmp_path):
 def test_a_thread_keeps_at_most_per_thread_contexts(tmp_path, monkeypatch):
     """Files of three sizes (three signatures) with room for two contexts: the least recently used is dropped,
     its reader takes another when it next decodes, and every frame is still exact."""
-    small = decoder.SharedDecoders(per_signature=4, per_thread=2, own=0)
-    monkeypatch.setattr(decoder, "_SHARED", small)
+    small = codec_contexts.SharedDecoders(per_signature=4, per_thread=2, own=0)
+    monkeypatch.setattr(codec_contexts, "SHARED", small)
     paths = [tmp_path / f"s{w}.mp4" for w in (32, 48, 424)]
     for i, (p, w) in enumerate(zip(paths, (32, 48, 424))):
         _encode(p, "libx264", 24, w, 12, seed=i)
@@ -160,8 +160,8 @@ def test_a_thread_keeps_at_most_per_thread_contexts(tmp_path, monkeypatch):
 def test_the_first_files_alike_decode_with_their_own_contexts(tmp_path, monkeypatch):
     """A process's first `own` open readers of files alike keep their own codec context (PyAV's decode loop: a
     dataset of a few files); the next share; closing one lets the next reader have its own again."""
-    few = decoder.SharedDecoders(own=2)
-    monkeypatch.setattr(decoder, "_SHARED", few)
+    few = codec_contexts.SharedDecoders(own=2)
+    monkeypatch.setattr(codec_contexts, "SHARED", few)
     ref = _all_frames(VIDEO)
     readers = [VideoReader(str(shutil.copy(VIDEO, tmp_path / f"c{i}.mp4"))) for i in range(3)]
     assert [r._signature is None for r in readers] == [True, True, False]
