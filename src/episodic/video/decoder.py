@@ -283,8 +283,9 @@ _HWC_UINT8 = FrameOutput(channels_first=False)
 # What the open readers of a process may take by default at least (`decoder_budget_bytes`), and the estimate of
 # one open reader: its demuxer and frame index (~70 KB measured for an AV1 480x640 file of one episode; more for
 # long files), no pictures: it decodes through its thread's `SharedDecoders` (at most 16 per decode thread, each a
-# codec context with a few pictures, outside this budget). A reader whose stream's parameters PyAV cannot read
-# has a codec context of its own (~1.5 MB at 480x640): rare enough not to be counted.
+# codec context with a few pictures, outside this budget). A process's first 8 readers of each kind of stream
+# (`SharedDecoders.own`), and one whose stream's parameters PyAV cannot read, keep a codec context of their own
+# (~1.5 MB at 480x640): few, not counted.
 DECODER_BUDGET_BYTES = 512 << 20
 DECODER_MEMORY_SHARE = 8  # the open readers of every loading process of a machine: up to 1/8 of its memory
 _READER_BYTES = 256 << 10
