@@ -249,6 +249,10 @@ class _DecodePool:
         """`fn(item)` for every item at once: the first on the calling thread (which would otherwise only wait),
         the others on this pool's `len(items) - 1` threads. Returns when all have ended; raises the first error."""
         n = len(items) - 1
+        if n < 1:  # nothing for the pool (which cannot have 0 threads)
+            for item in items:
+                fn(item)
+            return
         with self.lock:
             if self.pool is None or self.threads != n:
                 if self.pool is not None:

@@ -124,8 +124,7 @@ def write_frame(frame, dest: np.ndarray, out: FrameOutput, reformatter: VideoRef
         return
     if out.channels_first and (scaled or planar_exact(frame)):
         for c, p in zip((1, 2, 0), _reformat(reformatter, frame, "gbrp", h, w, scaled).planes):  # g, b, r
-            rows = np.frombuffer(p, np.uint8).reshape(h, p.line_size)[:, :w]  # `_rows`, inline: per plane per frame
-            _put(rows, dest[c, top : top + h, left : left + w])
+            _put(_rows(p, h, w), dest[c, top : top + h, left : left + w])
     else:
         rgb = _rows(_reformat(reformatter, frame, "rgb24", h, w, scaled).planes[0], h, w * 3).reshape(h, w, 3)
         if out.channels_first:
