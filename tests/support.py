@@ -33,12 +33,15 @@ def lerobot_python() -> Path | None:
 
 H100 = "NVIDIA H100 80GB HBM3"
 SUPPORTED = {"h264": True, "hevc": True, "av1": False}  # what an H100's driver answers (measured on an H200)
+# NVDEC's smallest pictures per codec (NVIDIA Video Codec SDK, NVDEC application note): HEVC and AV1 refuse what
+# H.264 takes, so a 96x128 HEVC camera is the driver's "under the minimum" answer
+MIN_SIZE = {"h264": (48, 16), "hevc": (144, 144), "av1": (128, 128)}
 
 
 class FakeNvdecDriver:
     """The driver's capability query as an H100 (or, with av1=True, an L4) answers it."""
 
-    def __init__(self, name=H100, av1=False, engines=7, min_width=48):
+    def __init__(self, name=H100, av1=False, engines=7, min_width=None):
         self.gpu, self.av1, self.engines, self.min_width, self.asked = name, av1, engines, min_width, []
 
     def count(self):
@@ -52,6 +55,7 @@ class FakeNvdecDriver:
 
         self.asked.append((codec, chroma, depth))
         ok = (SUPPORTED.get(codec, False) or (codec == "av1" and self.av1)) and chroma == 420 and depth == 8
+        min_w, min_h = MIN_SIZE.get(codec, (48, 16)) if self.min_width is None else (self.min_width, 16)
         return CodecSupport(
             codec,
             chroma,
@@ -60,8 +64,8 @@ class FakeNvdecDriver:
             engines=self.engines if ok else 0,
             max_width=8192 if ok else 0,
             max_height=8192 if ok else 0,
-            min_width=self.min_width if ok else 0,
-            min_height=16 if ok else 0,
+            min_width=min_w if ok else 0,
+            min_height=min_h if ok else 0,
         )
 
 

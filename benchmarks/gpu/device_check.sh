@@ -17,7 +17,7 @@ export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUT/nvidia_smi.csv" 2>&1
 echo "NVIDIA_DRIVER_CAPABILITIES=${NVIDIA_DRIVER_CAPABILITIES:-unset}" >> "$OUT/nvidia_smi.csv"
 python3 -m episodic.cli doctor tests/fixtures/lerobot_h264/dataset --json "$OUT/doctor.json" 2>&1 | tee "$OUT/doctor.txt"
-timeout 170 python3 -m pytest -q -rs -x --timeout 150 tests/datasets/test_gpu_device.py tests/datasets/test_gpu_frames.py \
+timeout 200 python3 -m pytest -q -rs --timeout 120 tests/datasets/test_gpu_device.py tests/datasets/test_gpu_frames.py \
   tests/tools/test_doctor.py 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 timeout 260 python3 benchmarks/gpu/device_check.py --out "$OUT" 2>&1 | tail -60 | tee "$OUT/device_check.txt"
 echo "results in $OUT"

@@ -209,6 +209,25 @@ def test_av1_is_a_named_error_at_construction(gpu, small_root):
     assert ("av1", 420, 8) in gpu["driver"].asked  # decided by the driver's answer, not a table
 
 
+def test_a_camera_under_the_codecs_minimum_size_is_a_named_error(gpu, tmp_path):
+    # NVDEC takes H.264 from 48x16 but HEVC only from 144x144: a 48x64 HEVC camera is refused at construction
+    root = write_demo_dataset(
+        tmp_path / "hevc",
+        num_episodes=2,
+        min_length=5,
+        max_length=8,
+        height=48,
+        width=64,
+        vcodec="hevc",
+        progress=False,
+    )
+    with pytest.raises(GpuDecodeError) as e:
+        EpisodicDataset(root, decode_device="cuda")
+    for word in ("codec hevc", "64x48 is under NVDEC's minimum 144x144", H100, "observation.images.top"):
+        assert word in str(e.value), (word, str(e.value))
+    assert ("hevc", 420, 8) in gpu["driver"].asked
+
+
 def test_per_camera_cpu_fallback_is_logged_and_counted(gpu, small_root, caplog):
     with caplog.at_level(logging.WARNING, logger="episodic.datasets.gpu_frames"):
         with pytest.raises(GpuDecodeError, match="observation.images.wrist"):  # only top may fall back

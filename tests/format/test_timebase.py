@@ -28,7 +28,7 @@ from episodic.writer.video import VideoFileWriter
 
 from support import FIXTURES
 
-LEROBOT_WRITTEN = ["lerobot-0.4.4", "lerobot_h264", "lerobot_multifile_av1"]
+LEROBOT_WRITTEN = ["lerobot-0.4.4", "lerobot_h264", "lerobot_hevc", "lerobot_multifile_av1"]
 
 
 @pytest.mark.parametrize("name", LEROBOT_WRITTEN)

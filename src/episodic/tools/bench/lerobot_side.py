@@ -269,6 +269,8 @@ def cmd_items(a: argparse.Namespace) -> None:
         extra["image_transforms"] = TRANSFORMS[a.transform]
     if a.depth_unit:
         extra["depth_output_unit"] = a.depth_unit
+    if a.video_backend:
+        extra["video_backend"] = a.video_backend
     ds = LeRobotDataset(a.repo_id, root=a.root, episodes=episodes, delta_timestamps=delta, **extra)
     n = len(ds)
     if a.indices:
@@ -548,6 +550,12 @@ def main(argv=None) -> None:
         default=None,
         choices=["m", "mm"],
         help="LeRobotDataset(depth_output_unit=...) (LeRobot 0.6; default its own, mm)",
+    )
+    it.add_argument(
+        "--video-backend",
+        default=None,
+        choices=["torchcodec", "pyav"],
+        help="LeRobotDataset(video_backend=...) (default LeRobot's own: torchcodec where installed)",
     )
     it.set_defaults(fn=cmd_items)
 
