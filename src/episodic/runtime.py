@@ -60,6 +60,7 @@ __all__ = [
     "usable_cores",
     "decode_threads",
     "after_fork",
+    "keep_inherited",
     "stop_threads_at_fork",
     "register_collate",
     "shutdown_workers",
@@ -150,6 +151,18 @@ def after_fork(obj: Any) -> Any:
     """Call `obj._after_fork()` in every forked child (while `obj` lives); returns `obj`."""
     _FORK_HOOKS.add(obj)
     return obj
+
+
+_INHERITED: list = []  # a forked child's references to its parent's native objects: never freed there
+
+
+def keep_inherited(*objs: Any) -> None:
+    """In a forked child (from an `_after_fork`): keep `objs`, the parent's objects whose native state belongs
+    to the parent (FFmpeg codec contexts, NVDEC sessions, CUDA memory), alive until the child exits, so that it
+    never runs their destructors. Freeing an NVDEC session in a forked child calls into CUDA there, which
+    crashes it (seen on an H100: a DataLoader worker killed by SIGSEGV); a worker exits with `os._exit`, which
+    frees nothing."""
+    _INHERITED.extend(objs)
 
 
 def _reset_fsspec_loop() -> None:

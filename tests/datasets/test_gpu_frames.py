@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import threading
 import time
 
@@ -32,7 +33,7 @@ from episodic.testing.synthetic import mixture_spec
 from episodic.video import nvdec_caps as C
 from episodic.video.decoder import VideoReader
 
-from support import H100, FakeNvdecDriver as FakeDriver, assert_items_equal
+from support import FIXTURES, H100, FakeNvdecDriver as FakeDriver, assert_items_equal
 
 
 class PyAVBackend:
@@ -145,6 +146,42 @@ def test_loader_workers_locate_and_the_main_process_decodes(gpu, h264_root, monk
     assert torch.equal(plain[0]["observation.images.top"], cpu.get_batch(np.arange(4))["observation.images.top"])
 
 
+class _Session:
+    """A decoder session that tells when it is freed in a process other than the one that opened it: there, an
+    NVDEC session's destructor calls into CUDA, which crashed forked DataLoader workers on an H100 (SIGSEGV)."""
+
+    def __init__(self, path, marks):
+        self.reader, self.pid, self.marks = VideoReader(path), os.getpid(), marks
+
+    def __del__(self):
+        if os.getpid() != self.pid:
+            (self.marks / f"freed-in-{os.getpid()}").touch()
+
+
+def test_forked_workers_never_free_the_parents_sessions(gpu, h264_root, tmp_path):
+    class Backend(PyAVBackend):
+        def open(self, path):
+            self.opened += 1
+            return _Session(path, tmp_path)
+
+        def reopen(self, session, path):
+            self.reopened += 1
+            session.reader.close()
+            session.reader = VideoReader(path)
+            return session
+
+        def frames(self, session, indices):
+            return super().frames(session.reader, indices)
+
+    gpu["backend"] = Backend()
+    dev = EpisodicDataset(h264_root, decode_device="cuda")
+    dev.get_batch(np.arange(len(dev)))  # sessions open in this process before the workers fork
+    assert gpu["backend"].opened > 0
+    for epoch in range(2):  # workers forked twice; a worker ends with its epoch
+        assert sum(len(b["index"]) for b in dev.loader(batch_size=8, num_workers=2, seed=epoch)) == len(dev)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_streaming_equals_the_cpu_path(gpu, h264_root):
     kw = dict(delta_timestamps=WINDOWS, episode_pool_size=2, seed=5)
     cpu = StreamingLeRobotDataset(None, root=h264_root, **kw)
@@ -226,6 +263,34 @@ def test_a_camera_under_the_codecs_minimum_size_is_a_named_error(gpu, tmp_path):
     for word in ("codec hevc", "64x48 is under NVDEC's minimum 144x144", H100, "observation.images.top"):
         assert word in str(e.value), (word, str(e.value))
     assert ("hevc", 420, 8) in gpu["driver"].asked
+
+
+def test_hevc_with_b_frames_is_a_named_error(gpu, tmp_path):
+    # NVDEC's library did not reach every frame of LeRobot's HEVC (B-frames) on an H100; episodic's HEVC (none) is
+    # decoded on the GPU
+    lerobot = FIXTURES / "lerobot_hevc" / "dataset"
+    with pytest.raises(GpuDecodeError) as e:
+        EpisodicDataset(lerobot, decode_device="cuda")
+    for word in ("camera 'observation.images.top'", "codec hevc", "has B-frames", "episodic reencode"):
+        assert word in str(e.value), (word, str(e.value))
+    ds = EpisodicDataset(lerobot, decode_device="cuda", cpu_fallback=True)
+    idx = np.arange(len(ds))
+    assert_items_equal(EpisodicDataset(lerobot).get_batch(idx), ds.get_batch(idx))
+    assert ds.gpu.stats()["cpu_fallback"] == ["observation.images.top", "observation.images.wrist"]
+    ours = write_demo_dataset(
+        tmp_path / "hevc",
+        num_episodes=2,
+        min_length=5,
+        max_length=8,
+        height=160,
+        width=216,
+        vcodec="hevc",
+        progress=False,
+    )
+    dev = EpisodicDataset(ours, decode_device="cuda")
+    assert dev.gpu.stats()["cpu_fallback"] == []
+    idx = np.arange(len(dev))
+    assert_items_equal(EpisodicDataset(ours).get_batch(idx), dev.get_batch(idx))
 
 
 def test_per_camera_cpu_fallback_is_logged_and_counted(gpu, small_root, caplog):

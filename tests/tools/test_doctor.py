@@ -56,6 +56,11 @@ def test_with_a_gpu_each_camera_gets_a_backend_and_a_reason(monkeypatch, small_r
     monkeypatch.setattr(D, "_versions", lambda: {"episodic": "x", "PyNvVideoCodec": "2.2.4"})
     r = D.doctor(str(H264), decode=False)
     assert all(c["cuda"] == f"NVDEC on GPU 0 ({H100}), 7 engine(s) for h264" for c in r.cameras)
+    r = D.doctor(str(FIXTURES / "lerobot_hevc" / "dataset"), decode=False)  # LeRobot's HEVC: B-frames
+    assert "hevc yuv420p 216x160 B-frames" in "\n".join(r.lines())
+    for cam in r.cameras:
+        assert cam["b_frames"] is True
+        assert cam["cuda"].startswith("refused: the stream has B-frames") and "episodic reencode" in cam["cuda"]
 
 
 def test_cli_writes_json(tmp_path, capsys):

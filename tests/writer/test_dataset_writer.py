@@ -15,7 +15,7 @@ import pytest
 from episodic import DatasetWriter, EpisodicDataset
 from episodic.demo import demo_features, synthetic_episode, write_demo_dataset
 from episodic.format.errors import ExistingDirectoryError, WriterError, WriterSessionError
-from episodic.format.stats import array_stats
+from episodic.format.stats import array_stats, image_stats_sample
 from episodic.storage.atomic import temp_files
 from episodic.tools.repair import repair
 from episodic.writer.session import SESSION_DIR
@@ -300,6 +300,26 @@ def test_array_stats_image_layout():
     s = array_stats(frames, image=True)
     assert s["mean"].shape == (3, 1, 1) and 0 <= s["min"].min() and s["max"].max() <= 1
     np.testing.assert_allclose(s["mean"].reshape(3), frames.reshape(-1, 3).mean(0) / 255)
+
+
+@pytest.mark.parametrize(
+    "n, hw, frames, picked_hw",
+    [  # LeRobot's rule (compute_stats.estimate_num_samples' docstring: 1000 -> 177, 2000 -> 299 samples)
+        (40, (96, 128), 40, (96, 128)),
+        (150, (480, 640), 100, (120, 160)),  # stride 640 // 150 = 4
+        (1000, (8, 8), 177, (8, 8)),
+        (2000, (240, 424), 299, (120, 212)),  # stride 424 // 150 = 2
+        (5, (720, 1280), 5, (90, 160)),  # stride 1280 // 150 = 8
+        (3, (300, 100), 3, (150, 50)),  # taller than wide: 300 // 150 = 2
+    ],
+)
+def test_camera_stats_sample_frames_as_lerobot_does(n, hw, frames, picked_hw):
+    video = np.arange(n, dtype=np.int64)[:, None, None, None] + np.zeros((1, *hw, 1), np.int64)  # pixel = frame no
+    picked = image_stats_sample(video)
+    assert picked.shape == (frames, *picked_hw, 1)
+    got = picked[:, 0, 0, 0]
+    assert got[0] == 0 and got[-1] == n - 1 and np.all(np.diff(got) > 0)  # evenly spread, first and last in
+    assert np.abs(np.diff(got) - (n - 1) / (frames - 1)).max() <= 1 if frames > 1 else True
 
 
 def _failing_flush(monkeypatch, failures: int | None) -> list[str]:

@@ -38,7 +38,7 @@ from .. import runtime
 from ..counters import Counters
 from ..format.errors import GpuDecodeError, VideoDecodeError
 from ..video import DecoderCache
-from ..video.nvdec_caps import NvdecProbe, probe_nvdec, unsupported_reason
+from ..video.nvdec_caps import NvdecProbe, probe_nvdec, reordered_reason, unsupported_reason
 from ..video.output import FrameOutput
 from ..video.stream_probe import StreamFacts, probe_stream
 from .decode import FILES_KEY
@@ -161,7 +161,9 @@ class GpuFrames:
         refused = []
         for c in cameras:
             support = self.probe.support(gpu_id, c.facts.codec, c.facts.chroma, c.facts.bit_depth)
-            why = unsupported_reason(support, c.facts.height, c.facts.width)
+            why = unsupported_reason(support, c.facts.height, c.facts.width) or reordered_reason(
+                c.facts.codec, c.facts.reorders
+            )
             if why is None:
                 continue
             what = (
@@ -206,8 +208,9 @@ class GpuFrames:
         self._forked = False
         runtime.after_fork(self)
 
-    def _after_fork(self) -> None:
-        self._forked, self.sessions, self._threads, self._ahead = True, None, None, None  # nothing CUDA here
+    def _after_fork(self) -> None:  # nothing CUDA here, and nothing of the parent's freed
+        runtime.keep_inherited(self.sessions, self._threads, self._ahead)
+        self._forked, self.sessions, self._threads, self._ahead = True, None, None, None
 
     def __reduce__(self):  # to a spawned DataLoader worker: a stand-in that refuses to decode
         return _InWorker, ()

@@ -19,6 +19,22 @@ STAT_NAMES = ("min", "max", "mean", "std", "count", *QUANTILES)
 Stats = dict[str, dict[str, np.ndarray]]
 
 
+def image_stats_sample(frames: np.ndarray) -> np.ndarray:
+    """The frames (T, H, W, C) of an episode that its camera statistics are computed from, by LeRobot's rule
+    (`lerobot.datasets.compute_stats`: `sample_indices`, `auto_downsample_height_width`): 100 frames evenly spread
+    (all of a shorter episode; T**0.75 of a longer one, at most 10,000), each subsampled by a stride of
+    max(H, W) // 150 when max(H, W) >= 300 (480x640: every 4th row and column, 120x160). A 480x640 camera's
+    statistics then take ~0.1 s per episode instead of ~12 s over every pixel of 100 frames."""
+    n = len(frames)
+    count = max(min(100, n), min(int(n**0.75), 10_000))
+    picked = frames[np.round(np.linspace(0, n - 1, count)).astype(int)] if n else frames
+    height, width = frames.shape[1], frames.shape[2]
+    if max(height, width) < 300:
+        return picked
+    step = int(width / 150) if width > height else int(height / 150)
+    return picked[:, ::step, ::step]
+
+
 def array_stats(values: np.ndarray, image: bool = False, scale: float = 255.0) -> dict[str, np.ndarray]:
     """Stats of one feature over one episode.
 

@@ -44,7 +44,13 @@ class DoctorReport:
         out.append(
             f"video driver: libnvcuvid {'found' if d['libnvcuvid'] else 'not found'}; "
             f"NVIDIA_DRIVER_CAPABILITIES={d['NVIDIA_DRIVER_CAPABILITIES']!r}"
-            + ("" if d["video_capability"] in (None, True) else " (lacks 'video': libnvcuvid is not mounted)")
+            + (
+                ""
+                if d["video_capability"] in (None, True)
+                else " (lacks 'video': a container runtime then mounts no libnvcuvid)"
+                if not d["libnvcuvid"]
+                else " (lacks 'video', but libnvcuvid is there)"  # seen on a lent H100: NVDEC worked
+            )
         )
         if self.nvdec.get("why"):
             out.append(f"NVDEC: unavailable: {self.nvdec['why']}")
@@ -71,7 +77,8 @@ class DoctorReport:
                 f"{b} {t['ms']:.1f} ms" if "ms" in t else f"{b}: {t['error']}" for b, t in cam["decode"].items()
             )
             out.append(
-                f"  {cam['key']}: {cam['codec']} {cam['pix_fmt']} {cam['width']}x{cam['height']} ({cam['file']}); "
+                f"  {cam['key']}: {cam['codec']} {cam['pix_fmt']} {cam['width']}x{cam['height']}"
+                f"{' B-frames' if cam.get('b_frames') else ''} ({cam['file']}); "
                 f"one frame: {times or 'not decoded'}"
             )
             out.append(f"    decode_device='cuda': {cam['cuda']}")
@@ -160,6 +167,7 @@ def _cameras(location: str, r: DoctorReport, decode: bool) -> list[dict]:
             "file": rel,
             "codec": facts.codec,
             "pix_fmt": facts.pix_fmt,
+            "b_frames": facts.reorders,
             "height": facts.height,
             "width": facts.width,
             "decode": {},
@@ -187,7 +195,7 @@ def _cameras(location: str, r: DoctorReport, decode: bool) -> list[dict]:
 
 def _cuda_verdict(r: DoctorReport, facts, support: dict | None) -> str:
     """What decode_device="cuda" does with a camera of `facts` (`support`: the driver's answer for it)."""
-    from ..video.nvdec_caps import CodecSupport, unsupported_reason
+    from ..video.nvdec_caps import CodecSupport, reordered_reason, unsupported_reason
 
     fix = "; fix: `episodic reencode SRC DST --vcodec h264`, or cpu_fallback=[camera], or decode_device='cpu'"
     if not r.cuda["available"]:
@@ -196,7 +204,9 @@ def _cuda_verdict(r: DoctorReport, facts, support: dict | None) -> str:
         return f"refused: NVDEC unavailable: {r.nvdec['why']}"
     if support is None:
         return f"refused: the driver was not asked about {facts.codec} {facts.pix_fmt}{fix}"
-    why = unsupported_reason(CodecSupport(**support), facts.height, facts.width)
+    why = unsupported_reason(CodecSupport(**support), facts.height, facts.width) or reordered_reason(
+        facts.codec, facts.reorders
+    )
     if why:
         return f"refused: {why}{fix}"
     if not r.versions["PyNvVideoCodec"][:1].isdigit():

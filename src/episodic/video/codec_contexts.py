@@ -15,10 +15,6 @@ from .. import runtime
 if TYPE_CHECKING:
     from .decoder import VideoReader
 
-# Codec contexts of a parent process, set aside in a child after a fork: never used or freed there.
-_INHERITED: list = []
-
-
 # What a codec context is made from: the stream's codec and the parameters that shape its decoded pictures. Files
 # whose streams agree on all of them decode alike through one context.
 _COPIED = ("width", "height", "pix_fmt", "colorspace", "color_range", "color_primaries", "color_trc")
@@ -86,7 +82,7 @@ class SharedDecoders:
         runtime.after_fork(self)
 
     def _after_fork(self) -> None:
-        _INHERITED.append(self._local)  # never freed here: their FFmpeg objects belong to the parent
+        runtime.keep_inherited(self._local)  # never used or freed here: their FFmpeg objects are the parent's
         self._local = threading.local()
         self._owning, self._lock = {}, threading.Lock()  # the parent's readers are never used here
 

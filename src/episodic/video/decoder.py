@@ -317,11 +317,6 @@ def default_cache_size(
     return max(minimum, min(count, budget_bytes // _READER_BYTES))
 
 
-# Readers a parent process had open when it forked. A child must neither use nor free them: freeing
-# FFmpeg objects whose threads live only in the parent hangs (pthread_cond_destroy in swscale/dav1d).
-_INHERITED: list = []
-
-
 @dataclass(frozen=True)
 class CacheRule:
     """A decoder cache size left to each process: `default_cache_size(files)` with the budget of the process that
@@ -361,7 +356,8 @@ class DecoderCache:
         return self._max_open
 
     def _after_fork(self) -> None:  # set the parent's readers aside without touching them
-        _INHERITED.append(self._readers)
+        # freeing FFmpeg objects whose threads live only in the parent hangs (pthread_cond_destroy in swscale/dav1d)
+        runtime.keep_inherited(self._readers)
         self._readers = {}
         if self.rule is not None:
             self._max_open = None  # sized again in this process

@@ -28,6 +28,7 @@ __all__ = [
     "container_video_driver",
     "load_driver",
     "probe_nvdec",
+    "reordered_reason",
     "unsupported_reason",
 ]
 
@@ -241,6 +242,22 @@ def unsupported_reason(support: CodecSupport | None, height: int, width: int) ->
     if width < support.min_width or height < support.min_height:
         return f"{width}x{height} is under NVDEC's minimum {support.min_width}x{support.min_height}"
     return None
+
+
+def reordered_reason(codec: str, reorders: bool | None) -> str | None:
+    """Why a stream that NVDEC can decode is still not decoded on the GPU, or None. HEVC with B-frames: the decode
+    library (PyNvVideoCodec 2.2.4's SimpleDecoder) seeks by frame index and does not reach every frame of such a
+    file. Measured on a lent H100 (2026-11-26) on the HEVC that LeRobot 0.6.1 writes (x265's defaults): "End of
+    stream reached while seeking to frame index 125" for the last of 126 frames; on an H200 (x265's defaults, the
+    NVDEC probe) the same error at the last frame and one frame off by up to 198/255. H.264 with B-frames (LeRobot's
+    H.264) and HEVC without them (episodic's writer) gave every frame within 2/255 on the H100."""
+    if codec != "hevc" or reorders is False:
+        return None
+    what = "has B-frames" if reorders else "may have B-frames (its file was not read: a remote dataset)"
+    return (
+        f"the stream {what}: NVDEC's decode library does not seek to every frame of HEVC with B-frames "
+        "(measured: it fails at a file's last frames, and returned a wrong frame)"
+    )
 
 
 def container_video_driver() -> dict:

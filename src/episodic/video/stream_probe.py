@@ -1,5 +1,6 @@
 """What a video file's stream is, read from its header alone (no packets demuxed, nothing decoded): codec (the
-codec's canonical name: "av1" whichever decoder PyAV picks, "h264", "hevc"), pixel format, size, frame count.
+codec's canonical name: "av1" whichever decoder PyAV picks, "h264", "hevc"), pixel format, size, frame count,
+and whether frames are reordered (B-frames).
 Used to decide where a camera can be decoded (`video.nvdec_caps`) and by `episodic doctor`."""
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class StreamFacts:
     height: int
     width: int
     frames: int  # as the container says (0 when it does not)
+    # whether frames are stored out of presentation order (B-frames: the codec's `has_b_frames`); None when the
+    # file was not read (a remote dataset's camera described by info.json)
+    reorders: bool | None = None
 
     @property
     def chroma(self) -> int:
@@ -61,6 +65,7 @@ def probe_stream(path: str) -> StreamFacts:
                 height=cc.height,
                 width=cc.width,
                 frames=int(s.frames or 0),
+                reorders=bool(cc.has_b_frames),
             )
     except FileNotFoundError:
         raise VideoDecodeError(f"{path}: video file not found") from None

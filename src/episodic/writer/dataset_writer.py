@@ -15,7 +15,7 @@ import numpy as np
 
 from ..format.depth import PIX_FMT as DEPTH_PIX_FMT
 from ..format.errors import WriterError, WriterSessionError
-from ..format.stats import array_stats
+from ..format.stats import array_stats, image_stats_sample
 from ..format.timebase import frames_to_seconds, timestamp_column
 from ..storage.atomic import temp_files
 from .data_files import concat_parquet, data_schema, episode_table, write_segment
@@ -28,7 +28,6 @@ from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name,
 log = logging.getLogger(__name__)
 
 MB = 1024 * 1024
-MAX_IMAGE_STATS_FRAMES = 100
 
 
 class DatasetWriter:
@@ -188,7 +187,7 @@ class DatasetWriter:
         stats = {k: array_stats(columns[k]) for k in self.data_keys if self.features[k].dtype not in ("string", "bool")}
         for k in self.video_keys:  # a depth camera's in its depth_unit (LeRobot 0.6), RGB in [0, 1]
             stats[k] = array_stats(
-                arrays[k][:: max(1, n // MAX_IMAGE_STATS_FRAMES)],
+                image_stats_sample(arrays[k]),
                 image=True,
                 scale=1.0 if self.features[k].is_depth else 255.0,
             )
