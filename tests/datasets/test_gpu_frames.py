@@ -246,20 +246,24 @@ def test_av1_is_a_named_error_at_construction(gpu, small_root):
     assert ("av1", 420, 8) in gpu["driver"].asked  # decided by the driver's answer, not a table
 
 
-def test_a_camera_under_the_codecs_minimum_size_is_a_named_error(gpu, tmp_path):
-    # NVDEC takes H.264 from 48x16 but HEVC only from 144x144: a 48x64 HEVC camera is refused at construction
-    root = write_demo_dataset(
-        tmp_path / "hevc",
+def _small_hevc(tmp_path, height: int, width: int):
+    """HEVC by episodic's writer (no B-frames): 2 episodes of 5-8 frames, 2 cameras of `height` x `width`."""
+    return write_demo_dataset(
+        tmp_path / f"hevc{height}x{width}",
         num_episodes=2,
         min_length=5,
         max_length=8,
-        height=48,
-        width=64,
+        height=height,
+        width=width,
         vcodec="hevc",
         progress=False,
     )
+
+
+def test_a_camera_under_the_codecs_minimum_size_is_a_named_error(gpu, tmp_path):
+    # NVDEC takes H.264 from 48x16 but HEVC only from 144x144: a 48x64 HEVC camera is refused at construction
     with pytest.raises(GpuDecodeError) as e:
-        EpisodicDataset(root, decode_device="cuda")
+        EpisodicDataset(_small_hevc(tmp_path, 48, 64), decode_device="cuda")
     for word in ("codec hevc", "64x48 is under NVDEC's minimum 144x144", H100, "observation.images.top"):
         assert word in str(e.value), (word, str(e.value))
     assert ("hevc", 420, 8) in gpu["driver"].asked
@@ -277,16 +281,7 @@ def test_hevc_with_b_frames_is_a_named_error(gpu, tmp_path):
     idx = np.arange(len(ds))
     assert_items_equal(EpisodicDataset(lerobot).get_batch(idx), ds.get_batch(idx))
     assert ds.gpu.stats()["cpu_fallback"] == ["observation.images.top", "observation.images.wrist"]
-    ours = write_demo_dataset(
-        tmp_path / "hevc",
-        num_episodes=2,
-        min_length=5,
-        max_length=8,
-        height=160,
-        width=216,
-        vcodec="hevc",
-        progress=False,
-    )
+    ours = _small_hevc(tmp_path, 160, 216)
     dev = EpisodicDataset(ours, decode_device="cuda")
     assert dev.gpu.stats()["cpu_fallback"] == []
     idx = np.arange(len(dev))
