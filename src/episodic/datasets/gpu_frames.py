@@ -38,7 +38,7 @@ from .. import runtime
 from ..counters import Counters
 from ..format.errors import GpuDecodeError, VideoDecodeError
 from ..video import DecoderCache
-from ..video.nvdec_caps import NvdecProbe, probe_nvdec, reordered_reason, unsupported_reason
+from ..video.nvdec_caps import NvdecProbe, gpu_refusal, probe_nvdec
 from ..video.output import FrameOutput
 from ..video.stream_probe import StreamFacts, probe_stream
 from .decode import FILES_KEY
@@ -161,9 +161,7 @@ class GpuFrames:
         refused = []
         for c in cameras:
             support = self.probe.support(gpu_id, c.facts.codec, c.facts.chroma, c.facts.bit_depth)
-            why = unsupported_reason(support, c.facts.height, c.facts.width) or reordered_reason(
-                c.facts.codec, c.facts.reorders
-            )
+            why = gpu_refusal(support, c.facts)
             if why is None:
                 continue
             what = (

@@ -195,7 +195,7 @@ def _cameras(location: str, r: DoctorReport, decode: bool) -> list[dict]:
 
 def _cuda_verdict(r: DoctorReport, facts, support: dict | None) -> str:
     """What decode_device="cuda" does with a camera of `facts` (`support`: the driver's answer for it)."""
-    from ..video.nvdec_caps import CodecSupport, reordered_reason, unsupported_reason
+    from ..video.nvdec_caps import CodecSupport, gpu_refusal
 
     fix = "; fix: `episodic reencode SRC DST --vcodec h264`, or cpu_fallback=[camera], or decode_device='cpu'"
     if not r.cuda["available"]:
@@ -204,9 +204,7 @@ def _cuda_verdict(r: DoctorReport, facts, support: dict | None) -> str:
         return f"refused: NVDEC unavailable: {r.nvdec['why']}"
     if support is None:
         return f"refused: the driver was not asked about {facts.codec} {facts.pix_fmt}{fix}"
-    why = unsupported_reason(CodecSupport(**support), facts.height, facts.width) or reordered_reason(
-        facts.codec, facts.reorders
-    )
+    why = gpu_refusal(CodecSupport(**support), facts)
     if why:
         return f"refused: {why}{fix}"
     if not r.versions["PyNvVideoCodec"][:1].isdigit():

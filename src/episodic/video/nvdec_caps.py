@@ -27,6 +27,7 @@ __all__ = [
     "NvdecUnavailable",
     "container_video_driver",
     "load_driver",
+    "gpu_refusal",
     "probe_nvdec",
     "reordered_reason",
     "unsupported_reason",
@@ -258,6 +259,13 @@ def reordered_reason(codec: str, reorders: bool | None) -> str | None:
         f"the stream {what}: NVDEC's decode library does not seek to every frame of HEVC with B-frames "
         "(measured: it fails at a file's last frames, and returned a wrong frame)"
     )
+
+
+def gpu_refusal(support: CodecSupport | None, facts) -> str | None:
+    """Why a camera whose stream is `facts` (`stream_probe.StreamFacts`) is not decoded on the GPU (`support`: the
+    driver's answer for its codec), or None: the driver's limits, then the decode library's (`reordered_reason`).
+    The one decision that `decode_device="cuda"` and `episodic doctor` both take."""
+    return unsupported_reason(support, facts.height, facts.width) or reordered_reason(facts.codec, facts.reorders)
 
 
 def container_video_driver() -> dict:

@@ -2,7 +2,7 @@
 """LeRobot side of episodic's comparisons (LeRobot 0.4.4 and 0.6.1): write synthetic datasets, dump reference
 items, benchmark LeRobot's loaders.
 
-One file on purpose (586 lines, more than the project's ~450): it is copied nowhere and imports nothing of
+One file on purpose (593 lines, more than the project's ~450): it is copied nowhere and imports nothing of
 episodic, so a LeRobot venv runs it by path with no package of ours installed; split into modules it would need
 episodic on that venv's path.
 
@@ -12,8 +12,7 @@ virtualenv (see benchmarks/LEROBOT_ENV.md and benchmarks/setup_lerobot_venv.sh),
 hand; it works with the LeRobot it finds (`write` passes the codec and file sizes the way each version takes
 them; `items --return-uint8` and `--transform` need a LeRobot that has them). It never imports episodic,
 and episodic never imports it (`episodic.tools.bench.lerobot_side_script()` gives its path). Being another
-program, it reads its own environment (LD_LIBRARY_PATH, below) rather than through episodic.config, and it is
-~450 lines because it holds all the LeRobot-side tools (write, items, bench, compare) in one file to run by path.
+program, it reads its own environment (LD_LIBRARY_PATH, below) rather than through episodic.config.
 
     S=src/episodic/tools/bench/lerobot_side.py   # in a checkout; anywhere: episodic.tools.bench.lerobot_side_script()
     python $S write --root DIR --episodes 12 --min-len 20 --max-len 60 ...
