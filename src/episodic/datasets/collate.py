@@ -156,6 +156,12 @@ def deliver(batch: Batch) -> dict:
     return batch.for_transport() if runtime.in_worker() else batch.collated()
 
 
+def as_is(batch):
+    """The DataLoader's collate_fn for whole batches a dataset built (tensors already): the batch as it is, not
+    walked key by key and string by string as torch's default_convert does."""
+    return batch
+
+
 def collate_items(batch, *, collate_fn_map=None):
     """default_collate for Items: the whole batch they came from when they are exactly its items, in order."""
     source = batch.batch if isinstance(batch, ItemBatch) else batch[0]._batch

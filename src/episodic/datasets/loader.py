@@ -25,7 +25,7 @@ from ..order.shard import resolve_topology
 from ..order.stream_plan import segment_batches
 from ..order.stream_state import StreamState
 from .access import BatchedView, finish_batch
-from .collate import TensorSharing
+from .collate import TensorSharing, as_is
 
 if TYPE_CHECKING:
     from .streaming import StreamingDataset
@@ -57,7 +57,7 @@ class MapLoader(TrackedLoader):
             sampler=batch_sampler,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
-            **kwargs,
+            **{"collate_fn": as_is, **kwargs},
         )
         super().__init__(loader, batch_sampler)
         self.dataset = dataset
@@ -148,6 +148,7 @@ class StreamingLoader:
         )
         if whole:
             kw.pop("drop_last", None)
+            kw["collate_fn"] = as_is
             dl = torch.utils.data.DataLoader(view, batch_size=None, num_workers=self.num_workers, **kw)
         else:
             dl = torch.utils.data.DataLoader(view, batch_size=self.batch_size, num_workers=self.num_workers, **kw)
