@@ -53,6 +53,7 @@ class EntryFrames:
         self.counters = counters if counters is not None else self.decoders.counters
         self._hw: dict[str, tuple[int, int]] = {}
         self._outputs: dict[tuple, FrameOutput] = {}
+        self._shapes: dict[str, tuple[int, int, int]] = {}
 
     def hw(self, key: str) -> tuple[int, int]:
         """info.json's (height, width) of camera `key`, read once."""
@@ -72,7 +73,10 @@ class EntryFrames:
 
     def frame_shape(self, key: str) -> tuple[int, int, int]:
         """(C, H, W) of camera `key`'s frames at the spec's output size (C: 1 for a depth camera, else 3)."""
-        return self.output("float32", key).shape(self.hw(key))
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = self.output("float32", key).shape(self.hw(key))
+        return shape
 
     def check_size(self, key: str, hw: Sequence[int], where: str, episodes: np.ndarray) -> None:
         """A camera's frames must have info.json's size (a file of another size is an error, never frames of

@@ -19,6 +19,7 @@ loader to decoder (issue 21 asks for at most 5).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,8 @@ class Rows:
     row_in_sub: np.ndarray | None = None
     _located: dict = field(default_factory=dict, repr=False)
     _key: tuple | None = field(default=None, repr=False)
+    _episode_frames: dict = field(default_factory=dict, repr=False)
+    _starts: list | None = field(default=None, repr=False)
 
     def located(
         self, key: str
@@ -91,6 +94,23 @@ class Rows:
                 )
             self._located[key] = got
         return got
+
+    def frame_of(self, key: str, row: int) -> tuple[str, int, int] | None:
+        """Of a part of one entry's whole episodes (a mixture entry's selection), camera `key`'s (file, frame
+        index, episode) at row `row`, every row of its episode located at once on first use; None when some row of
+        that episode has no frame within tolerance (then it is located when decoded, so the error names it)."""
+        starts = self._starts
+        if starts is None:
+            starts = self._starts = self.columns.starts.tolist()
+        i = bisect_right(starts, row) - 1
+        got = self._episode_frames.get((key, i))
+        if got is None:
+            a, b = starts[i], starts[i + 1]
+            ep = int(self.columns.episodes[i])
+            rel, _, frames = self.frames.locate_episode(key, ep, self.columns.camera_times()[a:b].astype(np.float64))
+            got = self._episode_frames[(key, i)] = (rel, frames, a, ep)
+        rel, frames, a, ep = got
+        return None if frames is None else (rel, int(frames[row - a]), ep)
 
     def merge_key(self, layout: ItemLayout) -> tuple:
         """Equal for parts whose items are built alike (`merge_entries`): pooled or not, the entry's
@@ -296,7 +316,7 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                         f"cannot be decoded on the GPU with the videos of key {f.key!r}"
                     )
                 if not on_gpu:
-                    for p in _by_entry(g.part).values():
+                    for p in g.part.subs or (g.part,):
                         _check_shape(layout, p, f, src, out.shape[-3:])
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
                 if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
@@ -421,9 +441,9 @@ def _by_entry(part: Rows) -> dict[int, Rows]:
     return {id(p.frames): p for p in part.subs or (part,)}
 
 
-def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: Sequence[int]) -> None:
+def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: tuple[int, ...]) -> None:
     want = part.frames.frame_shape(src)
-    if tuple(shape) != want:
+    if shape != want:
         name = layout.entry_name[part.entry]
         raise DatasetFormatError(
             f"{f'entry {name!r}: ' if name else ''}{part.frames.meta.root}: camera {src!r} gives "
@@ -463,8 +483,25 @@ def _frame_jobs(
         _part_frame_jobs(f.key, part, src, q, target, dest, dtype, jobs, refs)
         return
     assert part.sub_of_row is not None and part.row_in_sub is not None
-    for s, at in positions_by_value(part.sub_of_row[g.rows]):
-        _part_frame_jobs(f.key, part.subs[s], src, part.row_in_sub[q[at]], target[at], dest, dtype, jobs, refs)
+    files: dict[tuple, tuple] = {}  # (root, file) -> (its part, frames, slots, episodes)
+    for s, rows, slots in zip(part.sub_of_row[g.rows].tolist(), part.row_in_sub[q].tolist(), target.tolist()):
+        sub = part.subs[s]
+        located = [sub.frame_of(src, r) for r in rows]
+        if None in located:  # located when run, so that the error names the item's episode
+            _part_frame_jobs(f.key, sub, src, np.asarray([rows]), np.asarray([slots]), dest, dtype, jobs, refs)
+            continue
+        for (rel, frame, ep), slot in zip(located, slots):  # type: ignore[misc]
+            got = files.get((sub.frames.source.root, rel))
+            if got is None:
+                got = files[(sub.frames.source.root, rel)] = (sub, [], [], [])
+            got[1].append(frame)
+            got[2].append(slot)
+            got[3].append(ep)
+    for (root, rel), (sub, frames, slots, eps) in files.items():
+        out = refs if refs is not None else sub.frames.output(dtype, src)
+        jobs.setdefault((root, rel, f.key, None), []).append(
+            (sub.frames, src, rel, np.asarray(eps), None, np.asarray(frames), dest, np.asarray(slots), out)
+        )
 
 
 def _part_frame_jobs(
