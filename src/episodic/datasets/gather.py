@@ -50,7 +50,7 @@ class Rows:
     sub_of_row: np.ndarray | None = None
     row_in_sub: np.ndarray | None = None
     _located: dict = field(default_factory=dict, repr=False)
-    _key: tuple | None = field(default=None, repr=False)
+    _key: tuple | str | None = field(default=None, repr=False)
     _episode_frames: dict = field(default_factory=dict, repr=False)
     _starts: list | None = field(default=None, repr=False)
 
@@ -95,13 +95,17 @@ class Rows:
             self._located[key] = got
         return got
 
+    def starts(self) -> list[int]:
+        """Each episode's first row, and one past the last row (`columns.starts` as a list, made once)."""
+        if self._starts is None:
+            self._starts = self.columns.starts.tolist()
+        return self._starts
+
     def frame_of(self, key: str, row: int) -> tuple[str, int, int] | None:
         """Of a part of one entry's whole episodes (a mixture entry's selection), camera `key`'s (file, frame
         index, episode) at row `row`, every row of its episode located at once on first use; None when some row of
         that episode has no frame within tolerance (then it is located when decoded, so the error names it)."""
-        starts = self._starts
-        if starts is None:
-            starts = self._starts = self.columns.starts.tolist()
+        starts = self.starts()
         i = bisect_right(starts, row) - 1
         got = self._episode_frames.get((key, i))
         if got is None:
@@ -112,7 +116,7 @@ class Rows:
         rel, frames, a, ep = got
         return None if frames is None else (rel, int(frames[row - a]), ep)
 
-    def merge_key(self, layout: ItemLayout) -> tuple:
+    def merge_key(self, layout: ItemLayout) -> tuple | str:
         """Equal for parts whose items are built alike (`merge_entries`): pooled or not, the entry's
         `ItemLayout.merge_keys`, the windows, the cameras and the columns (names, dtypes, shapes). A part with
         image features is merged with none."""
@@ -120,15 +124,17 @@ class Rows:
             spec, cols = self.frames.spec, self.columns
             if cols.images or self.subs:
                 self._key = ("alone", id(self))
-            else:
-                self._key = (
-                    self.pooled,
-                    layout.merge_keys[self.entry],
-                    tuple((k, v.tobytes()) for k, v in sorted(spec.offsets.items())),
-                    tuple(spec.video_keys),
-                    tuple(spec.gpu_keys),
-                    tuple((n, a.dtype.str, a.shape[1:]) for n, a in cols.arrays.items()),
-                    cols.frame_times is None,
+            else:  # as a string, whose hash is kept (a tuple's is computed again at every lookup)
+                self._key = repr(
+                    (
+                        self.pooled,
+                        layout.merge_keys[self.entry],
+                        tuple((k, v.tobytes()) for k, v in sorted(spec.offsets.items())),
+                        tuple(spec.video_keys),
+                        tuple(spec.gpu_keys),
+                        tuple((n, a.dtype.str, a.shape[1:]) for n, a in cols.arrays.items()),
+                        cols.frame_times is None,
+                    )
                 )
         return self._key
 
@@ -149,7 +155,7 @@ def merge_entries(
     frames located once; other parts (a mixture entry's whole selection), each item's rows within its windows'
     reach (its episode's rows from its earliest to its latest offset, views concatenated), decoded from each
     part's own files. (parts, the part and row of each item in them)."""
-    buckets: dict[tuple, list[int]] = {}
+    buckets: dict[tuple | str, list[int]] = {}
     for i, p in enumerate(parts):
         buckets.setdefault(p.merge_key(layout), []).append(i)
     if len(buckets) == len(parts) or not len(row):
@@ -165,17 +171,16 @@ def merge_entries(
             new_part[pos], new_row[pos] = len(merged), row[pos]
             merged.append(parts[idx[0]])
         elif idx:
-            rows, new = (_whole if parts[idx[0]].pooled else _reach)(
-                [parts[i] for i in idx], [items[i] for i in idx], row
-            )
-            for i, at in zip(idx, new):
-                new_part[items[i]], new_row[items[i]] = len(merged), at
+            of_parts = [items[i] for i in idx]
+            rows, at = (_whole if parts[idx[0]].pooled else _reach)([parts[i] for i in idx], of_parts, row)
+            flat = np.concatenate(of_parts)
+            new_part[flat], new_row[flat] = len(merged), at
             merged.append(rows)
     return merged, new_part, new_row
 
 
-def _whole(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, list[np.ndarray]]:
-    """Pooled parts side by side whole (`merge_entries`); each item's row in them."""
+def _whole(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, np.ndarray]:
+    """Pooled parts side by side whole (`merge_entries`); the row in them of each item (of `items`, concatenated)."""
     lengths = [len(p.columns) for p in subs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     merged = Rows(
@@ -187,33 +192,36 @@ def _whole(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[
         sub_of_row=np.repeat(np.arange(len(subs)), lengths),
         row_in_sub=np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths),
     )
-    return merged, [offsets[k] + row[pos] for k, pos in enumerate(items)]
+    return merged, np.repeat(offsets[:-1], [len(pos) for pos in items]) + row[np.concatenate(items)]
 
 
-def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, list[np.ndarray]]:
+def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, np.ndarray]:
     """Each item's rows within its windows' reach, of parts whose rows are whole selections (`merge_entries`),
-    side by side, each a piece of its own in the merged columns; each item's row in them."""
+    side by side, each a piece of its own in the merged columns; the row in them of each item (of `items`,
+    concatenated)."""
     offsets = list(subs[0].frames.spec.offsets.values())
     lo = min([0, *(int(o.min()) for o in offsets if len(o))])
     hi = max([0, *(int(o.max()) for o in offsets if len(o))])
-    a, b, eps, r = [], [], [], []
+    a, b, eps, counts = [], [], [], []  # each item's span of rows, its episode; items per part
     for p, pos in zip(subs, items):
-        cols, rr = p.columns, row[pos]
-        ep = cols.episode_of_rows(rr)
-        a.append(np.maximum(cols.starts[ep], rr + lo))
-        b.append(np.minimum(cols.starts[ep + 1], rr + hi + 1))
-        eps.append(cols.episodes[ep])
-        r.append(rr)
-    counts = [len(x) for x in r]
-    first, last = np.concatenate(a), np.concatenate(b)
+        starts, episodes = p.starts(), p.columns.episodes
+        rows = row[pos].tolist()
+        counts.append(len(rows))
+        for x in rows:  # a few items per part: scalars, not numpy calls on arrays of one
+            i = bisect_right(starts, x) - 1
+            a.append(max(starts[i], x + lo))
+            b.append(min(starts[i + 1], x + hi + 1))
+            eps.append(episodes[i])
+    first, last = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
     lengths = last - first
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    bounds = np.zeros(len(first) + 1, np.int64)
+    np.cumsum(lengths, out=bounds[1:])
     sub = np.repeat(np.arange(len(subs)), counts)
-    spans = list(zip([subs[k].columns for k in sub.tolist()], first.tolist(), last.tolist()))
+    spans = list(zip([subs[k].columns for k in sub.tolist()], a, b))
     cols0 = subs[0].columns
     columns = Columns(
-        episodes=np.concatenate(eps),
-        starts=starts,
+        episodes=np.asarray(eps, dtype=cols0.episodes.dtype),
+        starts=bounds,
         arrays={n: np.concatenate([c.arrays[n][x:y] for c, x, y in spans]) for n in cols0.arrays},
         frame_times=None if cols0.frame_times is None else np.concatenate([c.camera_times()[x:y] for c, x, y in spans]),
     )
@@ -223,11 +231,9 @@ def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[
         subs[0].frames,
         subs=tuple(subs),
         sub_of_row=np.repeat(sub, lengths),
-        row_in_sub=np.arange(starts[-1]) - np.repeat(starts[:-1], lengths) + np.repeat(first, lengths),
+        row_in_sub=np.arange(bounds[-1]) - np.repeat(bounds[:-1], lengths) + np.repeat(first, lengths),
     )
-    at = starts[:-1] + np.concatenate(r) - first
-    bounds = np.cumsum([0, *counts])
-    return merged, [at[x:y] for x, y in zip(bounds[:-1], bounds[1:])]
+    return merged, bounds[:-1] + row[np.concatenate(items)] - first
 
 
 @dataclass
@@ -424,13 +430,12 @@ def _texts(f: Field, g: _Group) -> list[str]:
             if len(owners) == 1:  # one entry (a single dataset's pooled episodes too): one task table
                 return g.part.frames.spec.tasks_at(arrays["task_index"][g.rows])
             assert g.part.sub_of_row is not None
-            number = {k: i for i, k in enumerate(owners)}
-            owner = np.asarray([number[id(p.frames)] for p in g.part.subs])[g.part.sub_of_row[g.rows]]
-            out = np.empty(len(g.rows), dtype=object)  # each entry its own task table
-            specs = [p.frames.spec for p in owners.values()]
-            for k, at in positions_by_value(owner):
-                out[at] = specs[k].tasks_at(arrays["task_index"][g.rows[at]])
-            return out.tolist()
+            tables = [p.frames.spec.tasks for p in g.part.subs]  # each entry its own (`ItemSpec.tasks_at`'s rule)
+            out = []
+            for s, t in zip(g.part.sub_of_row[g.rows].tolist(), arrays["task_index"][g.rows].tolist()):
+                table = tables[s]
+                out.append(table[t] if 0 <= t < len(table) - 1 else table[-1])
+            return out
         return [str(t) for t in arrays[src][g.rows].tolist()]  # a text feature as an entry's task
     assert src is not None, f"text field {f.key!r} has a column"
     return arrays[src][g.rows].tolist()
@@ -490,7 +495,7 @@ def _frame_jobs(
         if None in located:  # located when run, so that the error names the item's episode
             _part_frame_jobs(f.key, sub, src, np.asarray([rows]), np.asarray([slots]), dest, dtype, jobs, refs)
             continue
-        for (rel, frame, ep), slot in zip(located, slots):  # type: ignore[misc]
+        for (rel, frame, ep), slot in zip(located, slots):
             got = files.get((sub.frames.source.root, rel))
             if got is None:
                 got = files[(sub.frames.source.root, rel)] = (sub, [], [], [])
@@ -498,9 +503,9 @@ def _frame_jobs(
             got[2].append(slot)
             got[3].append(ep)
     for (root, rel), (sub, frames, slots, eps) in files.items():
-        out = refs if refs is not None else sub.frames.output(dtype, src)
+        output = refs if refs is not None else sub.frames.output(dtype, src)
         jobs.setdefault((root, rel, f.key, None), []).append(
-            (sub.frames, src, rel, np.asarray(eps), None, np.asarray(frames), dest, np.asarray(slots), out)
+            (sub.frames, src, rel, np.asarray(eps), None, np.asarray(frames), dest, np.asarray(slots), output)
         )
 
 

@@ -175,10 +175,7 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
             )
         slots, rows = self.sampler.split(flat)
         used, part = np.unique(slots, return_inverse=True)
-        positions = np.empty(len(flat), np.int64)
-        for i, s in enumerate(used.tolist()):
-            sel = part == i
-            positions[sel] = self.engines.positions(s, rows[sel])
+        positions = self.engines.positions_of(slots, rows)
         out = gather(
             self.item_layout, [self.engines.rows(s) for s in used.tolist()], part.reshape(-1), positions, dtype
         )

@@ -184,6 +184,26 @@ class EntryEngines:
         starts = self.rows(slot).columns.starts
         return starts[k] + rows - first[ep]
 
+    def positions_of(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """`positions` of each (entry slot, dataset row) pair: per entry when entries give several rows each, else
+        pair by pair in scalars (a mixture's batch: a row or two of each of many entries)."""
+        out = np.empty(len(rows), np.int64)
+        used, part = np.unique(slots, return_inverse=True)
+        if 2 * len(used) <= len(rows):
+            for i, s in enumerate(used.tolist()):
+                sel = part.reshape(-1) == i
+                out[sel] = self.positions(s, rows[sel])
+            return out
+        for i, (slot, r) in enumerate(zip(slots.tolist(), rows.tolist())):
+            first, last = self.bounds(slot)
+            sel = self.selected[slot]
+            ep = int(last.searchsorted(r, side="right"))
+            k = min(int(sel.searchsorted(ep)), max(len(sel) - 1, 0))
+            if r < 0 or ep >= len(last) or sel[k] != ep:
+                self.positions(slot, np.asarray([r]))  # raises, naming the entry
+            out[i] = self.rows(slot).starts()[k] + r - int(first[ep])
+        return out
+
     def bounds(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Entry `slot`'s episodes' global index ranges, as its items number rows (`tabular.resample.episode_bounds`:
         resampled at the mixture's control rate)."""

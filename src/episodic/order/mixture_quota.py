@@ -28,6 +28,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -147,6 +148,12 @@ class QuotaTree:
             root=heap[0][1],
         )
 
+    @cached_property
+    def _ratios(self) -> tuple[np.ndarray, np.ndarray]:
+        """Of each internal node, split / weight and phase / weight as floats (`locate`'s estimate)."""
+        w = self.weight.astype(np.float64)
+        return self.split.astype(np.float64) / w, self.phase.astype(np.float64) / w
+
     @property
     def total(self) -> int:
         return int(self.units.sum())
@@ -177,12 +184,19 @@ class QuotaTree:
         node = np.full(m.size, self.root, dtype=np.int64)
         local = m.copy()
         lanes = np.flatnonzero(node >= n)
+        ratio, offset = self._ratios
         while lanes.size:
             k = node[lanes] - n
             lo = local[lanes]
-            a, b, h = self.split[k], self.weight[k], self.phase[k]
-            before = muldiv(lo, a, b, h)
-            go_first = muldiv(lo + 1, a, b, h) > before
+            a, b = self.split[k], self.weight[k]
+            # before = muldiv(lo, a, b, h), inlined: a float estimate corrected by the exact residual r, which
+            # also tells whether the next position goes first: muldiv(lo + 1, ...) > before iff rem + a >= b
+            q = np.floor(lo * ratio[k] + offset[k]).astype(np.int64)
+            with np.errstate(over="ignore"):
+                r = lo * a + self.phase[k] - q * b
+            d, rem = np.divmod(r, b)
+            before = q + d
+            go_first = rem + a >= b
             local[lanes] = np.where(go_first, before, lo - before)
             node[lanes] = np.where(go_first, self.first[k], self.second[k])
             lanes = lanes[node[lanes] >= n]

@@ -148,8 +148,9 @@ class MixtureSampler:
         n = self.frames[flat_e]
         cycle, j = np.divmod(flat_d, n)
         if self.shuffle:
-            keys = np.unique(np.stack([flat_e, cycle]), axis=1) if flat_e.size else np.zeros((2, 0), np.int64)
-            if keys.shape[1] <= _FEW_KEYS:  # few permutations: one call each (small domains use tables)
+            few = flat_e.size and len(np.unique(flat_e)) <= _FEW_KEYS  # (more entries: more (entry, pass) pairs)
+            keys = np.unique(np.stack([flat_e, cycle]), axis=1) if few else np.zeros((2, 0), np.int64)
+            if few and keys.shape[1] <= _FEW_KEYS:  # few permutations: one call each (small domains use tables)
                 for e, c in keys.T.tolist():
                     lanes = np.flatnonzero((flat_e == e) & (cycle == c))
                     j[lanes] = permute(j[lanes], int(self.frames[e]), entry_key(seed, self.names[e]), c)
