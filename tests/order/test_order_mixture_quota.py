@@ -119,3 +119,34 @@ def test_single_entry_and_bad_input():
         QuotaTree.build([0, 0])
     with pytest.raises(ValueError):
         tree.locate([-1])
+
+
+def _walk_exact(tree: QuotaTree, m: int) -> tuple[int, int]:
+    """`locate` of one position by the tree's definition in Python integers (no float estimate): at each
+    internal node, the positions before `m` that go to the first child are floor((m * split + phase) / weight);
+    `m` goes first when that count grows at m + 1."""
+    n = tree.num_entries
+    node, local = tree.root, m
+    while node >= n:
+        k = node - n
+        a, b, h = int(tree.split[k]), int(tree.weight[k]), int(tree.phase[k])
+        before = (local * a + h) // b
+        if ((local + 1) * a + h) // b > before:
+            node, local = int(tree.first[k]), before
+        else:
+            node, local = int(tree.second[k]), local - before
+    return node, local
+
+
+@pytest.mark.parametrize("seed", [None, 0, 12345])
+def test_locate_equals_the_walk_in_python_integers(seed):
+    rng = np.random.default_rng(3 if seed is None else seed)
+    for trial in range(6):
+        units = rng.integers(0, 2 ** int(rng.integers(1, 40)), int(rng.integers(1, 300)))
+        units[0] += 1
+        tree = QuotaTree.build(units, seed)
+        m = np.concatenate([np.arange(50), rng.integers(0, 2**52, 300), 2**52 - 1 - np.arange(20)]).astype(np.int64)
+        entry, local = tree.locate(m)
+        want = [_walk_exact(tree, int(x)) for x in m.tolist()]
+        assert entry.tolist() == [e for e, _ in want], trial
+        assert local.tolist() == [lo for _, lo in want], trial
