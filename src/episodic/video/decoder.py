@@ -139,6 +139,7 @@ class VideoReader:
             self._container.close()
             raise
         self._stream.codec_context.thread_count = thread_count
+        self.shape: tuple[int, int] = (self._stream.codec_context.height, self._stream.codec_context.width)
         # None: decoded by the stream's own codec context (the first few files alike of this process, or a stream
         # whose parameters PyAV cannot read), else through its thread's shared ones
         self._signature, self._own_slot = codec_contexts.SHARED.admit(
@@ -161,10 +162,6 @@ class VideoReader:
     @property
     def codec_name(self) -> str:
         return self._stream.codec_context.name
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self._stream.codec_context.height, self._stream.codec_context.width
 
     def locate(self, times: np.ndarray, tolerance_s: float, clamp_s: float | None = None) -> np.ndarray:
         """Frame indices for `times`; queries past the last frame by at most `clamp_s` (default `timebase.end_clamp_s`:
@@ -202,23 +199,29 @@ class VideoReader:
         self.shape)) of output.dtype) in one forward pass: frames in file order, each decoded once however
         often it is asked for, converted straight into its slot."""
         frame_indices = np.asarray(frame_indices, dtype=np.int64).reshape(-1)
-        slots = np.arange(len(frame_indices)) if slots is None else np.asarray(slots).reshape(-1)
+        slot_of = list(range(len(frame_indices))) if slots is None else np.asarray(slots).reshape(-1).tolist()
+        frames = frame_indices.tolist()
+        if len(frames) == 1:  # (a mixture's batch: one frame of each of many files)
+            self._decode_one(frames[0], dest[slot_of[0]], output)
+            return
         first: dict[int, int] = {}
-        order = [0] if len(frame_indices) == 1 else np.argsort(frame_indices, kind="stable").tolist()
-        frames, slot_of = frame_indices.tolist(), slots.tolist()
-        for i in order:
+        for i in np.argsort(frame_indices, kind="stable").tolist():
             f, slot = frames[i], slot_of[i]
             if f in first:  # asked for again (a window padded at an episode edge): a copy, not a decode
                 np.copyto(dest[slot], dest[first[f]])
                 continue
-            k = int(self.index.keyframe_of[f])
-            # decode on from where the decoder is when no key frame lies between; else seek to f's key frame
-            onward = self._frames is not None and k <= self._next <= f  # reachable by decoding on
-            self.reads_forward = onward
-            if not onward or not self._holds_decoder():
-                self._seek(k)
-            write_frame(self._decode_until(f), dest[slot], output, self._reformatter)
+            self._decode_one(f, dest[slot], output)
             first[f] = slot
+
+    def _decode_one(self, f: int, dest: np.ndarray, output: FrameOutput) -> None:
+        """Frame `f` into `dest` (one slot)."""
+        k = int(self.index.keyframe_of[f])
+        # decode on from where the decoder is when no key frame lies between; else seek to f's key frame
+        onward = self._frames is not None and k <= self._next <= f  # reachable by decoding on
+        self.reads_forward = onward
+        if not onward or not self._holds_decoder():
+            self._seek(k)
+        write_frame(self._decode_until(f), dest, output, self._reformatter)
 
     def _seek(self, k: int) -> None:
         try:
