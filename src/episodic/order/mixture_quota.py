@@ -185,21 +185,21 @@ class QuotaTree:
         local = m.copy()
         lanes = np.flatnonzero(node >= n)
         ratio, offset = self._ratios
-        while lanes.size:
-            k = node[lanes] - n
-            lo = local[lanes]
-            a, b = self.split[k], self.weight[k]
-            # before = muldiv(lo, a, b, h), inlined: a float estimate corrected by the exact residual r, which
-            # also tells whether the next position goes first: muldiv(lo + 1, ...) > before iff rem + a >= b
-            q = np.floor(lo * ratio[k] + offset[k]).astype(np.int64)
-            with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):  # r below wraps in int64: exact modulo 2**64, and small
+            while lanes.size:
+                k = node[lanes] - n
+                lo = local[lanes]
+                a, b = self.split[k], self.weight[k]
+                # before = muldiv(lo, a, b, h), inlined: a float estimate corrected by the exact residual r, which
+                # also tells whether the next position goes first: muldiv(lo + 1, ...) > before iff rem + a >= b
+                q = np.floor(lo * ratio[k] + offset[k]).astype(np.int64)
                 r = lo * a + self.phase[k] - q * b
-            d, rem = np.divmod(r, b)
-            before = q + d
-            go_first = rem + a >= b
-            local[lanes] = np.where(go_first, before, lo - before)
-            node[lanes] = np.where(go_first, self.first[k], self.second[k])
-            lanes = lanes[node[lanes] >= n]
+                d, rem = np.divmod(r, b)
+                before = q + d
+                go_first = rem + a >= b
+                local[lanes] = np.where(go_first, before, lo - before)
+                node[lanes] = np.where(go_first, self.first[k], self.second[k])
+                lanes = lanes[node[lanes] >= n]
         shape = np.shape(positions)
         return node.reshape(shape), local.reshape(shape)
 
