@@ -87,8 +87,8 @@ def test_an_image_feature_in_the_data_file(synthetic, copy_of, tmp_path):
     assert still[torch.cat([b["dataset_index"] for b in batches]) == 0].any()
 
 
-def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthetic, copy_of, tmp_path):
-    d = synthetic[0]
+def _off_grid_copy(d, copy_of):
+    """A copy of dataset `d` whose row 3 (episode 0) has a timestamp between two frames."""
     root = copy_of(d.path)
     path = sorted((root / "data").rglob("*.parquet"))[0]
     t = pq.read_table(path)
@@ -100,11 +100,39 @@ def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthet
         ),
         path,
     )
+    return root
+
+
+def test_a_frame_outside_tolerance_is_an_error_naming_episode_and_camera(synthetic, copy_of, tmp_path):
+    d = synthetic[0]
+    root = _off_grid_copy(d, copy_of)
     spec = mixture_spec([d])
     spec["entries"][0]["source"] = str(root)
     ds = StreamingMixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)
     with pytest.raises(FrameTimestampError, match=r"episode 0, camera 'observation\.images\.\w+': .*no frame within"):
         list(ds.loader(batch_size=4, num_workers=0))
+
+
+def test_map_style_entries_built_alike_name_the_episode_of_a_frame_outside_tolerance(synthetic, copy_of, tmp_path):
+    """Entries built alike are gathered as one part, their frames located once per episode: an episode with a row
+    outside tolerance is located when decoded instead, so the error names it, and its other rows still load."""
+    d = synthetic[0]
+    spec = mixture_spec([d, d, d])
+    spec["entries"][0]["source"] = str(_off_grid_copy(d, copy_of))
+    for i, e in enumerate(spec["entries"]):
+        e["name"] = f"copy{i}"
+    ds = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)
+    slot = {e.index: e.slot for e in ds.layout.entries}
+    flat = lambda entry, row: int(ds.sampler.flat_index(slot[entry], row))  # noqa: E731
+    good = ds.get_batch([flat(0, 5), flat(1, 3), flat(2, 4), flat(0, 6)])
+    same = MixtureDataset(preflight(MixtureSpec.from_dict(mixture_spec([d]))), image_size=SIZE, cache_dir=tmp_path)
+    alone = same.get_batch([int(same.sampler.flat_index(0, r)) for r in (5, 3, 4, 6)])
+    cams = [k for k in good if k.startswith("observation.images.") and not k.endswith("_is_pad")]
+    assert cams
+    for k in cams:  # the frames of the episode with the bad row, and of the other entries, are the dataset's
+        assert torch.equal(good[k], alone[k]), k
+    with pytest.raises(FrameTimestampError, match=r"episode 0, camera 'observation\.images\.\w+': .*no frame within"):
+        ds.get_batch([flat(1, 3), flat(0, 3), flat(2, 4)])
 
 
 def test_entries_without_cameras(synthetic, tmp_path):
