@@ -70,6 +70,22 @@ def test_decoder_cache_is_bounded_and_counts():
     assert cache.stats() == {"hits": 1, "misses": 2, "evictions": 1, "hit_rate": 1 / 3, "open": 1}
 
 
+def test_a_demoted_reader_is_the_first_closed(tmp_path):
+    """A streaming consumer demotes the reader of a file no pooled episode reads any more: the next file opened
+    with the cache full closes it, not the least recently used reader (a pooled episode not drawn from lately)."""
+    import shutil
+
+    paths = [str(VIDEO), str(VIDEO).replace("observation.images.top", "observation.images.wrist")]
+    paths.append(str(shutil.copy(VIDEO, tmp_path / "third.mp4")))
+    cache = DecoderCache(max_open=2)
+    first, second = cache.get(paths[0]), cache.get(paths[1])
+    cache.demote(paths[1])
+    cache.demote(str(tmp_path / "never-opened.mp4"))  # not open: nothing to do
+    cache.get(paths[2])
+    assert cache.get(paths[0]) is first  # kept, though least recently used
+    assert cache.stats()["evictions"] == 1 and cache.get(paths[1]) is not second  # the demoted one was closed
+
+
 def test_every_truncation_of_a_small_mp4_is_a_named_error(small_root, tmp_path):
     """Cut after any byte: VideoDecodeError naming the file (a cut inside the sample tables used to leave a
     stream without codec parameters: AttributeError), or, when only trailing bytes are gone, frames."""

@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -260,6 +261,7 @@ class Consumer:
         self.submitted = 0  # list positions [0, submitted) were handed to their readers
         self.open: dict[int, tuple[EntryReader, int, EntryFrames]] = {}  # entry -> (reader, first local slot, frames)
         self.pooled: dict[int, Rows] = {}  # list position -> its pooled episode
+        self.file_users: Counter[str] = Counter()  # local video file -> pooled episodes that read it
         self.next_start: dict[int, int] = {}
         self.entries: dict[int, StreamEntry] = {}  # entry -> its StreamEntry, source reopened in this process
         self.mirror_base = mirror_base
@@ -337,6 +339,7 @@ class Consumer:
             e = int(self.entry[k])
             reader, start, frames = self._reader(e)
             got = self.pooled[k] = Rows(e, reader.episode_rows(int(self.local[k]) - start), frames, pooled=True)
+            self.file_users.update(_video_files(got))
         return got
 
     def release(self, done: Sequence[int]) -> None:
@@ -347,7 +350,12 @@ class Consumer:
             if self.released[k]:
                 continue
             self.released[k] = True
-            self.pooled.pop(k, None)
+            rows = self.pooled.pop(k, None)
+            for path in _video_files(rows) if rows is not None else ():
+                self.file_users[path] -= 1
+                if self.file_users[path] <= 0:  # no pooled episode reads it: its reader is the first to close
+                    del self.file_users[path]
+                    self.decoders.demote(path)
             e = int(self.entry[k])
             got = self.open.get(e)
             if got is not None:
@@ -365,6 +373,16 @@ class Consumer:
                 self._close(e)
         finally:
             self.tab_pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _video_files(rows: Rows) -> list[str]:
+    """The local video files of a pooled episode's cameras (none for a remote entry: its mirrored files go with
+    their reader, `Consumer._close`)."""
+    frames = rows.frames
+    if not frames.source.is_local:
+        return []
+    ep = int(rows.columns.episodes[0])
+    return [frames.source.local_path(frames.meta.video_file_of(ep, key)) for key in frames.spec.video_keys]
 
 
 def iterate_consumer(consumer: Consumer, order, chunk_size: int, counters: Counters, t_start: float, make: Callable):

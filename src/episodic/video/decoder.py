@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -347,7 +348,7 @@ class DecoderCache:
         self._max_open: int | None = None if isinstance(max_open, CacheRule) else max_open
         self.thread_count = thread_count
         self.counters = counters if counters is not None else Counters()
-        self._readers: dict[str, VideoReader] = {}
+        self._readers: OrderedDict[str, VideoReader] = OrderedDict()  # least recently used first
         runtime.after_fork(self)
 
     @property
@@ -361,12 +362,12 @@ class DecoderCache:
     def _after_fork(self) -> None:  # set the parent's readers aside without touching them
         # freeing FFmpeg objects whose threads live only in the parent hangs (pthread_cond_destroy in swscale/dav1d)
         runtime.keep_inherited(self._readers)
-        self._readers = {}
+        self._readers = OrderedDict()
         if self.rule is not None:
             self._max_open = None  # sized again in this process
 
     def __getstate__(self) -> dict:  # a spawned process (DataLoader worker) starts empty too, a rule unsized
-        return {**self.__dict__, "_readers": {}, **({"_max_open": None} if self.rule is not None else {})}
+        return {**self.__dict__, "_readers": OrderedDict(), **({"_max_open": None} if self.rule is not None else {})}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -386,6 +387,13 @@ class DecoderCache:
             self.counters.add(decoder_misses=1, decoder_evictions=evicted, decoder_open=len(self._readers) + 1)
         self._readers[path] = reader  # most recent last
         return reader
+
+    def demote(self, path: str) -> None:
+        """Make this process's reader of `path`, if open, the first to be closed when a file is opened with the
+        cache full (a streaming consumer's file that no pooled episode reads any more): the least recently used
+        reader may still be in use (a pooled episode not drawn from lately), this one is not."""
+        if path in self._readers:
+            self._readers.move_to_end(path, last=False)
 
     def discard(self, path: str) -> bool:
         """Close and drop this process's reader of `path`, if open (the next `get` reopens the file): for a
