@@ -86,6 +86,25 @@ def test_a_demoted_reader_is_the_first_closed(tmp_path):
     assert cache.stats()["evictions"] == 1 and cache.get(paths[1]) is not second  # the demoted one was closed
 
 
+def test_a_reader_waiting_for_its_next_request_holds_no_picture(monkeypatch):
+    """A reader keeps its decoding position between requests (to decode on from there), not the frame it handed
+    out: with hundreds of files open, each held picture is ~0.5 MB at 480x640 the codec cannot reuse."""
+    import gc
+
+    from episodic.video import codec_contexts
+
+    monkeypatch.setattr(codec_contexts, "SHARED", codec_contexts.SharedDecoders(own=0))
+    r = VideoReader(str(VIDEO))
+    assert r._signature is not None, "decodes through its thread's shared context"
+    r.decode(np.array([0]))
+    assert r._frames is not None, "its position is kept"
+    seen, todo = set(), [r._frames]
+    for _ in range(4):  # what the live generator reaches: its frame's locals, a delegated iterator, their lists
+        todo = [x for o in todo for x in gc.get_referents(o) if id(x) not in seen and not seen.add(id(x))]
+        assert not [x for x in todo if isinstance(x, av.VideoFrame) and x.width]  # (the codec's next, empty one)
+    r.close()
+
+
 def test_every_truncation_of_a_small_mp4_is_a_named_error(small_root, tmp_path):
     """Cut after any byte: VideoDecodeError naming the file (a cut inside the sample tables used to leave a
     stream without codec parameters: AttributeError), or, when only trailing bytes are gone, frames."""

@@ -248,10 +248,14 @@ class VideoReader:
 
     def _decoded(self, decoder: SharedDecoder) -> Iterator[av.VideoFrame]:
         """Frames from this file's packets (from where the container was sought to) through `decoder` (only while
-        this reader owns it: `_holds_decoder`)."""
+        this reader owns it: `_holds_decoder`). A frame handed out is no longer referenced here: a reader that
+        waits for its next request holds no picture (~0.5 MB at 480x640, kept from the codec's pool: with
+        hundreds of files open, hundreds of MB and fresh pages for every decode)."""
         decode = decoder.ctx.decode
         for packet in self._container.demux(self._stream):
-            yield from decode(packet)
+            frames = decode(packet)[::-1]
+            while frames:
+                yield frames.pop()
 
     def _decode_until(self, f: int) -> av.VideoFrame:
         target = int(self.index.pts[f])
