@@ -96,7 +96,7 @@ class Rows:
         return got
 
     def starts(self) -> list[int]:
-        """Each episode's first row, and one past the last row (`columns.starts` as a list, made once)."""
+        """Each episode's first row, and one past the last row (the columns' starts as a list, made once)."""
         if self._starts is None:
             self._starts = self.columns.starts.tolist()
         return self._starts
