@@ -175,10 +175,9 @@ class MixtureDataset(BatchAccess, MixtureFacts, SplitSides, torch.utils.data.Dat
             )
         slots, rows = self.sampler.split(flat)
         used, part = np.unique(slots, return_inverse=True)
-        positions = self.engines.positions_of(slots, rows)
-        out = gather(
-            self.item_layout, [self.engines.rows(s) for s in used.tolist()], part.reshape(-1), positions, dtype
-        )
+        part = part.reshape(-1)
+        positions = self.engines.positions_of(slots, rows, used, part)
+        out = gather(self.item_layout, [self.engines.rows(s) for s in used.tolist()], part, positions, dtype)
         self.items_per_entry.add(slots)
         return out
 

@@ -184,14 +184,14 @@ class EntryEngines:
         starts = self.rows(slot).columns.starts
         return starts[k] + rows - first[ep]
 
-    def positions_of(self, slots: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """`positions` of each (entry slot, dataset row) pair: per entry when entries give several rows each, else
-        pair by pair in scalars (a mixture's batch: a row or two of each of many entries)."""
+    def positions_of(self, slots: np.ndarray, rows: np.ndarray, used: np.ndarray, part: np.ndarray) -> np.ndarray:
+        """`positions` of each (entry slot, dataset row) pair (`used`, `part`: `np.unique(slots,
+        return_inverse=True)`): per entry when entries give several rows each, else pair by pair in scalars (a
+        mixture's batch: a row or two of each of many entries)."""
         out = np.empty(len(rows), np.int64)
-        used, part = np.unique(slots, return_inverse=True)
         if 2 * len(used) <= len(rows):
             for i, s in enumerate(used.tolist()):
-                sel = part.reshape(-1) == i
+                sel = part == i
                 out[sel] = self.positions(s, rows[sel])
             return out
         for i, (slot, r) in enumerate(zip(slots.tolist(), rows.tolist())):
