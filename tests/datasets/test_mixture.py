@@ -204,6 +204,21 @@ def test_bad_indices(report, tmp_path):
         ds.sampler.flat_index(e.slot, 0)
     with pytest.raises(EpisodeIndexError, match=f"entry '{e.name}': row 0 is not in a selected episode"):
         ds.engines.positions(e.slot, [0])
+    one = np.array([e.slot])  # a row of each of few entries: positions_of's pair-by-pair path says the same
+    with pytest.raises(EpisodeIndexError, match=f"entry '{e.name}': row 0 is not in a selected episode"):
+        ds.engines.positions_of(one, np.array([0]), one, np.array([0]))
+
+
+def test_positions_of_equals_positions_per_entry(report, tmp_path):
+    """Both of positions_of's paths (pair by pair, and per entry) give each entry's `positions`."""
+    ds = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    rng = np.random.default_rng(0)
+    flat = rng.integers(0, len(ds), 40)
+    for sample in (flat[:6], np.repeat(flat[:3], 5)):  # distinct entries; few entries, several rows each
+        slots, rows = ds.sampler.split(sample)
+        used, part = np.unique(slots, return_inverse=True)
+        want = [int(ds.engines.positions(int(s), [int(r)])[0]) for s, r in zip(slots, rows)]
+        assert ds.engines.positions_of(slots, rows, used, part.reshape(-1)).tolist() == want
 
 
 def test_skipped_entries_never_appear_and_items_keep_spec_indices(report, tmp_path):
