@@ -237,3 +237,38 @@ def test_real_dataloader_matches_the_simulator_and_resumes(workers):
         )
         seen += [g[:, 0] for g in got]
     assert np.unique(torch.cat(seen).numpy()).size == len(sampler)
+
+
+@pytest.mark.parametrize("kind", ["frames", "mixture"])
+@pytest.mark.parametrize(
+    "world,rank,batch,consumed,pad_last", [(1, 0, 3, 0, False), (1, 0, 4, 8, True), (3, 2, 2, 6, True)]
+)
+def test_batches_looked_up_in_blocks_are_each_steps_own_lookup(kind, world, rank, batch, consumed, pad_last):
+    """The batch sampler looks indices up many steps at a time; each batch must be what its step's positions
+    give alone, written here from the definition: rank r's batch at step s is positions
+    (consumed + (s * world + r) * batch + [0, batch)) mod N, the last one cut at N without padding."""
+    if kind == "frames":
+        sampler = uneven_sampler(211, seed=3)
+    else:
+        from episodic.order import EpisodeFrames, MixtureSampler
+
+        rng = np.random.default_rng(4)
+        entries = []
+        for _ in range(40):
+            lengths = rng.integers(1, 9, size=int(rng.integers(1, 4)))
+            ends = np.cumsum(lengths + 2)
+            entries.append(EpisodeFrames(ends - lengths, ends))
+        sampler = MixtureSampler(entries, rng.uniform(0.5, 2, 40).tolist(), [f"e{i}" for i in range(40)], seed=9)
+    bs = EpisodicBatchSampler(sampler, batch, rank=rank, world_size=world, pad_last=pad_last, seed=11)
+    bs.consumed = consumed
+    got = list(bs)
+    n = len(sampler)
+    assert len(got) > 16, "more steps than one block"
+    for step, indices in enumerate(got):
+        start = consumed + (step * world + rank) * batch
+        positions = np.arange(start, start + batch)
+        if not pad_last:
+            positions = positions[positions < n]
+        want = [int(sampler.indices_at(p, 0, 11)) for p in (positions % n).tolist()]
+        assert indices == want, f"step {step}"
+    assert len(got[-1]) == (batch if pad_last else (n - consumed - 1) % batch + 1)
