@@ -5,6 +5,7 @@ in two roles, an image feature, entries without a role; a frame outside toleranc
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pyarrow as pa
@@ -14,7 +15,7 @@ import torch
 
 from episodic.datasets.mixture import MixtureDataset
 from episodic.datasets.streaming_mixture import StreamingMixtureDataset
-from episodic.format.errors import FrameTimestampError
+from episodic.format.errors import FrameTimestampError, VideoDecodeError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.testing.synthetic import mixture_spec
 
@@ -133,6 +134,30 @@ def test_map_style_entries_built_alike_name_the_episode_of_a_frame_outside_toler
         assert torch.equal(good[k], alone[k]), k
     with pytest.raises(FrameTimestampError, match=r"episode 0, camera 'observation\.images\.\w+': .*no frame within"):
         ds.get_batch([flat(1, 3), flat(0, 3), flat(2, 4)])
+
+
+def test_map_style_names_the_file_and_episode_of_a_video_that_cannot_be_opened(synthetic, copy_of, tmp_path):
+    """An entry's camera file that is not a video is named with the episode and camera a batch wanted from it (its
+    frames are located, opening it, before the batch decodes); the other entries' items load as before."""
+    d = synthetic[0]
+    spec = mixture_spec([d, d, d])
+    broken = copy_of(d.path)
+    mp4 = sorted((broken / "videos").rglob("*.mp4"))[0]
+    mp4.write_bytes(b"not a video" * 100)
+    spec["entries"][1]["source"] = str(broken)
+    for i, e in enumerate(spec["entries"]):
+        e["name"] = f"copy{i}"
+    ds = MixtureDataset(preflight(MixtureSpec.from_dict(spec)), image_size=SIZE, cache_dir=tmp_path)
+    slot = {e.index: e.slot for e in ds.layout.entries}
+    flat = lambda entry, row: int(ds.sampler.flat_index(slot[entry], row))  # noqa: E731
+    good = ds.get_batch([flat(0, 5), flat(2, 4)])
+    same = MixtureDataset(preflight(MixtureSpec.from_dict(mixture_spec([d]))), image_size=SIZE, cache_dir=tmp_path)
+    alone = same.get_batch([int(same.sampler.flat_index(0, r)) for r in (5, 4)])
+    for k in [k for k in good if k.startswith("observation.images.") and not k.endswith("_is_pad")]:
+        assert torch.equal(good[k], alone[k]), k
+    camera = mp4.parent.parent.name
+    with pytest.raises(VideoDecodeError, match=rf"episode 0, camera '{re.escape(camera)}': .*{mp4.name}: cannot open"):
+        ds.get_batch([flat(0, 3), flat(1, 3), flat(2, 4)])
 
 
 def test_entries_without_cameras(synthetic, tmp_path):

@@ -133,3 +133,14 @@ def test_damaged_parquet_page(small_root, copy_of):
     with pytest.raises(DatasetFormatError, match=r"data/chunk-000/file-000\.parquet: not a readable parquet file"):
         LeRobotDataset("x", root=root, video_keys=[])
     assert len(LeRobotDataset("x", root=root, video_keys=[], episodes=[0, 1])) > 0  # row groups of other episodes
+
+
+def test_a_camera_file_that_is_not_a_video_is_named_with_its_episodes(small_root, copy_of):
+    """A batch's readers are taken from the decoder cache at once (one camera file each): the file that cannot be
+    opened is named with the camera and the episodes the batch wanted from it."""
+    root = copy_of(small_root)
+    (root / TOP_MP4).write_bytes(b"not a video" * 100)
+    ds = LeRobotDataset("x", root=root)
+    row = int(ds.meta.episodes.dataset_from_index[3]) + 2
+    with pytest.raises(VideoDecodeError, match=rf"episode 3, camera '{TOP}': .*file-000\.mp4: cannot open video"):
+        ds.get_batch([row])

@@ -197,13 +197,15 @@ class FrameJob(NamedTuple):
     output: FrameOutput | FrameRefs | None
     frames: np.ndarray | None = None
 
-    def reader(self):
-        """The file's reader from its entry's decoder cache, its frame size checked against info.json."""
+    def reader(self, reader=None):
+        """The file's reader from its entry's decoder cache (or `reader`, taken from it already), its frame size
+        checked against info.json."""
         entry = self.entry
-        try:
-            reader = entry.decoders.get(entry.source.local_path(self.rel))
-        except (FrameTimestampError, VideoDecodeError) as e:
-            raise self._named(e) from None
+        if reader is None:
+            try:
+                reader = entry.decoders.get(entry.source.local_path(self.rel))
+            except (FrameTimestampError, VideoDecodeError) as e:
+                raise self._named(e) from None
         entry.check_size(self.key, reader.shape, self.rel, self.episodes)
         return reader
 
@@ -280,6 +282,23 @@ def _run_each(pairs: list) -> None:
         job.run(reader)
 
 
+def _readers(jobs: Sequence[FrameJob]) -> list:
+    """Each job's reader (`FrameJob.reader`), taken from each decoder cache in one call; a file that fails to open
+    is named with its job's episodes."""
+    paths: dict[int, tuple] = {}  # id(decoder cache) -> (cache, [(position, path)])
+    for i, j in enumerate(jobs):
+        paths.setdefault(id(j.entry.decoders), (j.entry.decoders, []))[1].append((i, j.entry.source.local_path(j.rel)))
+    readers: list = [None] * len(jobs)
+    for decoders, asked in paths.values():
+        try:
+            got = decoders.get_many([p for _, p in asked])
+        except (FrameTimestampError, VideoDecodeError):
+            return [j.reader() for j in jobs]  # again one by one: the failing job's error names its episodes
+        for (i, _), r in zip(asked, got):
+            readers[i] = jobs[i].reader(r)
+    return readers
+
+
 def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
     """Run a batch's frame jobs, timed as the first job's entry's ``decode_seconds``: each file's frames in one
     forward pass. When every job has its own file and all of them fit in their decoder caches at once, the
@@ -299,7 +318,7 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
             for j in jobs:
                 j.run()
             return
-        readers = [j.reader() for j in jobs]  # here, in one thread: the cache is not thread-safe
+        readers = _readers(jobs)  # here, in one thread: the cache is not thread-safe
         threads = threads or runtime.decode_threads()
         if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
             # one task per thread (jobs dealt round-robin), not one per job: a mixture's batch is ~64 one-frame

@@ -378,19 +378,34 @@ class DecoderCache:
         runtime.after_fork(self)
 
     def get(self, path: str) -> VideoReader:
-        reader = self._readers.pop(path, None)
-        if reader is not None:
-            self.counters.add(decoder_hits=1)
-        else:
-            reader = VideoReader(path, thread_count=self.thread_count)
-            evicted = 0
-            while len(self._readers) >= self.max_open:
-                old = self._readers.pop(next(iter(self._readers)))
-                old.close()
-                evicted += 1
-            self.counters.add(decoder_misses=1, decoder_evictions=evicted, decoder_open=len(self._readers) + 1)
-        self._readers[path] = reader  # most recent last
-        return reader
+        return self.get_many((path,))[0]
+
+    def get_many(self, paths: Sequence[str]) -> list[VideoReader]:
+        """The readers of `paths`, in order (opened where not open), counted once: a mixture's batch takes one
+        reader for each of ~64 files, and counting each costs about what taking it does."""
+        readers: list[VideoReader] = []
+        hits = misses = evicted = 0
+        try:
+            for path in paths:
+                reader = self._readers.pop(path, None)
+                if reader is not None:
+                    hits += 1
+                else:
+                    reader = VideoReader(path, thread_count=self.thread_count)
+                    misses += 1
+                    while len(self._readers) >= self.max_open:
+                        self._readers.pop(next(iter(self._readers))).close()
+                        evicted += 1
+                self._readers[path] = reader  # most recent last
+                readers.append(reader)
+        finally:
+            if misses:
+                self.counters.add(
+                    decoder_hits=hits, decoder_misses=misses, decoder_evictions=evicted, decoder_open=len(self._readers)
+                )
+            elif hits:
+                self.counters.add(decoder_hits=hits)
+        return readers
 
     def demote(self, path: str) -> None:
         """Make this process's reader of `path`, if open, the first to be closed when a file is opened with the
