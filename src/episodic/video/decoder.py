@@ -28,6 +28,11 @@ from .codec_contexts import SharedDecoder
 from .output import FrameOutput, write_frame
 
 _FEW_TIMES = 8  # up to this many times, `FrameIndex.nearest` bisects in Python
+# FFmpeg's demuxer runs no parser over the packets (`fflags=+noparse`): an mp4 holds every sample's size, times and
+# key flag, which is all a reader uses, and the decoder parses what it decodes. With a parser (AV1 in mp4 has one),
+# every seek closes it and the next packet builds it again: at 96x128 a tenth of the CPU of a random-access read,
+# more with hundreds of files open (measured in benchmarks/bench_mixture.py's setting).
+_OPEN_OPTIONS = {"fflags": "+noparse"}
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ class VideoReader:
     def __init__(self, path: str, thread_count: int = 1):
         self.path = path
         try:
-            self._container = av.open(path, mode="r")
+            self._container = av.open(path, mode="r", options=_OPEN_OPTIONS)
         except FileNotFoundError:
             raise VideoDecodeError(f"{path}: video file not found") from None
         except (av.FFmpegError, OSError) as e:
