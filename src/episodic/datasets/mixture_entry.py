@@ -16,6 +16,7 @@ one `DecoderCache` and one `Counters`. Until an entry is used, a process holds o
 from __future__ import annotations
 
 import os
+from bisect import bisect_left, bisect_right
 from dataclasses import replace
 from pathlib import Path
 
@@ -91,6 +92,7 @@ class EntryEngines:
         self.gpu_keys: tuple[str, ...] = ()  # item keys decoded on the GPU (`decode_on_gpu`)
         self._rows: dict[int, Rows] = {}
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lists: dict[int, tuple[list, list, list]] = {}  # `positions_of`'s: bounds and selection as lists
         for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
             if getattr(source, "cache", None) is not None:
                 source.cache.stats = counters
@@ -194,14 +196,19 @@ class EntryEngines:
                 sel = part == i
                 out[sel] = self.positions(s, rows[sel])
             return out
-        for i, (slot, r) in enumerate(zip(slots.tolist(), rows.tolist())):
-            first, last = self.bounds(slot)
-            sel = self.selected[slot]
-            ep = int(last.searchsorted(r, side="right"))
-            k = min(int(sel.searchsorted(ep)), max(len(sel) - 1, 0))
-            if r < 0 or ep >= len(last) or sel[k] != ep:
+        at = []
+        for slot, r in zip(slots.tolist(), rows.tolist()):
+            got = self._lists.get(slot)
+            if got is None:  # the same arrays as lists: bisect on a list costs less than a numpy call on one value
+                first, last = self.bounds(slot)
+                got = self._lists[slot] = (first.tolist(), last.tolist(), self.selected[slot].tolist())
+            first_l, last_l, sel = got
+            ep = bisect_right(last_l, r)
+            k = min(bisect_left(sel, ep), max(len(sel) - 1, 0))
+            if r < 0 or ep >= len(last_l) or sel[k] != ep:
                 self.positions(slot, np.asarray([r]))  # raises, naming the entry
-            out[i] = self.rows(slot).starts()[k] + r - int(first[ep])
+            at.append(self.rows(slot).starts()[k] + r - first_l[ep])
+        out[:] = at
         return out
 
     def bounds(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
