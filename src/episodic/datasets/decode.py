@@ -185,7 +185,8 @@ class FrameJob(NamedTuple):
     """One camera file's frames of a batch: the frames at `times` (seconds in the file) of rows of `episodes`,
     written into rows `slots` of `dest` ((N * T, *frame shape)), or located only when `output` is the batch's
     `FrameRefs` (`dest`: (N * T, 3) references). `frames`: the frame indices of `times` when already located,
-    else None (located when run)."""
+    else None (located when run). `episodes`, `slots` and `frames` are arrays, or lists of ints (a mixture's
+    batch: one frame of each of many files)."""
 
     entry: EntryFrames
     key: str
@@ -223,7 +224,7 @@ class FrameJob(NamedTuple):
 
     def _named(self, e: Exception) -> Exception:
         """`e` naming the episode(s) and camera as well as the file."""
-        bad = sorted(set(self.episodes.tolist()))
+        bad = sorted(set(np.asarray(self.episodes).reshape(-1).tolist()))
         return type(e)(f"episode {bad[0] if len(bad) == 1 else bad}, camera {self.key!r}: {e}")
 
 

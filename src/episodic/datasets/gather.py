@@ -55,6 +55,7 @@ class Rows:
     _key: tuple | str | None = field(default=None, repr=False)
     _episode_frames: dict = field(default_factory=dict, repr=False)
     _starts: list | None = field(default=None, repr=False)
+    _shapes_ok: set = field(default_factory=set, repr=False)  # (camera, frame shape) found to be the entry's
 
     def located(
         self, key: str
@@ -455,8 +456,12 @@ def _by_entry(part: Rows) -> dict[int, Rows]:
 
 
 def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: tuple[int, ...]) -> None:
+    if (src, shape) in part._shapes_ok:  # (a part of a mixture entry: checked once, not for each batch)
+        return
     want = part.frames.frame_shape(src)
-    if shape != want:
+    if shape == want:
+        part._shapes_ok.add((src, shape))
+    else:
         name = layout.entry_name[part.entry]
         raise DatasetFormatError(
             f"{f'entry {name!r}: ' if name else ''}{part.frames.meta.root}: camera {src!r} gives "
@@ -510,10 +515,10 @@ def _frame_jobs(
             got[1].append(frame)
             got[2].append(slot)
             got[3].append(ep)
-    for (root, rel), (sub, frames, slots, eps) in files.items():
+    for (root, rel), (sub, frames, slots, eps) in files.items():  # (lists: most files give one frame)
         output = refs if refs is not None else sub.frames.output(dtype, src)
         jobs.setdefault((root, rel, f.key, None), []).append(
-            (sub.frames, src, rel, np.asarray(eps), None, np.asarray(frames), dest, np.asarray(slots), output)
+            (sub.frames, src, rel, eps, None, frames, dest, slots, output)
         )
 
 

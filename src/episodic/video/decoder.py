@@ -199,15 +199,22 @@ class VideoReader:
         return out
 
     def decode_into(
-        self, frame_indices: np.ndarray, dest: np.ndarray, output: FrameOutput, slots: np.ndarray | None = None
+        self,
+        frame_indices: np.ndarray | Sequence[int],
+        dest: np.ndarray,
+        output: FrameOutput,
+        slots: np.ndarray | Sequence[int] | None = None,
     ) -> None:
         """Write frame `frame_indices[i]` into `dest[slots[i]]` (default `dest[i]`; `dest`: (N, *output.shape(
         self.shape)) of output.dtype) in one forward pass: frames in file order, each decoded once however
         often it is asked for, converted straight into its slot."""
+        if isinstance(frame_indices, list) and len(frame_indices) == 1:  # a mixture's batch: one frame of each of
+            self._decode_one(int(frame_indices[0]), dest[0 if slots is None else int(slots[0])], output)  # many files
+            return
         frame_indices = np.asarray(frame_indices, dtype=np.int64).reshape(-1)
         slot_of = list(range(len(frame_indices))) if slots is None else np.asarray(slots).reshape(-1).tolist()
         frames = frame_indices.tolist()
-        if len(frames) == 1:  # (a mixture's batch: one frame of each of many files)
+        if len(frames) == 1:
             self._decode_one(frames[0], dest[slot_of[0]], output)
             return
         first: dict[int, int] = {}
