@@ -44,6 +44,25 @@ def test_random_and_repeated_access_is_frame_exact():
     assert r.seeks <= len(np.unique(idx))
 
 
+@pytest.mark.parametrize("fmt", ["matroska", "mp4"])
+def test_a_video_named_mp4_is_read_whatever_its_container(tmp_path, fmt):
+    """A ``.mp4`` is opened as mp4 without probing; one that holds another container is still read (probed), and
+    both decode PyAV's frames of the file."""
+    path = tmp_path / "video.mp4"
+    rng = np.random.default_rng(1)
+    with av.open(str(path), "w", format=fmt) as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = 64, 48, "yuv420p"
+        for _ in range(12):
+            c.mux(s.encode(av.VideoFrame.from_ndarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), "rgb24")))
+        c.mux(s.encode(None))
+    with av.open(str(path)) as c:
+        assert fmt in c.format.name
+    ref = _all_frames(path)
+    idx = np.array([7, 0, 11, 3])
+    assert np.array_equal(VideoReader(str(path)).decode(idx), ref[idx])
+
+
 def test_sequential_access_decodes_without_seeking():
     r = VideoReader(str(VIDEO))
     for i in range(40):

@@ -35,6 +35,18 @@ _FEW_TIMES = 8  # up to this many times, `FrameIndex.nearest` bisects in Python
 _OPEN_OPTIONS = {"fflags": "+noparse"}
 
 
+def _open(path: str) -> av.container.InputContainer:
+    """`path` opened for reading: a ``.mp4`` (every LeRobot dataset's videos) as mp4 without probing every format
+    FFmpeg knows (~90 instead of ~145 us per file: a streaming mixture opens files all the time); anything else,
+    or a ``.mp4`` that is not one, as what FFmpeg's probe finds."""
+    if path.lower().endswith(".mp4"):
+        try:
+            return av.open(path, mode="r", format="mp4", options=_OPEN_OPTIONS)
+        except av.InvalidDataError:
+            pass
+    return av.open(path, mode="r", options=_OPEN_OPTIONS)
+
+
 @dataclass(frozen=True)
 class FrameIndex:
     """Times (seconds, ascending) and key-frame flags of every frame of a video stream."""
@@ -127,7 +139,7 @@ class VideoReader:
     def __init__(self, path: str, thread_count: int = 1):
         self.path = path
         try:
-            self._container = av.open(path, mode="r", options=_OPEN_OPTIONS)
+            self._container = _open(path)
         except FileNotFoundError:
             raise VideoDecodeError(f"{path}: video file not found") from None
         except (av.FFmpegError, OSError) as e:
