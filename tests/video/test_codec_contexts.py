@@ -107,6 +107,23 @@ def test_cameras_read_in_turn_keep_their_contexts(tmp_path):
     assert ra.seeks + rb.seeks <= 3 and ra.frames_decoded + rb.frames_decoded <= 62
 
 
+def test_random_access_takes_the_most_recently_used_context_no_forward_reader_holds(tmp_path):
+    """Three readers read forward in turn (a context each), then each jumps back (no longer reading forward): a
+    fourth reader's random access takes the context used last, its pictures still in the CPU's caches."""
+    ref = _all_frames(VIDEO)
+    a, b, c, r = (VideoReader(str(shutil.copy(VIDEO, tmp_path / f"{n}.mp4"))) for n in "abcr")
+    for f in range(6):
+        for x in (a, b, c):
+            assert np.array_equal(x.decode(np.array([f]))[0], ref[f])
+    assert len({id(x._decoder) for x in (a, b, c)}) == 3
+    for x in (a, b, c):
+        assert np.array_equal(x.decode(np.array([1]))[0], ref[1])
+        assert not x.reads_forward
+    last = c._decoder
+    assert np.array_equal(r.decode(np.array([20]))[0], ref[20])
+    assert r._decoder is last
+
+
 def test_a_reader_used_from_another_thread_takes_that_threads_context(tmp_path):
     ref = _all_frames(VIDEO)
     path = tmp_path / "a.mp4"

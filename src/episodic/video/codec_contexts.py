@@ -116,6 +116,8 @@ class SharedDecoders:
         mine = pools.setdefault(signature, [])  # least recently used first
         if last is not None and last.owner is reader and last in mine:
             pick: SharedDecoder | None = last
+        elif mine and not reader.reads_forward and not getattr(mine[-1].owner, "reads_forward", False):
+            pick = mine[-1]  # random access (below: `free[-1]`, here found without listing the free ones)
         else:
             free = [d for d in mine if not getattr(d.owner, "reads_forward", False)]
             pick = None
