@@ -17,7 +17,7 @@ from episodic.format.errors import EpisodeIndexError, MissingFileError
 from episodic.mixture import MixtureSpec, preflight
 from episodic.mixture.layout import camera_key
 from episodic.testing.synthetic import mixture_spec
-from episodic.video.decoder import default_cache_size
+from episodic.video.decoder_cache import default_cache_size
 
 SIZE = (24, 40)  # the synthetic cameras are 16x32, 24x32, 32x32 and 32x48
 

@@ -24,7 +24,7 @@ def test_bad_values_are_refused_with_the_allowed_range(field, value, message):
 
 
 def test_decoder_cache_default_covers_pool_and_prefetch_within_the_budget(monkeypatch):
-    """One rule for every dataset (`video.decoder.default_cache_size`): a reader per file in reach (each camera's
+    """One rule for every dataset (`video.decoder_cache.default_cache_size`): a reader per file in reach (each camera's
     pooled and prefetched episodes), within the decoder memory budget of the process that decodes, at least 32."""
     from episodic import runtime
 

@@ -145,7 +145,7 @@ class EntryFrames:
 
 def camera_files(meta: DatasetMetadata, keys: Sequence[str], episodes: np.ndarray) -> list[tuple[int, int, int]]:
     """(height, width, files) of each video camera `keys`: how many video files `episodes` span (what
-    `video.decoder.default_cache_size` sizes a decoder cache by)."""
+    `video.decoder_cache.default_cache_size` sizes a decoder cache by)."""
     return [(*meta.info.camera_hw(k)[:2], len(np.unique(meta.episodes.cameras[k].file_id[episodes]))) for k in keys]
 
 

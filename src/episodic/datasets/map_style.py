@@ -21,7 +21,7 @@ from ..storage.source import Source, is_url
 from ..tabular import load_columns
 from ..tabular.resample import Resampling
 from ..video import DecoderCache
-from ..video.decoder import CacheRule
+from ..video.decoder_cache import CacheRule
 from .access import BatchAccess
 from .decode import EntryFrames, camera_files
 from .facts import DatasetFacts
@@ -52,7 +52,8 @@ class EpisodicDataset(BatchAccess, DatasetFacts, SplitSides, torch.utils.data.Da
         cache_dir: episodic's cache (default $EPISODIC_CACHE or ~/.cache/episodic): remote files under
             `files/`, memory-mapped tabular columns (datasets of 1 GiB of columns and more) under `tabular/`.
         decoder_cache_size: open video decoders per process (default: one per video file of the selected
-            episodes' cameras, within the process's decoder budget, at least 32: `video.decoder.default_cache_size`).
+            episodes' cameras, within the process's decoder budget, at least 32:
+            `video.decoder_cache.default_cache_size`).
         cache_max_bytes: size of the whole-file cache of remote files (least recently used files evicted
             beyond it; default $EPISODIC_CACHE_MAX_BYTES or 32 GiB).
         fetch_policy: timeouts and retries of remote reads (`storage.fetch.FetchPolicy`; default from

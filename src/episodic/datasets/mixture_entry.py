@@ -31,7 +31,7 @@ from ..mixture.layout import EntryLayout, MixtureLayout
 from ..tabular import UnknownTasks, load_columns
 from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache
-from ..video.decoder import CacheRule
+from ..video.decoder_cache import CacheRule
 from .consumer import StreamEntry
 from .decode import EntryFrames, camera_files
 from .gather import Rows
@@ -163,7 +163,7 @@ class EntryEngines:
     def decoder_cache_rule(self) -> CacheRule:
         """Open decoders for random access over the mixture (map-style): one per video file its mapped cameras
         span (a batch's frames come from files all over the mixture), within each process's decoder budget
-        (`video.decoder.CacheRule`)."""
+        (`video.decoder_cache.CacheRule`)."""
         return CacheRule(tuple(self.video_files()))
 
     @property

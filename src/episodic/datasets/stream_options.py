@@ -9,7 +9,7 @@ from typing import Any
 
 from ..checks import check_number
 from ..storage.fetch import FetchPolicy
-from ..video.decoder import CacheRule
+from ..video.decoder_cache import CacheRule
 
 __all__ = ["StreamOptions", "UNSET", "stream_options"]
 
@@ -26,7 +26,7 @@ class StreamOptions:
     tabular_block: episodes whose rows are read in one go.
     mirror_max_bytes: bytes of unreferenced files a consumer keeps in its private mirror of a remote source
         (the map-style datasets' `cache_max_bytes` bounds their shared whole-file cache instead).
-    decoder_cache_size: open video decoders per process (None: `video.decoder.default_cache_size` of the files a
+    decoder_cache_size: open video decoders per process (None: `video.decoder_cache.default_cache_size` of the files a
         consumer reads from at once: each camera's pooled and prefetched episodes).
     fetch: how remote reads are retried (`storage.fetch.FetchPolicy`).
     """
@@ -55,7 +55,7 @@ class StreamOptions:
     def decoders_for(self, cameras: Sequence[tuple[int, int]]) -> int | CacheRule:
         """Open decoders per process: the option, else one per pooled and prefetched episode of each camera
         (`cameras`: (height, width) of each), within the decoder memory budget of the process that decodes
-        (`video.decoder.CacheRule`)."""
+        (`video.decoder_cache.CacheRule`)."""
         if self.decoder_cache_size is not None:
             return self.decoder_cache_size
         reach = self.episode_pool_size + self.prefetch_episodes
