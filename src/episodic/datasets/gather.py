@@ -12,7 +12,7 @@ holds their frame references (`decode.FrameRefs`) and lists their files under `d
 `gpu_frames.GpuFrames.complete` in the main process. Text values are lists of `str`. Before the gather, the
 parts whose items are built alike are merged into one (`merge_entries`), so that each key is one gather per batch.
 
-One module for the parts (`Rows`), their merging and the gather, ~570 lines: they are one concept (building a
+One module for the parts (`Rows`), their merging and the gather, ~580 lines: they are one concept (building a
 batch from rows), and a streaming mixture batch would otherwise cross a sixth `datasets/` module on its way from
 loader to decoder (issue 21 asks for at most 5).
 """
