@@ -10,7 +10,6 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from av.video.reformatter import VideoReformatter
 
 from episodic.format.depth import DepthCoding
 from episodic.video.output import FrameOutput, depth_codes, write_frame
@@ -53,12 +52,11 @@ def test_decoded_codes_and_distances_equal_pyavs_own(depth_root, key, unit):
     coding = _coding(depth_root, key)
     want_codes = _pyav_codes(path)
     out = FrameOutput(dtype="float32", depth=coding, depth_unit=unit)
-    reformatter = VideoReformatter()
     with av.open(str(path)) as c:
         for i, frame in enumerate(c.decode(video=0)):
-            assert np.array_equal(depth_codes(frame, reformatter), want_codes[i])
+            assert np.array_equal(depth_codes(frame), want_codes[i])
             dest = np.full(out.shape((48, 64)), np.nan, np.float32)
-            write_frame(frame, dest, out, reformatter)
+            write_frame(frame, dest, out)
             want = np.empty((48, 64), np.float32)
             coding.dequantise(want_codes[i], want, unit)
             assert dest.shape == (1, 48, 64) and np.array_equal(dest[0], want)
@@ -68,7 +66,7 @@ def test_a_depth_frame_of_another_pixel_format_is_converted_as_pyav_does():
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 4096, size=(10, 14), dtype=np.uint16)
     frame = av.VideoFrame.from_ndarray(codes, format="gray12le").reformat(format="gray16le")
-    got = depth_codes(frame, VideoReformatter())
+    got = depth_codes(frame)
     assert np.array_equal(got, frame.to_ndarray(format="gray12le"))
 
 
@@ -78,11 +76,11 @@ def test_a_resized_depth_frame_takes_the_nearest_source_pixel_and_letterbox_bars
     coding = DepthCoding(use_log=False, depth_min=0.0, depth_max=4.095)  # code c -> c mm: values name their source
     out = FrameOutput(size=(6, 8), dtype="float32", depth=coding, depth_unit="mm")
     dest = np.empty(out.shape((12, 16)), np.float32)
-    write_frame(frame, dest, out, VideoReformatter())
+    write_frame(frame, dest, out)
     assert np.array_equal(dest[0], codes[1::2, 1::2].astype(np.float32))  # no value made up between two pixels
     box = FrameOutput(size=(12, 8), resize_mode="letterbox", dtype="float32", depth=coding, depth_unit="mm")
     dest = np.full(box.shape((12, 16)), np.nan, np.float32)
-    write_frame(frame, dest, box, VideoReformatter())
+    write_frame(frame, dest, box)
     assert np.all(dest[0, :3] == 0) and np.all(dest[0, -3:] == 0) and np.isin(dest[0, 3:-3], codes).all()
 
 

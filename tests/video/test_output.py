@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import av
 import numpy as np
 import pytest
@@ -54,10 +56,8 @@ def test_float_conversion_of_every_byte_value_is_bit_identical():
     frame = av.VideoFrame.from_ndarray(
         np.arange(256 * 3, dtype=np.uint16).reshape(16, 48, 1).repeat(3, 2).astype(np.uint8), format="rgb24"
     )
-    from av.video.reformatter import VideoReformatter
-
     got = np.empty((3, 16, 48), np.float32)
-    write_frame(frame, got, FrameOutput(dtype="float32"), VideoReformatter())
+    write_frame(frame, got, FrameOutput(dtype="float32"))
     u8 = torch.from_numpy(frame.to_ndarray()).permute(2, 0, 1)
     assert torch.equal(torch.from_numpy(got), u8.float() / 255)
     assert len(np.unique(u8.numpy())) == 256
@@ -112,9 +112,6 @@ def test_every_width_and_pixel_format_equals_pyav_rgb24(fmt):
     """Bit for bit against PyAV's own `to_ndarray("rgb24")` at every width from 2 to 81 (and wide odd ones):
     FFmpeg's SIMD yuv->gbrp leaves the last columns of widths 17-24, 33-40, ... unwritten, and 10-bit and NV12
     sources round differently in gbrp; `planar_exact` must send such frames through rgb24."""
-    from av.video.reformatter import VideoReformatter
-
-    reformatter = VideoReformatter()
     for h in (2, 16, 30):
         for w in _WIDTHS:
             if fmt.startswith(("yuv420", "yuvj420", "nv12")) and (h % 2 or w % 2):
@@ -127,7 +124,7 @@ def test_every_width_and_pixel_format_equals_pyav_rgb24(fmt):
                 (FrameOutput(channels_first=False), want),
             ):
                 dest = np.full(out.shape((h, w)), 7, np.uint8 if out.dtype == "uint8" else np.float32)  # stale pixels
-                write_frame(frame, dest, out, reformatter)
+                write_frame(frame, dest, out)
                 assert np.array_equal(dest, expected), (fmt, h, w, out)
 
 
@@ -140,3 +137,51 @@ def test_options_are_checked_up_front():
         FrameOutput(size=(4, 4), resize_mode="crop")
     with pytest.raises(ValueError, match="dtype must be one of"):
         FrameOutput(dtype="float16")
+
+
+def _tagged_video(path, h: int, w: int, colorspace: int, color_range: int, seed: int) -> None:
+    """Six frames of noise from libx264 with the colorspace and range tags given (1: bt709, 5: bt601; range 1:
+    limited, 2: full, decoded as yuvj420p)."""
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        s.codec_context.colorspace, s.codec_context.color_range = colorspace, color_range
+        for _ in range(6):
+            for p in s.encode(av.VideoFrame.from_ndarray(rng.integers(0, 256, (h, w, 3), np.uint8), format="rgb24")):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+
+
+def test_files_of_other_colours_and_sizes_converted_in_turn_equal_pyav_rgb24(tmp_path):
+    """A thread converts the frames of every file it decodes with one reformatter per kind of conversion (a
+    mixture's batch: one frame from each of many files). Files of another colorspace, range or size, read in
+    turn, each equal PyAV's own rgb24 of that file: no conversion inherits another file's colour details or
+    geometry, on this thread or on another."""
+    kinds = [(48, 64, 1, 2), (48, 64, 5, 1), (48, 64, 1, 1), (30, 424, 5, 1)]
+    paths = []
+    for i, kind in enumerate(kinds):
+        paths.append(tmp_path / f"v{i}.mp4")
+        _tagged_video(paths[-1], *kind, seed=i)
+    want = [_rgb24(p) for p in paths]
+
+    def read_in_turn(out: FrameOutput, errors: list) -> None:
+        readers = [VideoReader(str(p)) for p in paths]
+        for f in [0, 3, 1, 5, 2, 4]:
+            for r, ref in zip(readers, want):
+                dest = np.empty((1, *out.shape(r.shape)), np.uint8)
+                r.decode_into(np.array([f]), dest, out)
+                got = dest[0].transpose(1, 2, 0) if out.channels_first else dest[0]
+                if not np.array_equal(got, ref[f]):
+                    errors.append((r.path, f, out.channels_first))
+        for r in readers:
+            r.close()
+
+    errors: list = []
+    for out in (FrameOutput(), FrameOutput(channels_first=False)):
+        read_in_turn(out, errors)
+        worker = threading.Thread(target=read_in_turn, args=(out, errors))
+        worker.start()
+        worker.join()
+    assert errors == []

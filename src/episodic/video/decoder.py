@@ -16,7 +16,6 @@ from fractions import Fraction
 
 import av
 import numpy as np
-from av.video.reformatter import VideoReformatter
 
 from ..format.errors import FrameTimestampError, VideoDecodeError
 from ..format.timebase import end_clamp_s
@@ -162,7 +161,6 @@ class VideoReader:
         )
         self._decoder: SharedDecoder | None = None  # the shared decoder the live generator feeds
         self.reads_forward = False  # its last frame was reachable by decoding on from the one before
-        self._reformatter = VideoReformatter()
         self._frames: Iterator[av.VideoFrame] | None = None  # live decode generator
         self._next = 0  # index of the frame the live generator yields next (-1: unknown)
         self.frames_decoded = 0
@@ -243,7 +241,7 @@ class VideoReader:
         self.reads_forward = onward
         if not onward or not self._holds_decoder():
             self._seek(k)
-        write_frame(self._decode_until(f), dest, output, self._reformatter)
+        write_frame(self._decode_until(f), dest, output)
 
     def _seek(self, k: int) -> None:
         try:

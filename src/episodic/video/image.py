@@ -6,7 +6,6 @@ import io
 
 import av
 import numpy as np
-from av.video.reformatter import VideoReformatter
 
 from ..format.errors import VideoDecodeError
 from .output import FrameOutput, write_frame
@@ -33,5 +32,5 @@ def decode_image_into(data: bytes, dest: np.ndarray, output: FrameOutput, where:
     frame = _first_frame(data, where)
     hw = (frame.height, frame.width)
     if output.frame_hw(hw) == (dest.shape[-2:] if output.channels_first else dest.shape[:2]):
-        write_frame(frame, dest, output, VideoReformatter())
+        write_frame(frame, dest, output)
     return hw
