@@ -147,3 +147,64 @@ def test_cache_names_and_repo_ids():
     for repo in ("../x", "a/..", "/a/b", "a/b/c", "", "a b/c", "a/.hidden"):
         with pytest.raises(UnsafePathError):
             check_repo_id(repo)
+
+
+def test_inside_agrees_with_realpath_on_links_at_every_depth(tmp_path):
+    """`inside` looks at the components below the (resolved once) root only; its verdict equals the definition,
+    written here with `os.path.realpath` of the whole path, for links at every depth: into the root and out of
+    it, relative and absolute, chained, to a file, dangling, under a root that is itself a link, and for paths
+    that do not exist (yet)."""
+    real_root, out = tmp_path / "data/real", tmp_path / "out"
+    (real_root / "a/b/c").mkdir(parents=True)
+    (out / "x").mkdir(parents=True)
+    (real_root / "a/b/c/f.mp4").write_bytes(b"")
+    (out / "x/secret").write_bytes(b"")
+    (tmp_path / "root").symlink_to(real_root, target_is_directory=True)  # the root itself: a link
+    links = {
+        "a/in": real_root / "a/b",  # absolute, inside
+        "a/b/up": "../../a",  # relative, inside
+        "a/away": out / "x",  # absolute, out
+        "a/b/rel_away": "../../../../out/x",  # relative, out
+        "a/b/c/file_out": out / "x/secret",  # a file link, out
+        "a/b/c/file_in": "f.mp4",  # a file link, inside
+        "a/chain": "in/up/away",  # a chain that leaves in its last link
+        "out_back": None,  # made outside, leading back in: out/back -> root, root/out_back -> out
+        "a/dangling": tmp_path / "nowhere/x",
+    }
+    (out / "back").symlink_to(real_root / "a", target_is_directory=True)
+    for rel, target in links.items():
+        (real_root / rel).symlink_to(out / "back" if target is None else target)
+    rels = [
+        "a/b/c/f.mp4",
+        "a/in/c/f.mp4",
+        "a/b/up/b/c/f.mp4",
+        "a/away/secret",
+        "a/b/rel_away/secret",
+        "a/b/c/file_out",
+        "a/b/c/file_in",
+        "a/chain/secret",
+        "out_back/b/c/f.mp4",
+        "a/dangling/f",
+        "a/missing/f.mp4",
+        "a/b/c/new.mp4",
+        "a/away/missing/deeper",
+    ]
+    root = str(tmp_path / "root")
+    for rel in rels:
+        real = os.path.realpath(os.path.join(root, rel))
+        allowed = real == str(real_root) or real.startswith(str(real_root) + os.sep)
+        if allowed:
+            assert inside(root, rel, "w") == os.path.join(root, rel), rel
+        else:
+            with pytest.raises(UnsafePathError, match="outside"):
+                inside(root, rel, "w")
+    assert sum(
+        (lambda r: r.startswith(str(real_root) + os.sep))(os.path.realpath(os.path.join(root, rel))) for rel in rels
+    ) not in (0, len(rels))  # both verdicts occur
+    later = tmp_path / "later"  # a root that does not exist yet, then is made as a link out
+    assert inside(later, "f", "w") == str(later / "f")
+    later.symlink_to(out / "x", target_is_directory=True)
+    assert inside(later, "secret", "w") == str(later / "secret")  # the link is the root: its target is the root
+    (out / "x/leak").symlink_to(tmp_path / "data", target_is_directory=True)
+    with pytest.raises(UnsafePathError, match="outside"):
+        inside(later, "leak/real/a/b/c/f.mp4", "w")

@@ -140,6 +140,12 @@ def is_local_fs(fs) -> bool:
 
 
 def _bases(root: str, hub_blobs: bool) -> list[str]:
+    """The resolved directories a file of `root` may resolve into: `root` resolved, and for a Hugging Face cache
+    snapshot (`hub_blobs`) its repository's `blobs/`. Kept for a root that exists (it is resolved once, not for
+    every file: ~20 us each)."""
+    got = _BASES.get((root, hub_blobs))
+    if got is not None:
+        return got
     real = os.path.realpath(root)
     bases = [real]
     if hub_blobs:  # a Hugging Face cache snapshot: <repo>/snapshots/<revision>/..., files link into <repo>/blobs
@@ -148,7 +154,14 @@ def _bases(root: str, hub_blobs: bool) -> list[str]:
             if anc.parent.name == "snapshots":
                 bases.append(str(anc.parent.parent / "blobs"))
                 break
+    if os.path.isdir(real):  # (a directory made later, or as a link, is resolved again until it exists)
+        if len(_BASES) >= 4096:
+            _BASES.clear()
+        _BASES[(root, hub_blobs)] = bases
     return bases
+
+
+_BASES: dict[tuple[str, bool], list[str]] = {}  # (root, hub_blobs) -> `_bases` of a root that exists
 
 
 def _special_kind(mode: int) -> str:
@@ -174,13 +187,31 @@ def inside(directory: str | os.PathLike, rel: str, where: str | None = None, hub
     directory = os.fspath(directory)
     check_relative(rel, where or directory)
     path = os.path.join(directory, rel)
-    real = os.path.realpath(path)
     bases = _bases(directory, hub_blobs)
+    real = _below(bases[0], rel)
+    if real is None:  # a symbolic link below the directory: where it leads, resolved in full
+        real = os.path.realpath(path)
     if not any(_within(real, b) for b in bases):
         raise UnsafePathError(
             f"{where + ': ' if where else ''}{path} resolves to {real}, outside {bases[0]} (a "
             f"symbolic link?); dataset and cache files must stay inside their directory"
         )
+    return path
+
+
+def _below(real_dir: str, rel: str) -> str | None:
+    """`real_dir/rel` (`real_dir` resolved, `rel` safe: no `.` or `..` components) when none of its components
+    below `real_dir` is a symbolic link; None when one is. Each existing component is looked at (lstat) once,
+    from `real_dir` down, rather than every component of the whole path (`os.path.realpath`); from the first
+    one that does not exist, the rest is taken as it is, as realpath does."""
+    path = real_dir
+    for part in rel.split("/"):
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return None
+        except OSError:
+            return os.path.join(real_dir, rel)
     return path
 
 
