@@ -539,6 +539,21 @@ def _part_frame_jobs(
     if part.pooled:
         files, file_of, times, located, file_eps = part.located(src)
         rows, slots = q.reshape(-1), target.reshape(-1)
+        if len(files) > 1 and (at_rows := located[rows]).min(initial=0) >= 0:  # all located, many files (a
+            by_number: dict[int, tuple[list, list]] = {}  # streaming mixture's pool): grouped as lists
+            for number, frame, slot in zip(file_of[rows].tolist(), at_rows.tolist(), slots.tolist()):
+                got = by_number.get(number)
+                if got is None:
+                    got = by_number[number] = ([], [])
+                got[0].append(frame)
+                got[1].append(slot)
+            for number, (frame_list, slot_list) in by_number.items():
+                owner, rel = files[number]
+                out = refs if refs is not None else owner.output(dtype, src)
+                jobs.setdefault((owner.source.root, rel, key, None), []).append(
+                    (owner, src, rel, file_eps[number], None, frame_list, dest, slot_list, out)
+                )
+            return
         cols = part.columns
         by_file = positions_by_value(file_of[rows]) if len(files) > 1 else [(0, np.arange(len(rows)))]
         for number, pos in by_file:
