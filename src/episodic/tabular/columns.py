@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import posixpath
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from ..storage.ranges import leaf_columns, open_for_read, row_group_spans
 from .values import UnknownTasks, check_rows, column_values
 
 MMAP_THRESHOLD_BYTES = 1 << 30
+THREADED_READ_ROWS = 1 << 16  # a local read of this many rows and more decodes its columns on Arrow's threads
 
 
 @dataclass
@@ -139,7 +141,11 @@ def _read_rows(
                         pf.metadata, every if groups is None else groups, leaf_columns(pf.schema_arrow, cols)
                     )
                 )
-            threads = isinstance(f, pa.NativeFile)  # a Python file is read on this thread only
+            # a Python file is read on this thread only; a local one on Arrow's threads only when it is large: for a
+            # few hundred rows (a streamed episode of a mixture's entry) waking them cost more than the read
+            md = pf.metadata
+            rows = md.num_rows if groups is None else sum(md.row_group(g).num_rows for g in groups)
+            threads = isinstance(f, pa.NativeFile) and rows >= THREADED_READ_ROWS
             t = (
                 pf.read_row_groups(groups, columns=cols, use_threads=threads)
                 if groups is not None
@@ -191,7 +197,7 @@ def load_columns(
 
     nbytes = sum(
         total
-        * int(np.prod(shape_of(n) or (1,)))
+        * math.prod(shape_of(n))
         * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
         for n in numeric
     )

@@ -10,6 +10,7 @@ goes on (`UnknownTasks`: one warning per dataset) and the item's task is `UNKNOW
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 
@@ -59,7 +60,7 @@ def column_values(col: pa.ChunkedArray | pa.Array, feature: Feature, where: str)
         col = col.combine_chunks()
     n = len(col)
     shape = feature.shape
-    want = int(np.prod(shape))
+    want = math.prod(shape)
     dims: list[int] = []
     try:
         while _is_list(col.type):
@@ -69,7 +70,7 @@ def column_values(col: pa.ChunkedArray | pa.Array, feature: Feature, where: str)
             dims.append(size)
         if col.null_count:
             raise DatasetFormatError(f"{where}: {col.null_count} missing values")
-        per_row = int(np.prod(dims)) if dims else 1
+        per_row = math.prod(dims)
         if per_row != want or (len(dims) > 1 and dims != list(shape)):
             got = "a scalar" if not dims else f"lists of {'x'.join(map(str, dims))} values"
             raise DatasetFormatError(f"{where}: holds {got} per row, info.json says shape {list(shape)}")
