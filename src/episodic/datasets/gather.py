@@ -57,45 +57,15 @@ class Rows:
     _starts: list | None = field(default=None, repr=False)
     _shapes_ok: set = field(default_factory=set, repr=False)  # (camera, frame shape) found to be the entry's
 
-    def located(
-        self, key: str
-    ) -> tuple[list[tuple[EntryFrames, str]], np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Of a pooled part, for camera `key`, every row's video file (`files[file_of_row]`: the entry's frames
-        and the file), time in it and frame index there (-1 for the rows of an episode that has some row with no
-        frame within tolerance: they are located when decoded, so that the error names them), and each file's
-        episodes: (files, file_of_row, times, frames, episodes of each file)."""
+    def located(self, key: str) -> tuple[str, np.ndarray, list[int] | None, int]:
+        """Of a pooled part (one episode), camera `key`'s video file, each row's time in it and frame index there,
+        and the episode: (file, times, frames, episode), located once. The frames are None when some row has no
+        frame within tolerance: the episode's rows are then located when decoded, so that the error names them."""
         got = self._located.get(key)
         if got is None:
-            if self.subs:  # `_whole`'s parts: pooled episodes, each in one file of its entry
-                subs = [p.located(key) for p in self.subs]
-                assert all(len(fs) == 1 for fs, *_ in subs), "a merged part's parts are one episode each"
-                number: dict[tuple[EntryFrames, str], int] = {}
-                eps: list[list[np.ndarray]] = []
-                codes, lengths, time_parts, frame_parts = [], [], [], []
-                for fs, of, t, fr, es in subs:
-                    code = number.setdefault(fs[0], len(number))
-                    if code == len(eps):
-                        eps.append([])
-                    eps[code].append(es[0])
-                    codes.append(code)
-                    lengths.append(len(of))
-                    time_parts.append(t)
-                    frame_parts.append(fr)
-                file_eps = [e[0] if len(e) == 1 else np.unique(np.concatenate(e)) for e in eps]
-                file_of = np.repeat(np.asarray(codes, dtype=np.int64), lengths)
-                got = (list(number), file_of, np.concatenate(time_parts), np.concatenate(frame_parts), file_eps)
-            else:
-                ts = self.columns.camera_times().astype(np.float64)
-                rel, times, frames = self.frames.locate_episode(key, int(self.columns.episodes[0]), ts)
-                n = len(times)
-                got = (
-                    [(self.frames, rel)],
-                    np.zeros(n, np.int64),
-                    times,
-                    np.full(n, -1, np.int64) if frames is None else frames,
-                    [self.columns.episodes[:1].astype(np.int64)],
-                )
-            self._located[key] = got
+            ep = int(self.columns.episodes[0])
+            rel, times, frames = self.frames.locate_episode(key, ep, self.columns.camera_times().astype(np.float64))
+            got = self._located[key] = (rel, times, None if frames is None else frames.tolist(), ep)
         return got
 
     def starts(self) -> list[int]:
@@ -536,45 +506,43 @@ def _part_frame_jobs(
     """`_frame_jobs` of the items of one part: rows `q` ((B, T), clamped into each item's episode) of `part`
     into rows `target` of `dest`."""
     frames = part.frames
-    if part.pooled:
-        files, file_of, times, located, file_eps = part.located(src)
-        rows, slots = q.reshape(-1), target.reshape(-1)
-        if len(files) > 1 and (at_rows := located[rows]).min(initial=0) >= 0:  # all located, many files (a
-            by_number: dict[int, tuple[list, list]] = {}  # streaming mixture's pool): grouped as lists
-            for number, frame, slot in zip(file_of[rows].tolist(), at_rows.tolist(), slots.tolist()):
-                got = by_number.get(number)
-                if got is None:
-                    got = by_number[number] = ([], [])
-                got[0].append(frame)
-                got[1].append(slot)
-            for number, (frame_list, slot_list) in by_number.items():
-                owner, rel = files[number]
-                out = refs if refs is not None else owner.output(dtype, src)
-                jobs.setdefault((owner.source.root, rel, key, None), []).append(
-                    (owner, src, rel, file_eps[number], None, frame_list, dest, slot_list, out)
+    if part.pooled:  # pooled episodes, each located once: the batch's rows grouped by file, as lists
+        rows, slots = q.reshape(-1), target.reshape(-1).tolist()
+        if part.subs:
+            assert part.sub_of_row is not None and part.row_in_sub is not None
+            subs, of_sub, in_sub = part.subs, part.sub_of_row[rows].tolist(), part.row_in_sub[rows].tolist()
+        else:
+            subs, of_sub, in_sub = (part,), [0] * len(rows), rows.tolist()
+        groups: dict[tuple, tuple] = {}  # job key -> (its episode's part, episodes, frames or times, slots)
+        for s, r, slot in zip(of_sub, in_sub, slots):
+            sub = subs[s]
+            rel, times, located, ep = sub.located(src)
+            if located is None:  # located when run, one job per episode: an error names it and these rows' times
+                k: tuple = (sub.frames.source.root, rel, key, ("episode", id(sub.frames), ep))
+                value = float(times[r])
+            else:
+                k, value = (sub.frames.source.root, rel, key, None), located[r]
+            got = groups.get(k)
+            if got is None:
+                got = groups[k] = (sub, [], [], [])
+            got[1].append(ep)
+            got[2].append(value)
+            got[3].append(slot)
+        for k, (sub, eps, values, slot_list) in groups.items():
+            out = refs if refs is not None else sub.frames.output(dtype, src)
+            lazy = k[3] is not None
+            jobs.setdefault(k, []).append(
+                (
+                    sub.frames,
+                    src,
+                    k[1],
+                    eps[:1] if lazy else eps,
+                    values if lazy else None,
+                    None if lazy else values,
+                    dest,
+                    slot_list,
+                    out,
                 )
-            return
-        cols = part.columns
-        by_file = positions_by_value(file_of[rows]) if len(files) > 1 else [(0, np.arange(len(rows)))]
-        for number, pos in by_file:
-            owner, rel = files[number]
-            out = refs if refs is not None else owner.output(dtype, src)
-            at = rows[pos]
-            loc = located[at]
-            lazy = loc < 0
-            if lazy.any():  # located when run, one job per episode: an error names its episode and rows' times
-                ep_of = cols.episodes[cols.episode_of_rows(at)]
-                for ep, where in positions_by_value(ep_of[lazy]):
-                    sel = np.flatnonzero(lazy)[where]
-                    jobs.setdefault((owner.source.root, rel, key, ("episode", id(owner), ep)), []).append(
-                        (owner, src, rel, np.asarray([ep]), times[at[sel]], None, dest, slots[pos][sel], out)
-                    )
-                keep = ~lazy
-                at, loc, pos = at[keep], loc[keep], pos[keep]
-                if not len(at):
-                    continue
-            jobs.setdefault((owner.source.root, rel, key, None), []).append(
-                (owner, src, rel, file_eps[number], None, loc, dest, slots[pos], out)
             )
         return
     output = refs if refs is not None else frames.output(dtype, src)
