@@ -40,9 +40,9 @@ __all__ = ["Rows", "gather", "merge_entries", "positions_by_value"]
 class Rows:
     """Whole episodes of layout entry `entry`, side by side (`columns`), decoded by `frames`. With `pooled` (one
     episode a streaming consumer holds), each camera's frame of every row is located once, on first use. A part
-    `merge_entries` made holds the rows of several parts (`subs`) of entries built alike: of each row, its part
-    (`sub_of_row`) and its row there (`row_in_sub`); pooled, every row of each part, else each item's rows within
-    its windows' reach."""
+    `merge_entries` made holds each item's rows within its windows' reach, of several parts (`subs`) of entries
+    built alike (pooled: the pool's episodes): of each row, its part (`sub_of_row`) and its row there
+    (`row_in_sub`)."""
 
     entry: int
     columns: Columns
@@ -124,10 +124,9 @@ def merge_entries(
 ) -> tuple[list[Rows], np.ndarray, np.ndarray]:
     """The parts of a batch whose items are built alike (`Rows.merge_key`: a streaming pool's episodes, and a
     mixture's entries with the same sources, selections, windows and cameras) merged into one part, so that each
-    key is one gather for all of them rather than one per part: pooled episodes side by side whole, each with its
-    frames located once; other parts (a mixture entry's whole selection), each item's rows within its windows'
-    reach (its episode's rows from its earliest to its latest offset, views concatenated), decoded from each
-    part's own files. (parts, the part and row of each item in them)."""
+    key is one gather for all of them rather than one per part: each item's rows within its windows' reach (its
+    episode's rows from its earliest to its latest offset, views concatenated), decoded from each part's own
+    files (a pooled episode's frames located once). (parts, the part and row of each item in them)."""
     buckets: dict[tuple | str, list[int]] = {}
     for i, p in enumerate(parts):
         buckets.setdefault(p.merge_key(layout), []).append(i)
@@ -145,33 +144,17 @@ def merge_entries(
             merged.append(parts[idx[0]])
         elif idx:
             of_parts = [items[i] for i in idx]
-            rows, at = (_whole if parts[idx[0]].pooled else _reach)([parts[i] for i in idx], of_parts, row)
+            rows, at = _reach([parts[i] for i in idx], of_parts, row)
             flat = np.concatenate(of_parts)
             new_part[flat], new_row[flat] = len(merged), at
             merged.append(rows)
     return merged, new_part, new_row
 
 
-def _whole(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, np.ndarray]:
-    """Pooled parts side by side whole (`merge_entries`); the row in them of each item (of `items`, concatenated)."""
-    lengths = [len(p.columns) for p in subs]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    merged = Rows(
-        subs[0].entry,
-        Columns.concat([p.columns for p in subs]),
-        subs[0].frames,
-        pooled=True,
-        subs=tuple(subs),
-        sub_of_row=np.repeat(np.arange(len(subs)), lengths),
-        row_in_sub=np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths),
-    )
-    return merged, np.repeat(offsets[:-1], [len(pos) for pos in items]) + row[np.concatenate(items)]
-
-
 def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[Rows, np.ndarray]:
-    """Each item's rows within its windows' reach, of parts whose rows are whole selections (`merge_entries`),
-    side by side, each a piece of its own in the merged columns; the row in them of each item (of `items`,
-    concatenated)."""
+    """Each item's rows within its windows' reach, of parts whose rows are whole episodes (`merge_entries`: a
+    mixture entry's selection, or a pooled episode), side by side, each a piece of its own in the merged columns;
+    the row in them of each item (of `items`, concatenated)."""
     offsets = list(subs[0].frames.spec.offsets.values())
     lo = min([0, *(int(o.min()) for o in offsets if len(o))])
     hi = max([0, *(int(o.max()) for o in offsets if len(o))])
@@ -208,6 +191,7 @@ def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[
         subs[0].entry,
         columns,
         subs[0].frames,
+        pooled=subs[0].pooled,
         subs=tuple(subs),
         sub_of_row=np.repeat(sub, lengths),
         row_in_sub=np.arange(bounds[-1]) - np.repeat(bounds[:-1], lengths) + np.repeat(first, lengths),

@@ -196,9 +196,7 @@ def load_columns(
         return () if feats[n].shape == (1,) else feats[n].shape
 
     nbytes = sum(
-        total
-        * math.prod(shape_of(n))
-        * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
+        total * math.prod(shape_of(n)) * (8 if feats[n].dtype == "string" else np.dtype(feats[n].dtype).itemsize)
         for n in numeric
     )
     threshold = MMAP_THRESHOLD_BYTES if mmap_min_bytes is None else int(mmap_min_bytes)
