@@ -22,13 +22,14 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import islice, repeat
 from operator import getitem
 
 import numpy as np
 
 from ..format.errors import DatasetFormatError
 from ..tabular import Columns, window_rows
+from ..video.output import FrameOutput
 from .decode import FILES_KEY, EntryFrames, FrameJob, FrameRefs, flat_frames, run_jobs
 from .item_layout import FRAME_KINDS, TEXT_KINDS, Field, ItemLayout, item_dtype
 from .memory import Empty, place
@@ -55,6 +56,7 @@ class Rows:
     _key: tuple | str | None = field(default=None, repr=False)
     _episode_frames: dict = field(default_factory=dict, repr=False)
     _starts: list | None = field(default=None, repr=False)
+    _episodes: list | None = field(default=None, repr=False)
     _shapes_ok: set = field(default_factory=set, repr=False)  # (camera, frame shape) found to be the entry's
 
     def located(self, key: str) -> tuple[str, np.ndarray, list[int] | None, int]:
@@ -74,6 +76,12 @@ class Rows:
             self._starts = self.columns.starts.tolist()
         return self._starts
 
+    def episode_list(self) -> list[int]:
+        """The columns' episodes as a list (made once)."""
+        if self._episodes is None:
+            self._episodes = self.columns.episodes.tolist()
+        return self._episodes
+
     def frame_of(self, key: str, row: int) -> tuple[str, int, int] | None:
         """Of a part of one entry's whole episodes (a mixture entry's selection), camera `key`'s (file, frame
         index, episode) at row `row`, every row of its episode located at once on first use; None when some row of
@@ -85,9 +93,9 @@ class Rows:
             a, b = starts[i], starts[i + 1]
             ep = int(self.columns.episodes[i])
             rel, _, frames = self.frames.locate_episode(key, ep, self.columns.camera_times()[a:b].astype(np.float64))
-            got = self._episode_frames[(key, i)] = (rel, frames, a, ep)
+            got = self._episode_frames[(key, i)] = (rel, None if frames is None else frames.tolist(), a, ep)
         rel, frames, a, ep = got
-        return None if frames is None else (rel, int(frames[row - a]), ep)
+        return None if frames is None else (rel, frames[row - a], ep)
 
     def merge_key(self, layout: ItemLayout) -> tuple | str:
         """Equal for parts whose items are built alike (`merge_entries`): pooled or not, the entry's
@@ -158,12 +166,13 @@ def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[
     offsets = list(subs[0].frames.spec.offsets.values())
     lo = min([0, *(int(o.min()) for o in offsets if len(o))])
     hi = max([0, *(int(o.max()) for o in offsets if len(o))])
-    a, b, eps, counts = [], [], [], []  # each item's span of rows, its episode; items per part
-    for p, pos in zip(subs, items):
-        starts, episodes = p.starts(), p.columns.episodes
-        rows = row[pos].tolist()
-        counts.append(len(rows))
-        for x in rows:  # a few items per part: scalars, not numpy calls on arrays of one
+    a, b, eps = [], [], []  # each item's span of rows, its episode
+    at = row[np.concatenate(items)]
+    counts = [len(pos) for pos in items]
+    rows = iter(at.tolist())
+    for p, n in zip(subs, counts):  # a few items per part: scalars, not numpy calls on arrays of one
+        starts, episodes = p.starts(), p.episode_list()
+        for x in islice(rows, n):
             i = bisect_right(starts, x) - 1
             a.append(max(starts[i], x + lo))
             b.append(min(starts[i + 1], x + hi + 1))
@@ -196,7 +205,7 @@ def _reach(subs: list[Rows], items: list[np.ndarray], row: np.ndarray) -> tuple[
         sub_of_row=np.repeat(sub, lengths),
         row_in_sub=np.arange(bounds[-1]) - np.repeat(bounds[:-1], lengths) + np.repeat(first, lengths),
     )
-    return merged, bounds[:-1] + row[np.concatenate(items)] - first
+    return merged, bounds[:-1] + at - first
 
 
 @dataclass
@@ -456,23 +465,28 @@ def _frame_jobs(
         return
     assert part.sub_of_row is not None and part.row_in_sub is not None
     files: dict[tuple, tuple] = {}  # (root, file) -> (its part, frames, slots, episodes)
+    subs = part.subs
     for s, rows, slots in zip(part.sub_of_row[g.rows].tolist(), part.row_in_sub[q].tolist(), target.tolist()):
-        sub = part.subs[s]
+        sub = subs[s]
         located = [sub.frame_of(src, r) for r in rows]
         if None in located:  # located when run, so that the error names the item's episode
             _part_frame_jobs(f.key, sub, src, np.asarray([rows]), np.asarray([slots]), dest, dtype, jobs, refs)
             continue
+        root = sub.frames.source.root
         for (rel, frame, ep), slot in zip(located, slots):
-            got = files.get((sub.frames.source.root, rel))
+            got = files.get((root, rel))
             if got is None:
-                got = files[(sub.frames.source.root, rel)] = (sub, [], [], [])
+                got = files[(root, rel)] = (sub.frames, [], [], [])
             got[1].append(frame)
             got[2].append(slot)
             got[3].append(ep)
-    for (root, rel), (sub, frames, slots, eps) in files.items():  # (lists: most files give one frame)
-        output = refs if refs is not None else sub.frames.output(dtype, src)
+    outputs: dict[EntryFrames, FrameOutput | FrameRefs] = {}  # (one per entry: files of an entry share it)
+    for (root, rel), (frames, located_frames, slots, eps) in files.items():  # (lists: most files give one frame)
+        output = outputs.get(frames)
+        if output is None:
+            output = outputs[frames] = refs if refs is not None else frames.output(dtype, src)
         jobs.setdefault((root, rel, f.key, None), []).append(
-            (sub.frames, src, rel, eps, None, frames, dest, slots, output)
+            (frames, src, rel, eps, None, located_frames, dest, slots, output)
         )
 
 
@@ -539,11 +553,14 @@ def _part_frame_jobs(
 
 def _job(parts: list) -> FrameJob:
     """One file's job for the batch: a planned job as it is, or the pooled parts' frames of one file merged."""
-    if isinstance(parts[0], FrameJob):
-        return parts[0]
-    frames, src, rel, _, _, located, dest, _, output = parts[0]
-    cat = (lambda i: parts[0][i]) if len(parts) == 1 else (lambda i: np.concatenate([p[i] for p in parts]))
-    eps = cat(3)
-    if located is None:  # located when run (one part): an error names its episode and these rows' times
-        return FrameJob(frames, src, rel, eps, cat(4), dest, cat(7), output)
-    return FrameJob(frames, src, rel, eps, None, dest, cat(7), output, cat(5))
+    first = parts[0]
+    if isinstance(first, FrameJob):
+        return first
+    frames, src, rel, eps, times, located, dest, slots, output = first
+    if len(parts) > 1:
+        eps, slots = np.concatenate([p[3] for p in parts]), np.concatenate([p[7] for p in parts])
+        if located is None:  # located when run: these rows' times
+            times = np.concatenate([p[4] for p in parts])
+        else:
+            located = np.concatenate([p[5] for p in parts])
+    return FrameJob(frames, src, rel, eps, times, dest, slots, output, located)

@@ -101,7 +101,7 @@ class Source:
     def local_path(self, rel: str) -> str:
         """A local file with the bytes of `rel`: the file itself when local, else a cached copy."""
         if self.is_local:
-            return self.path(rel)
+            return self._checked.get(rel) or self.path(rel)
         if self.cache is None:
             self.cache = FileCache()
         return self.cache.fetch(self.fs, self.path(rel), self.policy)
