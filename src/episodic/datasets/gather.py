@@ -294,8 +294,10 @@ def gather(layout: ItemLayout, parts: Sequence[Rows], part: np.ndarray, row: np.
                         f"cannot be decoded on the GPU with the videos of key {f.key!r}"
                     )
                 if not on_gpu:
+                    shape = out.shape[-3:]
                     for p in g.part.subs or (g.part,):
-                        _check_shape(layout, p, f, src, out.shape[-3:])
+                        if (src, shape) not in p._shapes_ok:  # (checked once per part)
+                            _check_shape(layout, p, f, src, shape)
                 seen = decoded.setdefault((g.index, src, f.window), f.key)
                 if seen != f.key:  # a camera filling a second role: a copy of the first, after decoding
                     copies.append((g, seen, f.key))
@@ -419,8 +421,6 @@ def _by_entry(part: Rows) -> dict[int, Rows]:
 
 
 def _check_shape(layout: ItemLayout, part: Rows, f: Field, src: str, shape: tuple[int, ...]) -> None:
-    if (src, shape) in part._shapes_ok:  # (a part of a mixture entry: checked once, not for each batch)
-        return
     want = part.frames.frame_shape(src)
     if shape == want:
         part._shapes_ok.add((src, shape))

@@ -92,7 +92,8 @@ class EntryEngines:
         self.gpu_keys: tuple[str, ...] = ()  # item keys decoded on the GPU (`decode_on_gpu`)
         self._rows: dict[int, Rows] = {}
         self._bounds: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._lists: dict[int, tuple[list, list, list]] = {}  # `positions_of`'s: bounds and selection as lists
+        # `positions_of`'s: bounds, selection and the selected episodes' first rows in `rows(slot)`, as lists
+        self._lists: dict[int, tuple[list, list, list, list]] = {}
         for source in self.sources:  # remote reads (retries, bytes, files) count as the mixture's
             if getattr(source, "cache", None) is not None:
                 source.cache.stats = counters
@@ -201,13 +202,14 @@ class EntryEngines:
             got = self._lists.get(slot)
             if got is None:  # the same arrays as lists: bisect on a list costs less than a numpy call on one value
                 first, last = self.bounds(slot)
-                got = self._lists[slot] = (first.tolist(), last.tolist(), self.selected[slot].tolist())
-            first_l, last_l, sel = got
+                starts = self.rows(slot).starts()
+                got = self._lists[slot] = (first.tolist(), last.tolist(), self.selected[slot].tolist(), starts)
+            first_l, last_l, sel, starts = got
             ep = bisect_right(last_l, r)
             k = min(bisect_left(sel, ep), max(len(sel) - 1, 0))
             if r < 0 or ep >= len(last_l) or sel[k] != ep:
                 self.positions(slot, np.asarray([r]))  # raises, naming the entry
-            at.append(self.rows(slot).starts()[k] + r - first_l[ep])
+            at.append(starts[k] + r - first_l[ep])
         out[:] = at
         return out
 
