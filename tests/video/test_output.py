@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import av
@@ -11,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from episodic.video import VideoReader
+from episodic.video import VideoReader, output
 from episodic.video.output import FrameOutput, check_image_size, write_frame
 from episodic.writer.video import VideoFileWriter
 
@@ -185,3 +186,19 @@ def test_files_of_other_colours_and_sizes_converted_in_turn_equal_pyav_rgb24(tmp
         worker.start()
         worker.join()
     assert errors == []
+
+
+def _convert_in_child(path: str) -> tuple[bool, bool]:
+    """(whether this process started with no reformatter of its own, whether its frames equal PyAV's)."""
+    fresh = getattr(output._REFORMATTERS._local, "by_kind", None) is None
+    reader = VideoReader(path)
+    return fresh, bool(np.array_equal(reader.decode(np.arange(len(reader.index))), _rgb24(path)))
+
+
+def test_a_forked_child_converts_with_reformatters_of_its_own(noise_video):
+    """A DataLoader worker forked after its parent decoded never uses (or frees) the parent's swscale contexts: it
+    starts with none and makes its own, and its frames equal PyAV's."""
+    VideoReader(str(noise_video)).decode(np.array([0]))  # the parent holds a reformatter of this kind
+    assert output._REFORMATTERS._local.by_kind
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_convert_in_child, (str(noise_video),)) == (True, True)

@@ -41,6 +41,7 @@ import av
 import numpy as np
 from av.video.reformatter import Interpolation, VideoReformatter
 
+from .. import runtime
 from ..format.depth import DEPTH_UNITS, PIX_FMT, DepthCoding
 
 RESIZE_MODES = ("stretch", "letterbox")
@@ -244,22 +245,39 @@ _THREADS_ARG = [True]  # False once PyAV has said it takes no `threads` argument
 
 
 def _reformatter(frame, fmt: str, h: int, w: int) -> VideoReformatter:
-    """This thread's reformatter for converting frames like `frame` to `fmt` at (h, w). One per kind of
-    conversion, not one per file: a mixture's batch converts one frame from each of many files, and a reformatter
-    that converts every frame of its kind keeps its swscale context in the CPU's caches (one per file found it
-    cold for each frame: ~3 us more per frame at 96x128). Keyed by the source's colorspace and range too: PyAV < 17
-    (swscale's cached contexts) keeps colour details set on a context for later calls."""
+    """This thread's reformatter for converting frames like `frame` to `fmt` at (h, w) (`_Reformatters`)."""
     key = (frame.format.name, frame.width, frame.height, frame.colorspace, frame.color_range, fmt, h, w)
-    cache: dict[tuple, VideoReformatter] | None = getattr(_THREAD, "reformatters", None)
-    if cache is None:
-        cache = _THREAD.reformatters = {}
-    r = cache.get(key)
-    if r is None:
-        if len(cache) >= _MAX_REFORMATTERS:  # a mixture of many camera sizes: start over rather than grow
-            cache.clear()
-        r = cache[key] = VideoReformatter()
-    return r
+    return _REFORMATTERS.get(key)
 
 
-_THREAD = threading.local()  # .reformatters: kind of conversion -> this thread's VideoReformatter
-_MAX_REFORMATTERS = 64
+class _Reformatters:
+    """Each thread's reformatters, one per kind of conversion, not one per file: a mixture's batch converts one frame
+    from each of many files, and a reformatter that converts every frame of its kind keeps its swscale context in the
+    CPU's caches (one per file found it cold for each frame, ~3 us more per frame at 96x128, and held ~0.1 MB per
+    open file). Keyed by the source's colorspace and range too: PyAV < 17 (swscale's cached contexts) keeps colour
+    details set on a context for later calls. A forked child starts with none (its parent's are kept, never freed
+    there, as every FFmpeg object a parent made)."""
+
+    MAX = 64  # kinds per thread (a mixture of many camera sizes starts over rather than grow)
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        runtime.after_fork(self)
+
+    def _after_fork(self) -> None:
+        runtime.keep_inherited(self._local)
+        self._local = threading.local()
+
+    def get(self, key: tuple) -> VideoReformatter:
+        cache: dict[tuple, VideoReformatter] | None = getattr(self._local, "by_kind", None)
+        if cache is None:
+            cache = self._local.by_kind = {}
+        r = cache.get(key)
+        if r is None:
+            if len(cache) >= self.MAX:
+                cache.clear()
+            r = cache[key] = VideoReformatter()
+        return r
+
+
+_REFORMATTERS = _Reformatters()
