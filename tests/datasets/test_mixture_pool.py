@@ -160,6 +160,23 @@ def test_map_style_names_the_file_and_episode_of_a_video_that_cannot_be_opened(s
         ds.get_batch([flat(0, 3), flat(1, 3), flat(2, 4)])
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_batch_over_more_files_than_the_decoder_cache_holds(synthetic, tmp_path, monkeypatch, threads):
+    """A batch whose frames come from more video files than the decoder cache holds open decodes them one file after
+    the other (a reader is never evicted by the batch that took it): the items equal those of a cache that holds
+    every file, on one decode thread and on two."""
+    monkeypatch.setenv("EPISODIC_DECODE_THREADS", threads)
+    report = preflight(MixtureSpec.from_dict(mixture_spec(synthetic[:6])))
+    roomy = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path)
+    small = MixtureDataset(report, image_size=SIZE, cache_dir=tmp_path, decoder_cache_size=2)
+    flat = [int(i) for i in range(0, len(roomy), max(1, len(roomy) // 16))][:16]
+    want, got = roomy.get_batch(flat), small.get_batch(flat)
+    cameras = [k for k in want if k.startswith("observation.images.") and not k.endswith("_is_pad")]
+    assert cameras and len(set(got["dataset_index"].tolist())) > 2
+    for k in cameras:
+        assert torch.equal(got[k], want[k]), k
+
+
 def test_entries_without_cameras(synthetic, tmp_path):
     """A tabular-only entry among entries with cameras (its frames zeros, padding), and a mixture without any."""
     from episodic.testing.synthetic import write_synthetic_datasets

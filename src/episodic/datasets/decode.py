@@ -284,20 +284,29 @@ def _run_each(pairs: list) -> None:
         job.run(reader)
 
 
-def _readers(jobs: Sequence[FrameJob]) -> list:
-    """Each job's reader (`FrameJob.reader`), taken from each decoder cache in one call; a file that fails to open
-    is named with its job's episodes."""
-    paths: dict[int, tuple] = {}  # id(decoder cache) -> (cache, [(position, path)])
+def _readers(jobs: Sequence[FrameJob]) -> list | None:
+    """Each job's reader (`FrameJob.reader`), taken from each decoder cache in one call; None when a file is in two
+    jobs or a cache cannot hold all of its jobs' files at once. A file that fails to open is named with its job's
+    episodes."""
+    asked: dict[int, tuple[DecoderCache, list[int], list[str]]] = {}  # id(cache) -> (cache, jobs, their files)
     for i, j in enumerate(jobs):
-        paths.setdefault(id(j.entry.decoders), (j.entry.decoders, []))[1].append((i, j.entry.source.local_path(j.rel)))
+        entry = j.entry
+        got = asked.get(id(entry.decoders))
+        if got is None:
+            got = asked[id(entry.decoders)] = (entry.decoders, [], [])
+        got[1].append(i)
+        got[2].append(entry.source.local_path(j.rel))
+    if any(len(paths) > d.max_open or len(set(paths)) < len(paths) for d, _, paths in asked.values()):
+        return None
     readers: list = [None] * len(jobs)
-    for decoders, asked in paths.values():
+    for decoders, positions, paths in asked.values():
         try:
-            got = decoders.get_many([p for _, p in asked])
+            got_readers = decoders.get_many(paths)
         except (FrameTimestampError, VideoDecodeError):
             return [j.reader() for j in jobs]  # again one by one: the failing job's error names its episodes
-        for (i, _), r in zip(asked, got):
-            readers[i] = jobs[i].reader(r)
+        for i, r in zip(positions, got_readers):
+            job = jobs[i]
+            readers[i] = r if r.shape == job.entry.hw(job.key) else job.reader(r)  # (the error names the file)
     return readers
 
 
@@ -310,17 +319,11 @@ def run_jobs(jobs: Sequence[FrameJob], threads: int | None = None) -> None:
     if not jobs:
         return
     with jobs[0].entry.counters.timer("decode_seconds"):
-        counts: dict[int, list] = {}
-        files = set()
-        for j in jobs:
-            decoders = j.entry.decoders
-            counts.setdefault(id(decoders), [decoders, 0])[1] += 1
-            files.add((id(decoders), j.rel, j.entry.source.root))
-        if len(files) < len(jobs) or any(n > d.max_open for d, n in counts.values()):
+        readers = _readers(jobs)  # here, in one thread: the cache is not thread-safe
+        if readers is None:
             for j in jobs:
                 j.run()
             return
-        readers = _readers(jobs)  # here, in one thread: the cache is not thread-safe
         threads = threads or runtime.decode_threads()
         if threads > 1 and len(jobs) > 1:  # PyAV decodes and numpy copies without the GIL
             # one task per thread (jobs dealt round-robin), not one per job: a mixture's batch is ~64 one-frame
