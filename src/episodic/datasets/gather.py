@@ -12,7 +12,7 @@ holds their frame references (`decode.FrameRefs`) and lists their files under `d
 `gpu_frames.GpuFrames.complete` in the main process. Text values are lists of `str`. Before the gather, the
 parts whose items are built alike are merged into one (`merge_entries`), so that each key is one gather per batch.
 
-One module for the parts (`Rows`), their merging and the gather, ~580 lines: they are one concept (building a
+One module for the parts (`Rows`), their merging and the gather, ~570 lines: they are one concept (building a
 batch from rows), and a streaming mixture batch would otherwise cross a sixth `datasets/` module on its way from
 loader to decoder (issue 21 asks for at most 5).
 """
@@ -464,7 +464,7 @@ def _frame_jobs(
         _part_frame_jobs(f.key, part, src, q, target, dest, dtype, jobs, refs)
         return
     assert part.sub_of_row is not None and part.row_in_sub is not None
-    files: dict[tuple, tuple] = {}  # (root, file) -> (its part, frames, slots, episodes)
+    files: dict[tuple, tuple] = {}  # (root, file) -> (its entry's frames, frame indices, slots, episodes)
     subs = part.subs
     for s, rows, slots in zip(part.sub_of_row[g.rows].tolist(), part.row_in_sub[q].tolist(), target.tolist()):
         sub = subs[s]

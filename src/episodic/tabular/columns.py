@@ -64,19 +64,6 @@ class Columns:
             frame_times=None if self.frame_times is None else self.frame_times[s:t],
         )
 
-    @staticmethod
-    def concat(parts: list[Columns]) -> Columns:
-        """The rows of several Columns side by side (their episodes in the given order)."""
-        offsets = np.concatenate([[0], np.cumsum([len(c) for c in parts])]).astype(np.int64)
-        starts = np.concatenate([c.starts[:-1] + o for c, o in zip(parts, offsets)] + [offsets[-1:]]).astype(np.int64)
-        return Columns(
-            episodes=np.concatenate([c.episodes for c in parts]).astype(np.int64),
-            starts=starts,
-            arrays={n: np.concatenate([c.arrays[n] for c in parts]) for n in parts[0].arrays},
-            images={n: [x for c in parts for x in c.images[n]] for n in parts[0].images},
-            frame_times=None if parts[0].frame_times is None else np.concatenate([c.frame_times for c in parts]),
-        )
-
 
 def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> tuple[list[int] | None, bool]:
     """The row groups holding rows of the wanted episodes (one row group per episode, as LeRobot writes; several
