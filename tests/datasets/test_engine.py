@@ -148,12 +148,11 @@ def _parts(ds, cut: int, pooled: bool):
     """The dataset's rows as several parts (`gather.Rows`): its episodes before `cut` and the rest, or (pooled,
     as a streaming consumer holds them) one part per episode; and (part, row) of each dataset position."""
     from episodic.datasets.gather import Rows
-    from episodic.tabular import Columns
 
     cols, frames = ds.rows.columns, ds.rows.frames
     n = len(cols.episodes)
     spans = [[i] for i in range(n)] if pooled else [list(range(cut)), list(range(cut, n))]
-    parts = [Rows(0, Columns.concat([cols.episode(i) for i in span]), frames, pooled=pooled) for span in spans]
+    parts = [Rows(0, cols.span(span[0], span[-1] + 1), frames, pooled=pooled) for span in spans]
     first = np.asarray([cols.starts[span[0]] for span in spans])
 
     def locate(positions):

@@ -55,10 +55,14 @@ class Columns:
 
     def episode(self, i: int) -> Columns:
         """The rows of the i-th selected episode alone (views, no copy)."""
-        s, t = int(self.starts[i]), int(self.starts[i + 1])
+        return self.span(i, i + 1)
+
+    def span(self, a: int, b: int) -> Columns:
+        """The rows of selected episodes a..b-1 alone (views, no copy)."""
+        s, t = int(self.starts[a]), int(self.starts[b])
         return Columns(
-            episodes=self.episodes[i : i + 1].astype(np.int64),
-            starts=np.asarray([0, t - s], dtype=np.int64),
+            episodes=self.episodes[a:b].astype(np.int64),
+            starts=(self.starts[a : b + 1] - s).astype(np.int64),
             arrays={n: a[s:t] for n, a in self.arrays.items()},
             images={n: v[s:t] for n, v in self.images.items()},
             frame_times=None if self.frame_times is None else self.frame_times[s:t],
