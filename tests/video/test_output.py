@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-import multiprocessing
+import subprocess
+import sys
 import threading
 
 import av
@@ -12,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from episodic.video import VideoReader, output
+from episodic.video import VideoReader
 from episodic.video.output import FrameOutput, check_image_size, write_frame
 from episodic.writer.video import VideoFileWriter
 
@@ -188,17 +189,38 @@ def test_files_of_other_colours_and_sizes_converted_in_turn_equal_pyav_rgb24(tmp
     assert errors == []
 
 
-def _convert_in_child(path: str) -> tuple[bool, bool]:
-    """(whether this process started with no reformatter of its own, whether its frames equal PyAV's)."""
-    fresh = getattr(output._REFORMATTERS._local, "by_kind", None) is None
-    reader = VideoReader(path)
-    return fresh, bool(np.array_equal(reader.decode(np.arange(len(reader.index))), _rgb24(path)))
+_FORK_CHILD = """
+import os, sys
+import av
+import numpy as np
+from episodic.video import VideoReader, output
+path = sys.argv[1]
+with av.open(path) as c:
+    want = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+VideoReader(path).decode(np.array([0]))  # the parent holds a reformatter of this kind
+assert output._REFORMATTERS._local.by_kind
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        fresh = getattr(output._REFORMATTERS._local, "by_kind", None) is None
+        reader = VideoReader(path)
+        same = bool(np.array_equal(reader.decode(np.arange(len(reader.index))), want))
+        os.write(write, bytes((fresh, same)))
+    finally:
+        os._exit(0)
+os.close(write)
+print(list(os.read(read, 2)))
+os.waitpid(pid, 0)
+"""
 
 
 def test_a_forked_child_converts_with_reformatters_of_its_own(noise_video):
     """A DataLoader worker forked after its parent decoded never uses (or frees) the parent's swscale contexts: it
-    starts with none and makes its own, and its frames equal PyAV's."""
-    VideoReader(str(noise_video)).decode(np.array([0]))  # the parent holds a reformatter of this kind
-    assert output._REFORMATTERS._local.by_kind
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        assert pool.apply(_convert_in_child, (str(noise_video),)) == (True, True)
+    starts with none and makes its own, and its frames equal PyAV's (in a process of its own: a fork of the test
+    process would inherit every other test's threads)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_CHILD, str(noise_video)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[1,", "1]"]
