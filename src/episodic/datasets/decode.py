@@ -305,8 +305,7 @@ def _readers(jobs: Sequence[FrameJob]) -> list | None:
         except (FrameTimestampError, VideoDecodeError):
             return [j.reader() for j in jobs]  # again one by one: the failing job's error names its episodes
         for i, r in zip(positions, got_readers):
-            job = jobs[i]
-            readers[i] = r if r.shape == job.entry.hw(job.key) else job.reader(r)  # (the error names the file)
+            readers[i] = jobs[i].reader(r)
     return readers
 
 
