@@ -19,6 +19,7 @@ PyAV standing in for NVDEC and tiny sizes, to check the script before device tim
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -310,6 +311,10 @@ def cell(root: str, mode: str, device: str, cams: int) -> dict:
     else:
         ds = StreamingLeRobotDataset(None, root=root, return_uint8=True, episode_pool_size=4, **kw)
         loader = ds.loader(batch_size=32, num_workers=workers)
+    if torch.cuda.is_available():
+        gc.collect()  # the previous cell's loader and sessions go now, not during this cell's reading
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
     free0 = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0
 
     def batches():  # epoch after epoch
@@ -331,7 +336,7 @@ def cell(root: str, mode: str, device: str, cams: int) -> dict:
         "camera_frames_per_s": round(items * cams / wall, 1),
         "cpu_cores_used": round(cpu / wall, 2),
     }
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and device == "cuda":
         out["gpu_memory_used_mb"] = round((free0 - torch.cuda.mem_get_info()[0]) / 2**20, 1)
         out["torch_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     if device == "cuda":
