@@ -5,10 +5,11 @@ The consumer's slots and the order it emits their frames in come from `order/` (
 `pool_order`); this module only does I/O and item building:
 
 - `EntryReader`: one entry's slots of the consumer, in list order: rows read in blocks of `tabular_block`
-  episodes (one thread; remote parquet files in place through retried range requests, or fetched whole when
-  the server ignores Range), and for a remote entry each episode's byte span of each mp4 fetched into a sparse
-  file of a private mirror (`storage.prefetch.Prefetcher`) ahead of the pool; a decoder that may have seen a
-  hole now filled is reopened.
+  episodes (one thread, or the consumer's own for a small local block, `SYNC_READ_ROWS`; remote parquet files
+  in place through retried range requests, or fetched whole when the server ignores Range), and for a remote
+  entry each episode's byte span of each mp4 fetched into a sparse file of a private mirror
+  (`storage.prefetch.Prefetcher`) ahead of the pool; a decoder that may have seen a hole now filled is
+  reopened.
 - `Consumer`: which slots are read ahead is decided over the whole list (the next `prefetch_episodes` slots
   after those admitted to the pool, whatever their entry). An entry's reader is opened when its next slot comes
   within reach and closed as soon as it holds nothing, so a consumer keeps at most pool + prefetch entries open;
@@ -45,6 +46,13 @@ from .item_spec import ItemSpec
 from .stream_options import StreamOptions
 
 __all__ = ["Consumer", "EntryReader", "StreamEntry", "iterate_consumer"]
+
+# A local block of at most this many rows is read on the consumer's own thread when it is planned: handing a
+# read this small to the tabular thread cost more than the read (a mixture of one-episode entries reads one
+# ~100-row file per episode: the thread's wake-ups and GIL hand-overs with the decoding thread took ~2x the
+# read's own CPU time, `benchmarks/bench_mixture.py` streaming 0.83 -> 0.88 of the single dataset). Larger
+# blocks, and every remote read, stay on the thread, where they overlap decoding.
+SYNC_READ_ROWS = 4096
 
 
 class StreamEntry(NamedTuple):
@@ -130,7 +138,10 @@ class EntryReader:
             if b not in self.blocks:
                 lo, hi = b * G, min((b + 1) * G, len(self.eps))
                 wanted = self.eps[lo:hi][~self.released[lo:hi]]
-                self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
+                if self.local and int(self.meta.episodes.length[wanted].sum()) <= SYNC_READ_ROWS:
+                    self.blocks[b] = _run_now(self._load_block, wanted)
+                else:
+                    self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
             if not self.local:
                 ep = int(self.eps[k])
                 rels = [self.meta.video_file_of(ep, key) for key in self.spec.video_keys]
@@ -373,6 +384,17 @@ class Consumer:
                 self._close(e)
         finally:
             self.tab_pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_now(fn: Callable, *args) -> Future:
+    """`fn(*args)` run here, as a finished future (its error raised where its result is asked for, as a
+    thread's would be)."""
+    fut: Future = Future()
+    try:
+        fut.set_result(fn(*args))
+    except Exception as e:  # noqa: BLE001 -- handed to whoever asks for the rows
+        fut.set_exception(e)
+    return fut
 
 
 def _video_files(rows: Rows) -> list[str]:
