@@ -14,16 +14,16 @@ Loaders, each in a fresh subprocess, interleaved, medians of --repeats runs:
   map-single      EpisodicDataset(root).loader(batch_size, num_workers)   (whole batches in workers, shuffled)
   map-lerobot     LeRobotDataset + torch DataLoader(shuffle=True, batch_size, num_workers)
   map-mixture     MixtureDataset(spec).loader(batch_size, num_workers)
-Frames/s count the --batches batches after --warmup batches (default 200: a map-style mixture's workers open every
-entry's files and columns, and decode a first frame of each, within the warm-up: with 2 workers and 400 entries of
-2 cameras, a worker draws 64 frames a batch over 800 files, so after its 100 batches of the warm-up ~0.3 files are
-expected untouched (800 * exp(-6400 / 800)); after 30 batches it was ~73, each costing an open and a first decode
-inside the measurement); the warm-up's own frames/s is reported beside them. Ratios: stream-mixture /
-stream-single, map-mixture / map-single (and / map-lerobot); and the same from CPU time per batch (`*_cpu`: single /
-mixture CPU ms of the main process and the workers together, from /proc: less
-sensitive to other load on a shared machine than frames/s). Time to first batch counts from the dataset's
-construction (preflight of the spec included) after imports. Each child also reports its decoder-cache counters
-and, for mixtures, the largest |realised - target| share over entries.
+Frames/s count the --batches batches (default 600) after --warmup batches (default 200: a map-style mixture's
+workers open every entry's files and columns, and decode a first frame of each, within the warm-up: with 2 workers
+and 400 entries of 2 cameras, a worker draws 64 frames a batch over 800 files, so after its 100 batches of the
+warm-up ~0.3 files are expected untouched (800 * exp(-6400 / 800)); after 30 batches it was ~73, each costing an
+open and a first decode inside the measurement); the warm-up's own frames/s is reported beside them. Ratios:
+stream-mixture / stream-single, map-mixture / map-single (and / map-lerobot); and the same from CPU time per batch
+(`*_cpu`: single / mixture CPU ms of the main process and the workers together, from /proc: less sensitive to other
+load on a shared machine than frames/s). Time to first batch counts from the dataset's construction (preflight of
+the spec included) after imports. Each child also reports its decoder-cache counters and, for mixtures, the largest
+|realised - target| share over entries.
 
     python benchmarks/bench_mixture.py [--data /work/bench-data/mix400] [--json benchmarks/results_mixture400.json]
     python benchmarks/bench_mixture.py --write-only     # just write (or check) the data
@@ -244,7 +244,12 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--batches", type=int, default=150)
+    ap.add_argument(
+        "--batches",
+        type=int,
+        default=600,
+        help="batches measured after the warm-up (150 gave ~1 s of a 2-core machine: run-to-run spreads of 20%%)",
+    )
     ap.add_argument(
         "--warmup",
         type=int,
