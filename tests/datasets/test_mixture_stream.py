@@ -145,6 +145,45 @@ def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(repor
     assert consumer.readers_opened > len(set(slots.entry.tolist()))  # entries reopened when they come back
 
 
+def test_episodes_read_ahead_have_their_rows_and_video_files_before_they_are_drawn(report, tmp_path):
+    """After each batch the next slots (at least half of `prefetch_episodes` past those in the pool) have their
+    rows read and their video files open; the pool's own files stay open meanwhile (no reader of a pooled episode
+    is closed to make room for the read-ahead)."""
+    ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=4)
+    slots = ds.epoch_slots(0)
+    p = np.random.default_rng(1).permutation(len(slots))
+    entries, episodes = slots.entry[p], slots.episode[p]
+    consumer = Consumer(
+        ds.item_layout,
+        ds.entry,
+        entries,
+        episodes,
+        [range(n) for n in slots.length[p].tolist()],
+        ds.options,
+        ds.counters,
+        ds.decoders,
+        str(tmp_path / "mirror"),
+    )
+    order = PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(1))
+
+    def files(k: int) -> list[str]:
+        meta, spec, source = consumer.entries[int(entries[k])]
+        return [source.local_path(meta.video_file_of(int(episodes[k]), key)) for key in spec.video_keys]
+
+    batches = ahead_seen = 0
+    for _ in iterate_consumer(consumer, order, 8, ds.counters, time.perf_counter(), lambda build: build("uint8")):
+        batches += 1
+        assert consumer.submitted >= min(order.admitted + 2, len(entries))
+        pooled = [k for k in range(order.admitted) if not consumer.released[k]]
+        ahead = range(order.admitted, consumer.submitted)
+        for k in [*pooled, *ahead]:
+            assert all(f in ds.decoders for f in files(k)), k
+            reader, start, _ = consumer.open[int(entries[k])]
+            assert reader.blocks[(int(consumer.local[k]) - start) // ds.options.tabular_block].done(), k
+        ahead_seen += len(ahead)
+    assert batches > 5 and ahead_seen > batches
+
+
 def test_entries_over_http(synthetic, tmp_path):
     """Entries served over HTTP (range requests): streamed through per-entry mirrors that are removed with their
     pipelines, map-style through the whole-file cache; both give the local entries' items."""

@@ -33,6 +33,7 @@ import numpy as np
 from fsspec.implementations.local import LocalFileSystem
 
 from ..counters import Counters, Tally
+from ..format.errors import DatasetFormatError, FrameTimestampError, VideoDecodeError
 from ..format.metadata import DatasetMetadata
 from ..storage.prefetch import Prefetcher, RangesIgnored
 from ..storage.resolve import reopen
@@ -140,6 +141,7 @@ class EntryReader:
                 wanted = self.eps[lo:hi][~self.released[lo:hi]]
                 if self.local and int(self.meta.episodes.length[wanted].sum()) <= SYNC_READ_ROWS:
                     self.blocks[b] = _run_now(self._load_block, wanted)
+                    self._open_videos(wanted)
                 else:
                     self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
             if not self.local:
@@ -151,6 +153,18 @@ class EntryReader:
                     self.prefetcher.acquire_span(r, float(c.from_ts[ep]), float(c.to_ts[ep]))
                     for r, c in zip(rels, cams)
                 ]
+
+    def _open_videos(self, episodes: np.ndarray) -> None:
+        """Open the video files of local episodes read ahead, now, in the consumer's thread (the decoder cache
+        holds the pool's and the read-ahead's files). A file that fails to open is left to the first decode of
+        its episode, whose error names the episode and camera."""
+        meta, keys = self.meta, self.spec.video_keys
+        paths = dict.fromkeys(self.source.local_path(meta.video_file_of(int(e), k)) for e in episodes for k in keys)
+        for path in paths:
+            try:
+                self.decoders.get(path)
+            except (FrameTimestampError, VideoDecodeError, DatasetFormatError, OSError):
+                continue
 
     def _load_block(self, wanted: np.ndarray) -> dict[int, Columns]:
         with self.counters.timer("tabular_seconds"):
@@ -243,7 +257,7 @@ class Consumer:
     `frames[k]` (offsets in the episode), gathered in `layout`. `entry(e)` says how to read entry e (called
     once per entry in this consumer's process); `options` the read-ahead, block and mirror settings; `decoders`
     and `counters` the dataset's in this process; `tally` (optional) counts items per entry. Has the interface
-    `iterate_consumer` uses: `batch`, `release`, `close`."""
+    `iterate_consumer` uses: `batch`, `release`, `read_ahead`, `close`."""
 
     def __init__(
         self,
@@ -331,7 +345,7 @@ class Consumer:
     def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int, make: Callable):
         """The batch of (list position, frame) pairs, made by `make` (`collate.make_batch` with the dataset's
         settings) from `gather` over the drawn episodes; `admitted` list positions have entered the pool."""
-        self._prefetch(admitted + self.options.prefetch_episodes)
+        self._prefetch(admitted)  # (read ahead of them after the last batch: `read_ahead`)
         ks = np.asarray(ks, dtype=np.int64)
         drawn = np.unique(ks)
         parts = [self._pooled(k) for k in drawn.tolist()]
@@ -342,6 +356,16 @@ class Consumer:
         if self.tally is not None:
             self.tally.add(self.entry[ks])
         return batch
+
+    def read_ahead(self, admitted: int) -> None:
+        """Read the slots after the `admitted` ones that entered the pool, up to `prefetch_episodes` ahead, once
+        the finished ones are released (the decoder cache holds the pool's and the read-ahead's files), in bursts
+        of half the read-ahead or more rather than one slot between two batches' decoding: a burst's parquet reads
+        and file opens find their code and data in the CPU's caches (a mixture of one-episode entries: ~1.3 ->
+        ~0.95 ms per episode's rows)."""
+        ahead = self.options.prefetch_episodes
+        if self.submitted < admitted + max(1, ahead // 2):
+            self._prefetch(admitted + ahead)
 
     def _pooled(self, k: int) -> Rows:
         """List position k's episode (read when first drawn from, kept until released)."""
@@ -419,6 +443,7 @@ def iterate_consumer(consumer: Consumer, order, chunk_size: int, counters: Count
             batch = consumer.batch(kk, jj, order.admitted, make)
             consumer.release(order.finished)
             order.finished.clear()
+            consumer.read_ahead(order.admitted)
             counters.add(frames_emitted=len(kk), first_item_seconds=time.perf_counter() - t_start)
             yield batch
     finally:

@@ -133,6 +133,10 @@ class DecoderCache:
                 self.counters.add(decoder_hits=hits)
         return readers
 
+    def __contains__(self, path: object) -> bool:
+        """Whether this process holds an open reader of `path` (a lookup: not counted, the order kept)."""
+        return path in self._readers
+
     def demote(self, path: str) -> None:
         """Make this process's reader of `path`, if open, the first to be closed when a file is opened with the
         cache full (a streaming consumer's file that no pooled episode reads any more): the least recently used
