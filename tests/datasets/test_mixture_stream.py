@@ -120,10 +120,9 @@ def test_resume_under_a_changed_mixture(report, synthetic, tmp_path, caplog):
     assert unchanged.epoch == 0 and unchanged.state.batches_consumed == 3 and unchanged.changes == []
 
 
-def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(report, tmp_path):
-    ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=2)
-    slots = ds.epoch_slots(0)
-    p = np.random.default_rng(0).permutation(len(slots))  # entries interleaved, as a plan lists them
+def _consumer(ds, slots, seed: int, tmp_path) -> tuple[Consumer, PoolOrder, np.ndarray]:
+    """A consumer of all of epoch 0's slots, entries interleaved as a plan lists them (permutation `p`), pool 4."""
+    p = np.random.default_rng(seed).permutation(len(slots))
     consumer = Consumer(
         ds.item_layout,
         ds.entry,
@@ -135,7 +134,13 @@ def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(repor
         ds.decoders,
         str(tmp_path / "mirror"),
     )
-    order = PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(0))
+    return consumer, PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(seed)), p
+
+
+def test_a_consumer_keeps_only_the_entries_of_its_pool_and_read_ahead_open(report, tmp_path):
+    ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=2)
+    slots = ds.epoch_slots(0)
+    consumer, order, _ = _consumer(ds, slots, 0, tmp_path)
     seen, most = [], 0
     for batch in iterate_consumer(consumer, order, 8, ds.counters, time.perf_counter(), lambda build: build("uint8")):
         most = max(most, len(consumer.open))
@@ -150,21 +155,8 @@ def test_episodes_read_ahead_have_their_rows_and_video_files_before_they_are_dra
     rows read and their video files open; the pool's own files stay open meanwhile (no reader of a pooled episode
     is closed to make room for the read-ahead)."""
     ds = _stream(report, cache_dir=tmp_path, prefetch_episodes=4)
-    slots = ds.epoch_slots(0)
-    p = np.random.default_rng(1).permutation(len(slots))
-    entries, episodes = slots.entry[p], slots.episode[p]
-    consumer = Consumer(
-        ds.item_layout,
-        ds.entry,
-        entries,
-        episodes,
-        [range(n) for n in slots.length[p].tolist()],
-        ds.options,
-        ds.counters,
-        ds.decoders,
-        str(tmp_path / "mirror"),
-    )
-    order = PoolOrder(slots.length[p].tolist(), 4, np.random.default_rng(1))
+    consumer, order, p = _consumer(ds, ds.epoch_slots(0), 1, tmp_path)
+    entries, episodes = ds.epoch_slots(0).entry[p], ds.epoch_slots(0).episode[p]
 
     def files(k: int) -> list[str]:
         meta, spec, source = consumer.entries[int(entries[k])]
