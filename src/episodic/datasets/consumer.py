@@ -158,8 +158,7 @@ class EntryReader:
         """Open the video files of local episodes read ahead, now, in the consumer's thread (the decoder cache
         holds the pool's and the read-ahead's files). A file that fails to open is left to the first decode of
         its episode, whose error names the episode and camera."""
-        meta, keys = self.meta, self.spec.video_keys
-        paths = dict.fromkeys(self.source.local_path(meta.video_file_of(int(e), k)) for e in episodes for k in keys)
+        paths = dict.fromkeys(p for e in episodes for p in _episode_files(self.meta, self.source, self.spec, int(e)))
         for path in paths:
             try:
                 self.decoders.get(path)
@@ -427,8 +426,12 @@ def _video_files(rows: Rows) -> list[str]:
     frames = rows.frames
     if not frames.source.is_local:
         return []
-    ep = int(rows.columns.episodes[0])
-    return [frames.source.local_path(frames.meta.video_file_of(ep, key)) for key in frames.spec.video_keys]
+    return _episode_files(frames.meta, frames.source, frames.spec, int(rows.columns.episodes[0]))
+
+
+def _episode_files(meta: DatasetMetadata, source: Source, spec: ItemSpec, ep: int) -> list[str]:
+    """The local paths of episode `ep`'s video files, one per camera of `spec`."""
+    return [source.local_path(meta.video_file_of(ep, key)) for key in spec.video_keys]
 
 
 def iterate_consumer(consumer: Consumer, order, chunk_size: int, counters: Counters, t_start: float, make: Callable):

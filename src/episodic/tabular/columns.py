@@ -63,7 +63,7 @@ class Columns:
         return Columns(
             episodes=self.episodes[a:b].astype(np.int64),
             starts=(self.starts[a : b + 1] - s).astype(np.int64),
-            arrays={n: a[s:t] for n, a in self.arrays.items()},
+            arrays={n: v[s:t] for n, v in self.arrays.items()},
             images={n: v[s:t] for n, v in self.images.items()},
             frame_times=None if self.frame_times is None else self.frame_times[s:t],
         )
