@@ -141,3 +141,28 @@ def test_idle_buffers_beyond_two_batches_are_dropped_in_use_ones_kept():
     idle = [b for bases in pool._kept.values() for b in bases if b.numel() == one[0].nbytes]
     assert len(idle) <= 3  # the one in use and at most two idle
     assert first.untyped_storage().data_ptr() in {b.untyped_storage().data_ptr() for b in idle}
+
+
+def test_two_loaders_in_turns_keep_their_shared_blocks(small_root, monkeypatch):
+    """A second loader's workers, forked while the main process holds the first loader's ring slots (shared
+    through the file system), never free those slots' blocks: both loaders, taking turns, hand out every batch
+    (before, the main process failed to open the first loader's next block, unlinked under it)."""
+    from episodic import EpisodicDataset
+
+    monkeypatch.setenv("EPISODIC_WORKER_SHARING", "file_system")
+    ds = EpisodicDataset(small_root)
+    key = ds.meta.video_keys[0]
+    loaders = [iter(ds.loader(batch_size=2, num_workers=2, shuffle=False)) for _ in range(2)]
+    seen: list[list[torch.Tensor]] = [[], []]
+    # 5 turns of 10 batches each: the whole epoch (100 frames) of both; a worker shares its blocks through the
+    # file system from its third batch on, so the second loader's workers are forked holding some of those
+    for turn in range(5):
+        for i, it in enumerate(loaders):
+            for _ in range(10):
+                batch = next(it)
+                seen[i].append(batch["index"].clone())
+                if turn == 4:  # contents too: the first item's frame against one built here
+                    first = int(batch["index"][0])
+                    assert torch.equal(batch[key][0], ds[first][key])
+    for got in seen:
+        assert torch.equal(torch.cat(got), torch.arange(100))

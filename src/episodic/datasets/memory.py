@@ -150,6 +150,7 @@ class SlotRing:
         runtime.after_fork(self)
 
     def _after_fork(self) -> None:
+        runtime.keep_inherited(self.slots)  # the parent's: never freed here (see `_Received._after_fork`)
         self.slots = []
 
     def take(self, nbytes: int) -> torch.Tensor | None:
@@ -271,7 +272,13 @@ class _Received:
         self.handed_back: deque = deque(maxlen=10)  # 2 workers x 5 slots
         runtime.after_fork(self)
 
-    def _after_fork(self) -> None:  # a forked worker holds none of its parent's slots
+    def _after_fork(self) -> None:
+        """A forked worker holds none of its parent's slots, and never frees them: a slot shared through the file
+        system counts its mappings in the block itself, which a fork copies without counting; freeing the inherited
+        tensor here would count one mapping less and unlink the block while its worker and the main process still use
+        it (a second loader's workers, forked after the first loader's batches arrived: the main process then failed
+        to open the first loader's next batch, or aborted unlinking a block twice)."""
+        runtime.keep_inherited(self.held, self.handed_back)
         self.held, self.handed_back = [], deque(maxlen=10)
 
     def hold(self, block: torch.Tensor) -> None:
