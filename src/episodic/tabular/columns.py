@@ -124,7 +124,11 @@ def _read_rows(
             if missing:
                 raise DatasetFormatError(f"{path}: missing column(s) {missing}")
             cols = list(dict.fromkeys(names + ["episode_index"]))
-            groups, exact = _row_groups_for(pf, file_lengths, wanted)
+            md = pf.metadata
+            if wanted.all() and md.num_rows == int(file_lengths.sum()):  # every row (a mixture's one-episode entry)
+                groups, exact = None, True
+            else:
+                groups, exact = _row_groups_for(pf, file_lengths, wanted)
             if hasattr(f, "prefetch"):  # a remote file: the needed column chunks in one round trip
                 every = range(pf.metadata.num_row_groups)
                 f.prefetch(
@@ -134,7 +138,6 @@ def _read_rows(
                 )
             # a Python file is read on this thread only; a local one on Arrow's threads only when it is large: for a
             # few hundred rows (a streamed episode of a mixture's entry) waking them cost more than the read
-            md = pf.metadata
             rows = md.num_rows if groups is None else sum(md.row_group(g).num_rows for g in groups)
             threads = isinstance(f, pa.NativeFile) and rows >= THREADED_READ_ROWS
             t = (
@@ -257,9 +260,9 @@ def _read_files(
         path = meta.path(rel)  # inside the dataset root (UnsafePathError otherwise)
         sel = np.flatnonzero(file_ids == fid)  # positions in `episodes`
         file_eps = np.flatnonzero(table.data_file_id == fid)  # all episodes of this file, ascending
-        t = _read_rows(
-            meta.fs, path, names, table.length[file_eps], np.isin(file_eps, episodes[sel]), episodes[sel], open_file
-        )
+        # every episode of the file wanted (episodes[sel] is a subset of file_eps), or those of them selected
+        wanted = np.ones(len(file_eps), dtype=bool) if len(sel) == len(file_eps) else np.isin(file_eps, episodes[sel])
+        t = _read_rows(meta.fs, path, names, table.length[file_eps], wanted, episodes[sel], open_file)
         ep_col = t.column("episode_index").to_numpy()
         # every selected episode of this file must be present with exactly its length, in order
         expect = np.repeat(episodes[sel], lengths[sel])
