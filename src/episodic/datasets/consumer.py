@@ -122,6 +122,7 @@ class EntryReader:
         self.video_futs: dict[int, list[Future]] = {}
         self.reader_gen: dict[str, int] = {}  # video file -> mirror generation its reader may have seen
         self.prefetched = 0  # list positions [0, prefetched) have been submitted
+        self.to_open: list[int] = []  # local episodes read on the consumer's thread whose files are not open yet
         self.released = np.zeros(len(episodes), dtype=bool)
 
     # ---------------------------------------------------------------- loading
@@ -141,7 +142,7 @@ class EntryReader:
                 wanted = self.eps[lo:hi][~self.released[lo:hi]]
                 if self.local and int(self.meta.episodes.length[wanted].sum()) <= SYNC_READ_ROWS:
                     self.blocks[b] = _run_now(self._load_block, wanted)
-                    self._open_videos(wanted)
+                    self.to_open.extend(wanted.tolist())  # opened by `open_videos`, after the burst's rows
                 else:
                     self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
             if not self.local:
@@ -154,10 +155,11 @@ class EntryReader:
                     for r, c in zip(rels, cams)
                 ]
 
-    def _open_videos(self, episodes: np.ndarray) -> None:
-        """Open the video files of local episodes read ahead, now, in the consumer's thread (the decoder cache
-        holds the pool's and the read-ahead's files). A file that fails to open is left to the first decode of
-        its episode, whose error names the episode and camera."""
+    def open_videos(self) -> None:
+        """Open the video files of the local episodes whose rows were read on this thread since the last call
+        (the decoder cache holds the pool's and the read-ahead's files). A file that fails to open is left to the
+        first decode of its episode, whose error names the episode and camera."""
+        episodes, self.to_open = self.to_open, []
         paths = dict.fromkeys(p for e in episodes for p in _episode_files(self.meta, self.source, self.spec, int(e)))
         for path in paths:
             try:
@@ -330,7 +332,10 @@ class Consumer:
         reader.close()
 
     def _prefetch(self, upto: int) -> None:
+        """Read ahead list positions [submitted, upto): first every slot's rows, then the video files of those
+        read here (each phase's code and data stay in the CPU's caches over the burst)."""
         upto = min(upto, len(self.entry))
+        readers = {}
         while self.submitted < upto:
             k = self.submitted
             self.submitted += 1
@@ -339,6 +344,9 @@ class Consumer:
             e = int(self.entry[k])
             reader, start, _ = self._reader(e)
             reader.prefetch_until(int(self.local[k]) - start + 1)
+            readers[e] = reader
+        for reader in readers.values():
+            reader.open_videos()
 
     # ---------------------------------------------------------------- iterate_consumer's interface
     def batch(self, ks: np.ndarray, js: np.ndarray, admitted: int, make: Callable):
