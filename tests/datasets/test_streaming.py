@@ -62,22 +62,22 @@ def test_items_equal_map_style_items(root):
 
 @pytest.mark.parametrize("sync_rows", [None, 0])
 def test_small_local_blocks_are_read_in_place_larger_ones_on_the_tabular_thread(root, monkeypatch, sync_rows):
-    """A local block of at most `consumer.SYNC_READ_ROWS` rows is read on the consumer's thread, a larger one on
+    """A local block of at most `entry_reader.SYNC_READ_ROWS` rows is read on the consumer's thread, a larger one on
     the tabular thread (`sync_rows=0` makes every block larger); the items are LeRobot's either way."""
     import threading
 
-    from episodic.datasets import consumer
+    from episodic.datasets import entry_reader
 
     if sync_rows is not None:
-        monkeypatch.setattr(consumer, "SYNC_READ_ROWS", sync_rows)
+        monkeypatch.setattr(entry_reader, "SYNC_READ_ROWS", sync_rows)
     threads = []
-    load = consumer.EntryReader._load_block
+    load = entry_reader.EntryReader._load_block
 
     def recorded(self, wanted):
         threads.append(threading.current_thread() is threading.main_thread())
         return load(self, wanted)
 
-    monkeypatch.setattr(consumer.EntryReader, "_load_block", recorded)
+    monkeypatch.setattr(entry_reader.EntryReader, "_load_block", recorded)
     ref = LeRobotDataset("x", root=root, delta_timestamps=DELTAS)
     ds = StreamingLeRobotDataset(
         "x", root=root, delta_timestamps=DELTAS, episode_pool_size=2, chunk_size=5, tabular_block=2

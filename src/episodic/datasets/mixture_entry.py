@@ -32,8 +32,8 @@ from ..tabular import UnknownTasks, load_columns
 from ..tabular.resample import Resampling, episode_bounds
 from ..video import DecoderCache
 from ..video.decoder_cache import CacheRule
-from .consumer import StreamEntry
 from .decode import EntryFrames, camera_files
+from .entry_reader import StreamEntry
 from .gather import Rows
 from .item_spec import ItemSpec
 

@@ -39,7 +39,8 @@ from ..tabular.resample import Resampling
 from ..video import DecoderCache
 from .access import finish_batch, transformed_keys
 from .collate import Batch, deliver, make_batch, unbatch
-from .consumer import Consumer, StreamEntry, iterate_consumer
+from .consumer import Consumer, iterate_consumer
+from .entry_reader import StreamEntry
 from .epochs import DatasetEpochs, MixtureEpochs
 from .facts import DatasetFacts
 from .gpu_frames import gpu_setup
