@@ -192,16 +192,21 @@ def build(kind: str, data: str, workers: int, batch_size: int):
     raise ValueError(kind)
 
 
-def run_one(kind: str, data: str, workers: int, batches: int, warmup: int, batch_size: int) -> dict:
-    _import_loaders()  # before any clock starts: the time to the first batch counts from construction on
-
+def start(kind: str, data: str, workers: int, batch_size: int):
+    """A loader of `kind` built and its first batch taken: (dataset, iterator, first batch, seconds to construct,
+    seconds to the first batch from construction on, when the first batch came)."""
+    _import_loaders()  # before the clock starts: the time to the first batch counts from construction on
     t_start = time.perf_counter()
     ds, loader = build(kind, data, workers, batch_size)
     t_built = time.perf_counter() - t_start
     it = iter(loader)
     first = next(it)
     t_first = time.perf_counter()
-    ttfb = t_first - t_start
+    return ds, it, first, t_built, t_first - t_start, t_first
+
+
+def run_one(kind: str, data: str, workers: int, batches: int, warmup: int, batch_size: int) -> dict:
+    ds, it, first, t_built, ttfb, t_first = start(kind, data, workers, batch_size)
     n, t0 = 0, None
     for i, batch in enumerate(it):
         if i == warmup:  # the clock starts when this batch arrives: count the ones after it
@@ -291,17 +296,10 @@ def run_group(kinds: list[str], data: str, workers: int, batches: int, warmup: i
     clock starts: a turn times only batches made in it, while only its own loader's processes work. CPU per
     batch: each loader's workers (by process, over all the batches they made in the turns) plus the main
     thread's time inside its `next`."""
-    _import_loaders()  # before any clock starts: the time to the first batch counts from construction on
-
     live = {}
     for kind in kinds:  # built, first batch and warm-up one after the other (the others' workers idle)
         before = _children()
-        t_start = time.perf_counter()
-        ds, loader = build(kind, data, workers, batch_size)
-        t_built = time.perf_counter() - t_start
-        it = iter(loader)
-        first = next(it)
-        t_first = time.perf_counter()
+        ds, it, first, t_built, ttfb, t_first = start(kind, data, workers, batch_size)
         for _ in range(warmup):
             next(it)
         live[kind] = {
@@ -311,7 +309,7 @@ def run_group(kinds: list[str], data: str, workers: int, batches: int, warmup: i
             "out": {
                 "kind": kind,
                 "warmup_frames_per_s": warmup * batch_size / (time.perf_counter() - t_first),
-                "time_to_first_batch_s": t_first - t_start,
+                "time_to_first_batch_s": ttfb,
                 "construct_s": t_built,
                 "workers": workers,
                 "keys": len(first),
