@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import io
 import shutil
 import threading
 import time
@@ -181,3 +182,27 @@ def test_offline_without_a_copy_fails_at_once(hub, monkeypatch):
     with pytest.raises(MissingFileError, match="user/ds.*data/.*not on disk, and huggingface_hub is offline"):
         LeRobotDataset("user/ds", episodes=[0])
     assert time.monotonic() - t0 < 5
+
+
+def test_two_snapshots_at_once_keep_the_progress_bars_lock(monkeypatch):
+    """huggingface_hub's snapshot_download runs tqdm's thread_map, whose `ensure_lock` deletes the bar class's lock
+    on its way out when it made it. Two snapshots at once (a mixture's Hub entries, on threads): the first one out
+    deleted the lock under the second one's bars, which failed closing (seen in CI, tqdm 4.66). Here the two
+    snapshots' `ensure_lock`s interleave as the threads did, after what `download` does first."""
+    from huggingface_hub.utils import tqdm as hub_bar
+    from tqdm.contrib.concurrent import ensure_lock
+    from tqdm.std import tqdm as base_bar
+
+    from episodic.storage import hub
+
+    for cls in (hub_bar, base_bar):  # no lock yet, as in a fresh process
+        monkeypatch.delattr(cls, "_lock", raising=False)
+    hub._keep_bars_lock()  # what `download` does before huggingface_hub is called
+    first, second = ensure_lock(hub_bar), ensure_lock(hub_bar)
+    first.__enter__()
+    second.__enter__()
+    bar = hub_bar(total=1, file=io.StringIO(), disable=False)  # the second snapshot's, open as the first one ends
+    first.__exit__(None, None, None)
+    bar.close()  # raised AttributeError: type object 'tqdm' has no attribute '_lock'
+    second.__exit__(None, None, None)
+    assert hasattr(hub_bar, "_lock")

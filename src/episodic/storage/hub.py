@@ -105,6 +105,19 @@ def _hub_call(call, what: str, policy: FetchPolicy):
     return with_retries(attempt, what, policy, host=constants.ENDPOINT)
 
 
+def _keep_bars_lock() -> None:
+    """Give huggingface_hub's progress bar class its lock now, once and for all. Its `snapshot_download` runs tqdm's
+    `thread_map`, whose `ensure_lock` deletes the class's lock on the way out when it had to make it: two snapshots
+    at once (a mixture's Hub entries, downloaded on threads) then race, and a bar of the other one fails closing
+    ("type object 'tqdm' has no attribute '_lock'", seen in CI; huggingface_hub issue 1994). A lock that exists
+    before is put back, never deleted."""
+    try:
+        from huggingface_hub.utils import tqdm as hub_bar
+    except ImportError:  # pragma: no cover - every huggingface_hub we support has it
+        return
+    hub_bar.get_lock()
+
+
 def download(
     repo_id: str,
     local_dir: str | os.PathLike,
@@ -119,6 +132,7 @@ def download(
 
     policy = policy or FetchPolicy()
     timeout = policy.request_timeout_s or 3600.0
+    _keep_bars_lock()
     local_dir = Path(local_dir)
     local_dir.mkdir(parents=True, exist_ok=True)
     where = f"hub dataset {repo_id!r} (revision {revision or 'main'})"
