@@ -72,9 +72,13 @@ class Columns:
 def _row_groups_for(pf: pq.ParquetFile, lengths: np.ndarray, wanted: np.ndarray) -> tuple[list[int] | None, bool]:
     """The row groups holding rows of the wanted episodes (one row group per episode, as LeRobot writes; several
     episodes per row group, or an episode over several, as `episodic repack` may write): (groups, True when they
-    hold no other episode's rows). (None, False) when the file's rows do not add up to its episodes' lengths:
-    then the whole file is read (and its rows checked)."""
+    hold no other episode's rows). (None, True) when every episode is wanted and the rows add up: the whole file,
+    without working out its groups (a mixture's one-episode entry, streamed: ~0.73 -> ~0.65 ms per file's rows);
+    (None, False) when the file's rows do not add up to its episodes' lengths: then the whole file is read (and
+    its rows checked)."""
     md = pf.metadata
+    if wanted.all() and md.num_rows == int(lengths.sum()):
+        return None, True
     group_ends = np.cumsum([md.row_group(i).num_rows for i in range(md.num_row_groups)], dtype=np.int64)
     episode_ends = np.cumsum(lengths, dtype=np.int64)
     if not len(group_ends) or not len(episode_ends) or group_ends[-1] != episode_ends[-1]:
@@ -124,13 +128,10 @@ def _read_rows(
             if missing:
                 raise DatasetFormatError(f"{path}: missing column(s) {missing}")
             cols = list(dict.fromkeys(names + ["episode_index"]))
+            groups, exact = _row_groups_for(pf, file_lengths, wanted)
             md = pf.metadata
-            if wanted.all() and md.num_rows == int(file_lengths.sum()):  # every row (a mixture's one-episode entry)
-                groups, exact = None, True
-            else:
-                groups, exact = _row_groups_for(pf, file_lengths, wanted)
             if hasattr(f, "prefetch"):  # a remote file: the needed column chunks in one round trip
-                every = range(pf.metadata.num_row_groups)
+                every = range(md.num_row_groups)
                 f.prefetch(
                     row_group_spans(
                         pf.metadata, every if groups is None else groups, leaf_columns(pf.schema_arrow, cols)
