@@ -19,8 +19,9 @@ from episodic import EpisodicDataset, LeRobotDataset, StreamingLeRobotDataset
 from episodic.format import DatasetFormatError
 from episodic.format.errors import UnsafePathError
 from episodic.storage.cache import FileCache
-from episodic.storage.fetch import file_info, version_token
+from episodic.storage.fetch import file_info
 from episodic.storage.prefetch import Prefetcher
+from episodic.storage.versions import version_token
 
 from hostile_data import DATA, HOSTILE, TOP, TOP_MP4, OpenRecorder, RecordingServer, edit_info
 

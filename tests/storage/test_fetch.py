@@ -26,7 +26,6 @@ from episodic.storage.fetch import (
     file_size,
     host_delay,
     timeout_options,
-    version_token,
 )
 from episodic.storage.hosts import HOSTS
 from episodic.tabular import load_columns
@@ -479,14 +478,6 @@ def test_errors_of_huggingface_hubs_http_client_are_classified():
     not_found = FileNotFoundError("offline")  # huggingface_hub: the Hub unreachable and no local copy
     not_found.__context__ = httpx.ConnectError("refused", request=request)
     assert with_retries(failing(not_found), "hf://x", FAST) == b"ok"
-
-
-def test_version_token():
-    a = version_token({"size": 10, "ETag": '"abc"', "type": "file", "name": "x"})
-    assert a == version_token({"size": 10, "ETag": '"abc"', "mimetype": "video/mp4"})
-    assert a != version_token({"size": 10, "ETag": '"abd"'}) != version_token({"size": 11, "ETag": '"abc"'})
-    assert version_token({"size": 10, "Last-Modified": "Mon"}) != version_token({"size": 10, "Last-Modified": "Tue"})
-    assert version_token({"size": 10}) == "size=10"
 
 
 # ------------------------------------------------------------------------------------------ S3 (s3fs, moto)

@@ -1,7 +1,7 @@
 """A local cache of whole remote files: keyed by URL and version, bounded, safe across processes.
 
 - Versions: a file's key is its URL plus what identifies its version on the server (size, ETag,
-  Last-Modified, ...: `fetch.version_token`), asked once per file and `FileCache` (a dataset's cache) in
+  Last-Modified, ...: `versions.version_token`), asked once per file and `FileCache` (a dataset's cache) in
   each process. A re-published file gets a new key, so a dataset read again after its files changed never
   pairs new rows with old cached frames; the old copy ages out.
 - Names: `<2 hex>/<32 hex><.ext>`, a digest of URL and version plus the file's extension when it is short
@@ -37,7 +37,8 @@ from .. import config
 from ..counters import Counters
 from ..format.paths import cache_name, inside
 from .atomic import atomic_write_bytes
-from .fetch import FetchPolicy, fetch_bytes, file_info, version_token
+from .fetch import FetchPolicy, fetch_bytes, file_info
+from .versions import version_token
 
 __all__ = ["FileCache", "copy_dir", "default_cache_dir"]
 
@@ -98,7 +99,7 @@ class FileCache:
         return self.stats.retries
 
     def key_path(self, url: str, version: str) -> Path:
-        """Where the file at `url` in version `version` (`fetch.version_token`) is kept: a digest of both, plus
+        """Where the file at `url` in version `version` (`versions.version_token`) is kept: a digest of both, plus
         the URL's extension when it is plain (no other URL text reaches the file system), inside the cache."""
         digest = hashlib.sha256(f"{url}\n{version}".encode()).hexdigest()[:32]
         ext = posixpath.splitext(posixpath.basename(url))[1]

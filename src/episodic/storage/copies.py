@@ -39,8 +39,9 @@ from ..format.metadata import V21_EPISODE_STATS, DatasetMetadata, load_metadata
 from ..format.paths import inside
 from .atomic import atomic_write_bytes
 from .cache import copy_dir
-from .fetch import fetch_to_file, file_info, version_token
+from .fetch import fetch_to_file, file_info
 from .source import Source
+from .versions import version_token
 
 __all__ = ["DatasetCopy", "metadata_fingerprint"]
 

@@ -6,7 +6,7 @@ key's feature description: dtype and shape, checked when read), named by the SHA
 - the dataset (its root: the local directory or the URL);
 - the selection: the selected episodes, their lengths and global index ranges;
 - every data file holding a selected episode: its path in the dataset and, for a local file, its size and
-  modification time (ns); for a remote one, the version token its server gives (`storage.fetch.version_token`:
+  modification time (ns); for a remote one, the version token its server gives (`storage.versions.version_token`:
   size, ETag, Last-Modified, ...; asked with one metadata request per file, never a data read).
 
 So a re-run with nothing changed opens no data file, and a changed data file (or selection, or feature)
@@ -34,7 +34,7 @@ from ..format.metadata import DatasetMetadata
 from ..format.quantiles import SKETCH_SIZE
 from ..format.stats import KeyStats
 from ..storage.atomic import atomic_write_bytes
-from ..storage.fetch import file_identity
+from ..storage.versions import file_identity
 
 __all__ = ["STATS_CODE_VERSION", "StatsCache", "data_file_identities", "selection_digest"]
 

@@ -3,7 +3,7 @@
 - `source_fingerprint(source, meta)`: SHA-256 of the dataset as loaded (info.json, every episode's length, index
   range, data file and video files and times, the tasks) and of every data and video file it names: a local
   file's size and modification time (or that it is missing), a remote one's version token
-  (`storage.fetch.file_identity`: no data read).
+  (`storage.versions.file_identity`: no data read).
   A changed file, episode or setting changes it.
 - The done record: JSON naming the tool, its options, the source, the fingerprint and every file of the result
   with its size, written (atomically) after the result is complete. `check_record` says whether a record still
@@ -21,7 +21,7 @@ import numpy as np
 
 from ...format.metadata import DatasetMetadata
 from ...storage.atomic import atomic_write_bytes
-from ...storage.fetch import file_identity
+from ...storage.versions import file_identity
 
 __all__ = ["RECORD_FORMAT", "check_record", "make_record", "read_record", "source_fingerprint", "write_record"]
 
