@@ -8,7 +8,6 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from .data_files import concat_parquet, data_schema, episode_table, write_segmen
 from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
+from .recovery import Recovery, segment_episode
 from .session import SESSION_DIR, Session, read_settings
 from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name, probe_encoder
 
@@ -419,49 +419,12 @@ class DatasetWriter:
             episodes=n,
             frames=self.total_frames,
             torn_bytes=torn,
-            partial_files=[p for p in dropped if _segment_episode(p) >= n],
-            joined_files=[p for p in dropped if _segment_episode(p) < n],
+            partial_files=[p for p in dropped if segment_episode(p) >= n],
+            joined_files=[p for p in dropped if segment_episode(p) < n],
             temp_files=[os.path.relpath(p, self.root) for p in temps],
         )
         log.info("%s: reopened: %s", self.root, recovery.summary())
         return recovery
-
-
-@dataclass
-class Recovery:
-    """What reopening an interrupted session found: the complete episodes kept, and what was dropped (paths
-    relative to the root): the segments of the episode being added when the writer stopped
-    (`partial_files`), segments of files already joined (`joined_files`: stopped between writing a file and
-    deleting its segments), temporary files, a torn last journal line (`torn_bytes`)."""
-
-    episodes: int
-    frames: int
-    torn_bytes: int
-    partial_files: list[str]
-    joined_files: list[str]
-    temp_files: list[str]
-
-    def summary(self) -> str:
-        parts = [f"{self.episodes} complete episode(s), {self.frames} frames kept"]
-        if self.partial_files:
-            eps = sorted({_segment_episode(p) for p in self.partial_files})
-            parts.append(f"incomplete episode {', '.join(map(str, eps))} dropped ({len(self.partial_files)} file(s))")
-        if self.torn_bytes:
-            parts.append(f"a partial journal line ({self.torn_bytes} bytes) dropped")
-        if self.joined_files:
-            parts.append(f"{len(self.joined_files)} segment file(s) of already joined files removed")
-        if self.temp_files:
-            parts.append(f"{len(self.temp_files)} temporary file(s) removed")
-        return "; ".join(parts)
-
-
-def _segment_episode(path: str) -> int:
-    """The episode index in a segment file name (episode-000000012.mp4 -> 12); -1 for another name."""
-    name = os.path.basename(path)
-    try:
-        return int(name.split(".")[0].split("-")[1]) if name.startswith("episode-") else -1
-    except (IndexError, ValueError):
-        return -1
 
 
 def _unlink_quietly(path: str) -> None:

@@ -1,0 +1,28 @@
+"""What reopening an interrupted session reports (writer/recovery.py); the recovery itself is tested with real
+interrupted sessions in test_session.py, tests/faults/test_writer_kill.py and tests/tools/test_repair.py."""
+
+from episodic.writer.recovery import Recovery, segment_episode
+
+
+def test_segment_episode_reads_the_index_from_a_segment_name():
+    assert segment_episode(".episodic-session/segments/data/chunk-000/file-000/episode-000000012.parquet") == 12
+    assert segment_episode("episode-000000000.mp4") == 0
+    assert segment_episode("file-000.mp4") == -1  # a joined file, not a segment
+    assert segment_episode("episode-x.mp4") == -1
+    assert segment_episode("episode.mp4") == -1
+
+
+def test_summary_names_what_was_kept_and_dropped():
+    r = Recovery(
+        episodes=3,
+        frames=240,
+        torn_bytes=17,
+        partial_files=["s/episode-000000003.parquet", "s/episode-000000003.mp4"],
+        joined_files=["s/episode-000000001.mp4"],
+        temp_files=["data/x.tmp"],
+    )
+    assert r.summary() == (
+        "3 complete episode(s), 240 frames kept; incomplete episode 3 dropped (2 file(s)); a partial journal line "
+        "(17 bytes) dropped; 1 segment file(s) of already joined files removed; 1 temporary file(s) removed"
+    )
+    assert Recovery(2, 10, 0, [], [], []).summary() == "2 complete episode(s), 10 frames kept"
