@@ -1,15 +1,7 @@
 """What reopening an interrupted session reports (writer/recovery.py); the recovery itself is tested with real
 interrupted sessions in test_session.py, tests/faults/test_writer_kill.py and tests/tools/test_repair.py."""
 
-from episodic.writer.recovery import Recovery, segment_episode
-
-
-def test_segment_episode_reads_the_index_from_a_segment_name():
-    assert segment_episode(".episodic-session/segments/data/chunk-000/file-000/episode-000000012.parquet") == 12
-    assert segment_episode("episode-000000000.mp4") == 0
-    assert segment_episode("file-000.mp4") == -1  # a joined file, not a segment
-    assert segment_episode("episode-x.mp4") == -1
-    assert segment_episode("episode.mp4") == -1
+from episodic.writer.recovery import Recovery
 
 
 def test_summary_names_what_was_kept_and_dropped():

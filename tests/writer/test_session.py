@@ -21,6 +21,7 @@ from episodic.writer.session import (
     SESSION,
     SESSION_DIR,
     directory_state,
+    segment_episode,
 )
 
 FEATS = {"action": {"dtype": "float32", "shape": [2]}}
@@ -123,3 +124,11 @@ def test_a_failed_append_leaves_the_journal_as_it_was(tmp_path):
     assert journal.read_bytes().startswith(before) and len(lines) == 2
     assert json.loads(lines[1])["episode"]["episode_index"] == 1
     w.finalize()
+
+
+def test_segment_episode_reads_the_index_from_a_segment_name():
+    assert segment_episode(".episodic-session/segments/data/chunk-000/file-000/episode-000000012.parquet") == 12
+    assert segment_episode("episode-000000000.mp4") == 0
+    assert segment_episode("file-000.mp4") == -1  # a joined file, not a segment
+    assert segment_episode("episode-x.mp4") == -1
+    assert segment_episode("episode.mp4") == -1

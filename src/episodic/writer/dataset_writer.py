@@ -21,8 +21,8 @@ from .data_files import concat_parquet, data_schema, episode_table, write_segmen
 from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
-from .recovery import Recovery, segment_episode
-from .session import SESSION_DIR, Session, read_settings
+from .recovery import Recovery
+from .session import SESSION_DIR, Session, read_settings, segment_episode
 from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name, probe_encoder
 
 log = logging.getLogger(__name__)

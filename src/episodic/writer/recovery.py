@@ -1,12 +1,13 @@
 """What reopening an interrupted writing session found (`Recovery`: a reopened `DatasetWriter`'s `recovery`, what
-`episodic repair` reports), and the episode a segment file's name holds (`segment_episode`)."""
+`episodic repair` reports)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-__all__ = ["Recovery", "segment_episode"]
+from .session import segment_episode
+
+__all__ = ["Recovery"]
 
 
 @dataclass
@@ -35,12 +36,3 @@ class Recovery:
         if self.temp_files:
             parts.append(f"{len(self.temp_files)} temporary file(s) removed")
         return "; ".join(parts)
-
-
-def segment_episode(path: str) -> int:
-    """The episode index in a segment file name (episode-000000012.mp4 -> 12); -1 for another name."""
-    name = os.path.basename(path)
-    try:
-        return int(name.split(".")[0].split("-")[1]) if name.startswith("episode-") else -1
-    except (IndexError, ValueError):
-        return -1

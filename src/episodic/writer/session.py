@@ -245,7 +245,7 @@ class Session:
 
     def segment_path(self, group: Group, episode: int) -> str:
         ext = "parquet" if group.camera is None else "mp4"
-        return os.path.join(self.group_dir(group), f"episode-{episode:09d}.{ext}")
+        return os.path.join(self.group_dir(group), f"episode-{episode:09d}.{ext}")  # read by `segment_episode`
 
     def remove_group(self, group: Group) -> None:
         """Delete a group's segments (its final file is written)."""
@@ -318,3 +318,12 @@ def _rmdir(path: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def segment_episode(path: str) -> int:
+    """The episode index in a segment file name (episode-000000012.mp4 -> 12); -1 for another name."""
+    name = os.path.basename(path)
+    try:
+        return int(name.split(".")[0].split("-")[1]) if name.startswith("episode-") else -1
+    except (IndexError, ValueError):
+        return -1
