@@ -21,6 +21,21 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
 }
 
 CAMERA_DTYPES = ("video", "image")
+# The numeric dtypes a feature of rows may have (what the writer writes and a mixture can stack).
+NUMERIC_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+)
 
 #: Keys every item gets besides the features: a feature of that name would be overwritten in items.
 ITEM_KEYS = ("task",)

@@ -12,22 +12,8 @@ from typing import Any
 import numpy as np
 
 from ..format.errors import DatasetFormatError, WriterInputError
-from ..format.features import DEFAULT_FEATURES, Feature
+from ..format.features import DEFAULT_FEATURES, NUMERIC_DTYPES, Feature
 
-NUMERIC_DTYPES = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-)
 WRITABLE_DTYPES = (*NUMERIC_DTYPES, "string", "video")
 # One frame of one feature is at most this many bytes: a parquet page (and an Arrow list size) holds no more.
 MAX_FRAME_BYTES = 2**31 - 1

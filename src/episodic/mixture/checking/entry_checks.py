@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...format.features import NUMERIC_DTYPES
 from ...format.metadata import DatasetMetadata
 from ...format.timebase import frames_to_seconds, seconds_to_frames
 from ...order.eval_split import split_episodes
@@ -28,20 +29,6 @@ from .spec import RESERVED_ROLES, MixtureEntry, MixtureSpec
 
 __all__ = ["check_entry", "default_camera_roles", "entry_sides", "listed_episodes", "selected_episodes"]
 
-NUMERIC = (
-    "float16",
-    "float32",
-    "float64",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "bool",
-)
 TEXT = ("string", "str", "large_string")
 
 
@@ -195,7 +182,7 @@ def check_entry(
                 suggestions=_closest(key, [k for k, v in features.items() if not v.is_camera]),
             )
             continue
-        if f.dtype not in NUMERIC or len(f.shape) != 1:
+        if f.dtype not in NUMERIC_DTYPES or len(f.shape) != 1:
             add(f"roles.{role}", f"feature {key!r} must be a 1-d numeric vector, is {f.dtype} {list(f.shape)}")
             continue
         dim = int(f.shape[0])
