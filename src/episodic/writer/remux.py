@@ -22,8 +22,7 @@ import av
 import numpy as np
 
 from ..format.errors import DatasetFormatError, WriterSessionError
-from ..storage.atomic import AtomicFile
-from .video import close_output, finish_output, open_output, stream_params
+from .video import stream_params, write_mp4
 
 __all__ = ["PacketRun", "PacketTable", "copy_runs", "packet_table", "params_key"]
 
@@ -107,20 +106,7 @@ def copy_runs(runs: Sequence[PacketRun], final: str, fsync: bool = False) -> int
     """Copy `runs` into the new mp4 `final` (see the module docstring); returns the number of packets (frames)."""
     if not runs:
         raise ValueError(f"{final}: no packets to copy")
-    out_file = AtomicFile(final)
-    try:
-        sink, out = open_output(out_file.tmp)
-        try:
-            total = _mux(runs, out)
-            finish_output(sink, out, out_file.tmp, total)
-        except BaseException:
-            close_output(sink, out)
-            raise
-        out_file.commit(fsync=fsync)
-    except BaseException:
-        out_file.discard()
-        raise
-    return total
+    return write_mp4(final, lambda out: _mux(runs, out), fsync)
 
 
 def _mux(runs: Sequence[PacketRun], out) -> int:

@@ -12,6 +12,7 @@ import io
 import logging
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 import av
 import numpy as np
@@ -392,11 +393,18 @@ def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = Fals
     on any error nothing is left at `final` (nor a temporary file) and the segments are untouched."""
     if not segments:
         raise ValueError(f"{final}: no segments to join")
+    return write_mp4(final, lambda out: _remux(segments, out, fps), fsync)
+
+
+def write_mp4(final: str, mux: Callable[[Any], int], fsync: bool = False) -> int:
+    """A new mp4 at `final` whose packets `mux(muxer)` writes, returning how many frames: written under a temporary
+    name, checked to read back as that many frames, then renamed; on any error nothing is left at `final` (nor a
+    temporary file)."""
     out_file = AtomicFile(final)
     try:
         sink, out = open_output(out_file.tmp)
         try:
-            total = _remux(segments, out, fps)
+            total = mux(out)
             finish_output(sink, out, out_file.tmp, total)
         except BaseException:
             close_output(sink, out)
