@@ -165,19 +165,8 @@ def download(
         # a file already downloaded from it is not asked about again (with a branch name, every file is)
         commit = local_commit(local_dir) or revision
 
-        def fetch(rel: str) -> None:
-            _hub_call(
-                lambda: huggingface_hub.hf_hub_download(
-                    repo_id,
-                    filename=rel,
-                    repo_type="dataset",
-                    revision=commit,
-                    local_dir=str(local_dir),
-                    etag_timeout=timeout,
-                ),
-                f"{where}: {rel}",
-                policy,
-            )
+        def fetch(rel: str) -> int:
+            return fetch_file(repo_id, local_dir, commit or "main", rel, policy)
 
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(needed) or 1))) as pool:
             for _ in bar(
@@ -254,14 +243,14 @@ def missing_files(local_dir: str | os.PathLike, rels: Sequence[str], commit: str
 def fetch_file(
     repo_id: str, local_dir: str | os.PathLike, commit: str, rel: str, policy: FetchPolicy | None = None
 ) -> int:
-    """Download `rel` (a path inside the repo) of dataset `repo_id` at `commit` into `local_dir` under the fetch
-    policy; its size in bytes. (Callers run several in a pool.)"""
+    """Download `rel` (a path inside the repo) of dataset `repo_id` at `commit` (a commit SHA, or a branch or tag
+    name) into `local_dir` under the fetch policy; its size in bytes. (Callers run several in a pool.)"""
     import huggingface_hub
 
     policy = policy or FetchPolicy()
     local_dir = Path(local_dir)
     inside(local_dir, rel, f"{local_dir}: file of {repo_id!r}")
-    where = f"hub dataset {repo_id!r} (commit {commit}): {rel}"
+    where = f"hub dataset {repo_id!r} ({'commit' if is_commit(commit) else 'revision'} {commit}): {rel}"
     path = _hub_call(
         lambda: huggingface_hub.hf_hub_download(
             repo_id,
