@@ -5,12 +5,15 @@ The data (written once with episodic's writer, reused when present): ONE dataset
 g=2, `episodic.demo.synthetic_episode` frames and values) and the SAME episodes as N one-episode datasets (each
 written from the same arrays, so frames, values and tasks are identical), plus a mixture spec over the N with
 weights proportional to frames (the rule `frames`), so the mixture's data and sampling distribution are the
-single dataset's. Same windows everywhere (action: 16 future frames, state: 2), no resize (every camera has one
-size), cameras float32, batch 32.
+single dataset's; and, for `stream-files`, the same episodes once more as one dataset whose every episode has files
+of its own (a data file, and a video file per camera: the files the mixture reads, and the layout of LeRobot's
+v2.1), written the first time that kind runs. Same windows everywhere (action: 16 future frames, state: 2), no
+resize (every camera has one size), cameras float32, batch 32.
 
 Loaders (medians of --repeats runs):
   stream-single   StreamingLeRobotDataset(root).loader(batch_size, num_workers)         (pool 64)
   stream-mixture  StreamingMixtureDataset(spec).loader(batch_size, num_workers)         (pool 64)
+  stream-files    as stream-single, over the dataset of one file per episode and camera  (pool 64)
   map-single      EpisodicDataset(root).loader(batch_size, num_workers)   (whole batches in workers, shuffled)
   map-lerobot     LeRobotDataset + torch DataLoader(shuffle=True, batch_size, num_workers)
   map-mixture     MixtureDataset(spec).loader(batch_size, num_workers)
@@ -26,7 +29,9 @@ workers open every entry's files and columns, and decode a first frame of each, 
 and 400 entries of 2 cameras, a worker draws 64 frames a batch over 800 files, so after its 100 batches of the
 warm-up ~0.3 files are expected untouched (800 * exp(-6400 / 800)); after 30 batches it was ~73, each costing an
 open and a first decode inside the measurement); the warm-up's own frames/s is reported beside them. Ratios:
-stream-mixture / stream-single, map-mixture / map-single (and / map-lerobot); and the same from CPU time per batch
+stream-mixture / stream-single, map-mixture / map-single (and / map-lerobot), and where stream-files runs:
+stream-files / stream-single (what reading each episode from files of its own costs) and stream-mixture /
+stream-files (what the mixture costs over a single dataset of the same files); and the same from CPU time per batch
 (`*_cpu`: single / mixture CPU ms of the main process (in turns: its thread's time in the loader's `next`) and the
 workers together, from /proc). Time to first batch counts from the dataset's construction (preflight of the spec
 included) after imports. Each run also reports its decoder-cache counters and, for mixtures, the largest
@@ -47,14 +52,21 @@ import time
 
 from child_run import measured
 
-KINDS = ("stream-single", "stream-mixture", "map-single", "map-lerobot", "map-mixture")
-GROUPS = {"stream": ("stream-single", "stream-mixture"), "map": ("map-single", "map-mixture", "map-lerobot")}
+KINDS = ("stream-single", "stream-mixture", "stream-files", "map-single", "map-lerobot", "map-mixture")
+GROUPS = {
+    "stream": ("stream-single", "stream-mixture", "stream-files"),
+    "map": ("map-single", "map-mixture", "map-lerobot"),
+}
 RATIOS = (
     ("stream", "stream-mixture", "stream-single"),
+    ("files", "stream-files", "stream-single"),
+    ("stream_vs_files", "stream-mixture", "stream-files"),
     ("map", "map-mixture", "map-single"),
     ("map_vs_lerobot", "map-mixture", "map-lerobot"),
 )
 FPS = 30
+# files this small are full after one episode: the writer starts new files for the next (the `files` dataset)
+FILE_PER_EPISODE_MB = 1e-6
 CAMERAS = ("observation.images.top", "observation.images.wrist")
 
 
@@ -84,36 +96,44 @@ def write_data(a) -> None:
     from episodic.writer import DatasetWriter
 
     params = _params(a)
-    done = os.path.join(a.data, "DONE.json")
-    if os.path.exists(done):
-        with open(done) as f:
-            if json.load(f) == params:
-                return
-        sys.exit(f"{a.data} holds data written with other parameters ({done}); remove it or pick another --data")
-    os.makedirs(a.data, exist_ok=True)
     lengths = np.random.default_rng(0).integers(a.min_length, a.max_length + 1, a.episodes)
     feats = demo_features(CAMERAS, a.height, a.width)
 
     def episode(ep: int) -> dict:
         return synthetic_episode(ep, int(lengths[ep]), CAMERAS, a.height, a.width, seed=0)
 
-    t0 = time.perf_counter()
-    with DatasetWriter(
-        os.path.join(a.data, "single"),
-        fps=FPS,
-        features=feats,
-        robot_type="synthetic_bimanual",
-        vcodec="av1",
-        gop=2,
-        overwrite=True,
-        fsync=False,
-    ) as w:
-        for ep in range(a.episodes):
-            w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
-    print(
-        f"single dataset: {a.episodes} episodes, {int(lengths.sum())} frames in {time.perf_counter() - t0:.0f} s",
-        flush=True,
-    )
+    def one_dataset(name: str, file_mb: float | None) -> None:  # every episode in one dataset (files of `file_mb`)
+        sizes = {} if file_mb is None else {"data_files_size_in_mb": file_mb, "video_files_size_in_mb": file_mb}
+        t0 = time.perf_counter()
+        with DatasetWriter(
+            os.path.join(a.data, name),
+            fps=FPS,
+            features=feats,
+            robot_type="synthetic_bimanual",
+            vcodec="av1",
+            gop=2,
+            overwrite=True,
+            fsync=False,
+            **sizes,
+        ) as w:
+            for ep in range(a.episodes):
+                w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
+        took = time.perf_counter() - t0
+        print(f"{name}: {a.episodes} episodes, {int(lengths.sum())} frames in {took:.0f} s", flush=True)
+
+    done = os.path.join(a.data, "DONE.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            if json.load(f) != params:
+                sys.exit(f"{a.data} holds data written with other parameters ({done}); remove it or pick another")
+        files_done = os.path.join(a.data, "DONE-files.json")
+        if "stream-files" in a.kinds.split(",") and not os.path.exists(files_done):  # (added later: written now)
+            one_dataset("files", FILE_PER_EPISODE_MB)
+            with open(files_done, "w") as f:
+                json.dump(params, f)
+        return
+    os.makedirs(a.data, exist_ok=True)
+    one_dataset("single", None)
     t0 = time.perf_counter()
     entries = []
     for ep in range(a.episodes):
@@ -134,6 +154,9 @@ def write_data(a) -> None:
     spec = {"weighting": {"rule": "frames"}, "delta_timestamps": _windows(), "entries": entries}
     with open(os.path.join(a.data, "mixture.json"), "w") as f:
         json.dump(spec, f, indent=1)
+    one_dataset("files", FILE_PER_EPISODE_MB)
+    with open(os.path.join(a.data, "DONE-files.json"), "w") as f:
+        json.dump(params, f)
     with open(done, "w") as f:
         json.dump(params, f)
 
@@ -173,6 +196,10 @@ def build(kind: str, data: str, workers: int, batch_size: int):
     dt = _windows(("action", "observation.state"))
     if kind == "stream-single":
         ds = StreamingLeRobotDataset("bench", root=single, delta_timestamps=dt, episode_pool_size=64)
+        return ds, ds.loader(batch_size=batch_size, num_workers=workers)
+    if kind == "stream-files":
+        files = os.path.join(data, "files")
+        ds = StreamingLeRobotDataset("bench", root=files, delta_timestamps=dt, episode_pool_size=64)
         return ds, ds.loader(batch_size=batch_size, num_workers=workers)
     if kind == "stream-mixture":
         ds = StreamingMixtureDataset(spec, episode_pool_size=64)
