@@ -107,7 +107,8 @@ class EntryReader:
         self.video_futs: dict[int, list[Future]] = {}
         self.reader_gen: dict[str, int] = {}  # video file -> mirror generation its reader may have seen
         self.prefetched = 0  # list positions [0, prefetched) have been submitted
-        self.to_open: list[int] = []  # local episodes read on the consumer's thread whose files are not open yet
+        self.sync_blocks: set[int] = set()  # blocks read on the consumer's thread
+        self.to_open: list[int] = []  # local episodes in reach read on the consumer's thread, files not open yet
         self.released = np.zeros(len(episodes), dtype=bool)
 
     # ---------------------------------------------------------------- loading
@@ -127,9 +128,13 @@ class EntryReader:
                 wanted = self.eps[lo:hi][~self.released[lo:hi]]
                 if self.local and int(self.meta.episodes.length[wanted].sum()) <= SYNC_READ_ROWS:
                     self.blocks[b] = _run_now(self._load_block, wanted)
-                    self.to_open.extend(wanted.tolist())  # opened by `open_videos`, after the burst's rows
+                    self.sync_blocks.add(b)
                 else:
                     self.blocks[b] = self.tab_pool.submit(self._load_block, wanted)
+            if b in self.sync_blocks:  # its files opened by `open_videos`, after the burst's rows: only the
+                # episodes in reach, not the rest of the block (the decoder cache holds the pool's and the
+                # read-ahead's files: a whole block's would evict files still in use, opened again when drawn)
+                self.to_open.append(int(self.eps[k]))
             if not self.local:
                 ep = int(self.eps[k])
                 rels = [self.meta.video_file_of(ep, key) for key in self.spec.video_keys]
@@ -220,6 +225,7 @@ class EntryReader:
             b = k // G
             if self.released[b * G : min((b + 1) * G, len(self.eps))].all():
                 self.blocks.pop(b, None)
+                self.sync_blocks.discard(b)
 
     def close(self) -> None:
         if self.own_pool:
