@@ -102,11 +102,9 @@ def write_data(a) -> None:
     def episode(ep: int) -> dict:
         return synthetic_episode(ep, int(lengths[ep]), CAMERAS, a.height, a.width, seed=0)
 
-    def one_dataset(name: str, file_mb: float | None) -> None:  # every episode in one dataset (files of `file_mb`)
-        sizes = {} if file_mb is None else {"data_files_size_in_mb": file_mb, "video_files_size_in_mb": file_mb}
-        t0 = time.perf_counter()
-        with DatasetWriter(
-            os.path.join(a.data, name),
+    def writer(root: str, **sizes) -> DatasetWriter:
+        return DatasetWriter(
+            root,
             fps=FPS,
             features=feats,
             robot_type="synthetic_bimanual",
@@ -115,7 +113,12 @@ def write_data(a) -> None:
             overwrite=True,
             fsync=False,
             **sizes,
-        ) as w:
+        )
+
+    def one_dataset(name: str, file_mb: float | None) -> None:  # every episode in one dataset (files of `file_mb`)
+        sizes = {} if file_mb is None else {"data_files_size_in_mb": file_mb, "video_files_size_in_mb": file_mb}
+        t0 = time.perf_counter()
+        with writer(os.path.join(a.data, name), **sizes) as w:
             for ep in range(a.episodes):
                 w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
         took = time.perf_counter() - t0
@@ -138,16 +141,7 @@ def write_data(a) -> None:
     entries = []
     for ep in range(a.episodes):
         root = os.path.join(a.data, "entries", f"ep{ep:04d}")
-        with DatasetWriter(
-            root,
-            fps=FPS,
-            features=feats,
-            robot_type="synthetic_bimanual",
-            vcodec="av1",
-            gop=2,
-            overwrite=True,
-            fsync=False,
-        ) as w:
+        with writer(root) as w:
             w.add_episode(episode(ep), task=TASKS[ep % len(TASKS)])
         entries.append({"source": root, "name": f"ep{ep:04d}"})
     print(f"{a.episodes} one-episode datasets in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -15,13 +15,12 @@ POOL, AHEAD, BLOCK, BATCH = 6, 2, 16, 4
 CACHE = 2 * (POOL + AHEAD + BATCH)
 
 
-@pytest.fixture(scope="module")
-def per_episode_files(tmp_path_factory):
-    """40 episodes of 4-7 frames, two 16x32 cameras, every episode in files of its own (LeRobot v2.1's layout)."""
-    root = tmp_path_factory.mktemp("files") / "ds"
+def _one_file_per_episode(root, episodes: int):
+    """`episodes` episodes of 4-7 frames, two 16x32 cameras, every episode in files of its own (LeRobot v2.1's
+    layout)."""
     return write_demo_dataset(
         root,
-        num_episodes=40,
+        num_episodes=episodes,
         min_length=4,
         max_length=7,
         height=16,
@@ -30,6 +29,11 @@ def per_episode_files(tmp_path_factory):
         data_files_size_in_mb=1e-6,
         video_files_size_in_mb=1e-6,
     )
+
+
+@pytest.fixture(scope="module")
+def per_episode_files(tmp_path_factory):
+    return _one_file_per_episode(tmp_path_factory.mktemp("files") / "ds", 40)
 
 
 def _files(root) -> int:
@@ -58,17 +62,7 @@ def test_each_file_of_a_dataset_of_one_file_per_episode_is_opened_once(per_episo
 
 def test_each_file_of_a_mixture_entry_is_opened_once(per_episode_files, tmp_path):
     """The same in a mixture: one entry of many episodes, beside another (its reader's blocks as above)."""
-    other = write_demo_dataset(
-        tmp_path / "other",
-        num_episodes=3,
-        min_length=4,
-        max_length=6,
-        height=16,
-        width=32,
-        progress=False,
-        data_files_size_in_mb=1e-6,
-        video_files_size_in_mb=1e-6,
-    )
+    other = _one_file_per_episode(tmp_path / "other", 3)
     spec = {"entries": [{"source": str(per_episode_files)}, {"source": str(other)}]}
     ds = StreamingMixtureDataset(
         spec,
