@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 REENCODE_CODECS = ("h264", "hevc")  # what the command offers: codecs every NVDEC generation decodes
 WORK_DIR = ".episodic-reencode"  # an unfinished copy's lock and settings
+# a split copy's final step (`reencode_units.finish_copy`), one array task at a time: beside the work directory,
+# which the finishing task renames away (its lock with it) while another may be about to lock it
+FINISH_LOCK = ".episodic-reencode-finish.lock"
 SETTINGS = "settings.json"
 CHUNK_FRAMES = 32  # frames decoded, then encoded, at a time (a file is never held whole in memory)
 
@@ -366,7 +369,7 @@ def check_resumable(dst: str, state: str) -> None:
     begun before (its settings in WORK_DIR)."""
     if state == FILE:
         raise ExistingDirectoryError(f"{dst}: exists and is not a directory")
-    others = [e for e in os.listdir(dst) if e != WORK_DIR] if state != ABSENT else []
+    others = [e for e in os.listdir(dst) if e not in (WORK_DIR, FINISH_LOCK)] if state != ABSENT else []
     if others and not os.path.isfile(os.path.join(dst, WORK_DIR, SETTINGS)):
         raise ExistingDirectoryError(f"{dst}: not empty and not an unfinished copy; choose a new or empty directory")
 
