@@ -123,8 +123,17 @@ def finish_copy(
     try:
         lock = DirectoryLock.acquire(os.path.join(job.dst, FINISH_LOCK), f"{job.dst} (its final step)")
         try:
-            settings = {"vcodec": vcodec, "gop": gop, "crf": crf, "pix_fmt": pix_fmt, "preset": preset}
-            result = reencode(job.src, job.dst, **settings, workers=1, fsync=fsync)
+            result = reencode(
+                job.src,
+                job.dst,
+                vcodec=vcodec,
+                gop=gop,
+                crf=crf,
+                pix_fmt=pix_fmt,
+                preset=preset,
+                workers=1,
+                fsync=fsync,
+            )
         finally:
             lock.release(remove=True)
     except WriterLockedError as e:  # another array task, done with its files at the same time, is finishing it
