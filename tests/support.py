@@ -109,6 +109,18 @@ def depth_frames(h: int, w: int, n: int, seed: int) -> np.ndarray:
     return d.astype(np.float32)
 
 
+def encode_segment(path: Path | str, episode: int, frames: int, height: int = 48, width: int = 64, **opts) -> str:
+    """An mp4 of the demo's synthetic episode `episode` (`frames` frames at 30 fps), encoded by the writer's
+    `VideoFileWriter` with `opts` (vcodec, gop, ...); returns its path."""
+    from episodic.demo import synthetic_episode
+    from episodic.writer.video import VideoFileWriter
+
+    w = VideoFileWriter(str(path), width, height, 30, **opts)
+    w.add(synthetic_episode(episode, frames, height=height, width=width)["observation.images.top"])
+    w.close()
+    return str(path)
+
+
 class _FaultHandler(http.server.BaseHTTPRequestHandler):
     """One request of a `FaultServer` (see there)."""
 

@@ -1,6 +1,8 @@
-"""Packet tables and packet runs copied into a new mp4 (writer/remux.py): the table is what PyAV's own demuxer
-and decoder see; copied runs decode to exactly the source's frames (PyAV decodes both), at the shifted times;
-runs of other settings are refused and a failed copy leaves nothing."""
+"""Packets copied into a new mp4 (writer/remux.py). The writer's segments joined (`concat_mp4`): the joined file
+decodes to exactly the segments' frames, at the times the writer records; segments that cannot be joined are
+refused; a failed join leaves nothing. Packet tables and packet runs: the table is what PyAV's own demuxer and
+decoder see; copied runs decode to exactly the source's frames (PyAV decodes both), at the shifted times; runs
+of other settings are refused and a failed copy leaves nothing."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ import numpy as np
 import pytest
 
 from episodic.format.errors import WriterSessionError
-from episodic.writer.remux import PacketRun, copy_runs, packet_table
+from episodic.writer.remux import PacketRun, concat_mp4, copy_runs, packet_table
 from episodic.writer.video import VideoFileWriter
 
-from support import FIXTURES
+from support import FIXTURES, encode_segment
 
 AV1 = FIXTURES / "lerobot_multifile_av1/dataset/videos/observation.images.top/chunk-000/file-000.mp4"
 H264 = FIXTURES / "lerobot_h264/dataset/videos/observation.images.top/chunk-000/file-000.mp4"  # B-frames
@@ -69,3 +71,38 @@ def test_runs_of_other_settings_are_refused_and_leave_nothing(tmp_path):
     with pytest.raises(Exception, match="fewer than"):
         copy_runs([PacketRun(str(other), 0, 99, 0)], str(tmp_path / "out.mp4"))
     assert sorted(os.listdir(tmp_path)) == ["other.mp4"]  # no output, no temporary file
+
+
+def _decode(path) -> tuple[list[np.ndarray], list[float]]:
+    with av.open(str(path)) as c:
+        frames = list(c.decode(video=0))
+    return [f.to_ndarray(format="rgb24") for f in frames], [float(f.time) for f in frames]
+
+
+@pytest.mark.parametrize("vcodec", ["av1", "h264", "hevc"])
+def test_joined_file_decodes_to_the_segments_frames(tmp_path, vcodec):
+    lengths = [7, 12, 5]
+    segs = [encode_segment(tmp_path / f"s{i}.mp4", i, n, vcodec=vcodec, gop=4) for i, n in enumerate(lengths)]
+    assert concat_mp4(segs, str(tmp_path / "out.mp4"), 30) == sum(lengths)
+    frames, times = _decode(tmp_path / "out.mp4")
+    want = [f for s in segs for f in _decode(s)[0]]
+    assert len(frames) == sum(lengths)
+    assert all(np.array_equal(a, b) for a, b in zip(frames, want, strict=True))  # bit-identical: no re-encoding
+    np.testing.assert_allclose(times, np.arange(sum(lengths)) / 30, atol=1e-9)
+    assert sorted(os.listdir(tmp_path)) == ["out.mp4", "s0.mp4", "s1.mp4", "s2.mp4"]
+
+
+def test_segments_with_other_settings_are_refused(tmp_path):
+    a = encode_segment(tmp_path / "a.mp4", 0, 4, vcodec="h264")
+    b = encode_segment(tmp_path / "b.mp4", 1, 4, vcodec="hevc")
+    with pytest.raises(WriterSessionError, match="encoded with other settings"):
+        concat_mp4([a, b], str(tmp_path / "out.mp4"), 30)
+    assert sorted(os.listdir(tmp_path)) == ["a.mp4", "b.mp4"]  # no output, no temporary file
+
+
+def test_a_failed_join_leaves_nothing(tmp_path):
+    a = encode_segment(tmp_path / "a.mp4", 0, 4)
+    (tmp_path / "broken.mp4").write_bytes(b"not an mp4")
+    with pytest.raises(av.FFmpegError):
+        concat_mp4([a, str(tmp_path / "broken.mp4")], str(tmp_path / "out.mp4"), 30)
+    assert sorted(os.listdir(tmp_path)) == ["a.mp4", "broken.mp4"]

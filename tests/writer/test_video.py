@@ -1,5 +1,5 @@
-"""mp4 segments joined without re-encoding: the joined file decodes to exactly the segments' frames, at the
-times the writer records; segments that cannot be joined are refused; a failed join leaves nothing."""
+"""The writer's encoder (writer/video.py): frame counts and times, encoders that stall or refuse a size, codecs
+and pixel formats; the joining of its segments is tested in test_remux.py."""
 
 from __future__ import annotations
 
@@ -12,53 +12,11 @@ import av
 import numpy as np
 import pytest
 
-from episodic.demo import synthetic_episode
-from episodic.format.errors import WriterSessionError
-from episodic.writer.video import VideoFileWriter, concat_mp4
+from episodic.writer.video import VideoFileWriter
+
+from support import encode_segment
 
 H, W = 48, 64
-
-
-def _segment(path, ep: int, n: int, **opts) -> str:
-    w = VideoFileWriter(str(path), W, H, 30, **opts)
-    w.add(synthetic_episode(ep, n, height=H, width=W)["observation.images.top"])
-    w.close()
-    return str(path)
-
-
-def _decode(path) -> tuple[list[np.ndarray], list[float]]:
-    with av.open(str(path)) as c:
-        frames = list(c.decode(video=0))
-    return [f.to_ndarray(format="rgb24") for f in frames], [float(f.time) for f in frames]
-
-
-@pytest.mark.parametrize("vcodec", ["av1", "h264", "hevc"])
-def test_joined_file_decodes_to_the_segments_frames(tmp_path, vcodec):
-    lengths = [7, 12, 5]
-    segs = [_segment(tmp_path / f"s{i}.mp4", i, n, vcodec=vcodec, gop=4) for i, n in enumerate(lengths)]
-    assert concat_mp4(segs, str(tmp_path / "out.mp4"), 30) == sum(lengths)
-    frames, times = _decode(tmp_path / "out.mp4")
-    want = [f for s in segs for f in _decode(s)[0]]
-    assert len(frames) == sum(lengths)
-    assert all(np.array_equal(a, b) for a, b in zip(frames, want, strict=True))  # bit-identical: no re-encoding
-    np.testing.assert_allclose(times, np.arange(sum(lengths)) / 30, atol=1e-9)
-    assert sorted(os.listdir(tmp_path)) == ["out.mp4", "s0.mp4", "s1.mp4", "s2.mp4"]
-
-
-def test_segments_with_other_settings_are_refused(tmp_path):
-    a = _segment(tmp_path / "a.mp4", 0, 4, vcodec="h264")
-    b = _segment(tmp_path / "b.mp4", 1, 4, vcodec="hevc")
-    with pytest.raises(WriterSessionError, match="encoded with other settings"):
-        concat_mp4([a, b], str(tmp_path / "out.mp4"), 30)
-    assert sorted(os.listdir(tmp_path)) == ["a.mp4", "b.mp4"]  # no output, no temporary file
-
-
-def test_a_failed_join_leaves_nothing(tmp_path):
-    a = _segment(tmp_path / "a.mp4", 0, 4)
-    (tmp_path / "broken.mp4").write_bytes(b"not an mp4")
-    with pytest.raises(av.FFmpegError):
-        concat_mp4([a, str(tmp_path / "broken.mp4")], str(tmp_path / "out.mp4"), 30)
-    assert sorted(os.listdir(tmp_path)) == ["a.mp4", "broken.mp4"]
 
 
 def test_video_file_writer_counts_and_discards(tmp_path):
@@ -252,7 +210,7 @@ def test_bad_gops_are_refused_before_encoding(tmp_path, vcodec, gop, match):
 
 @pytest.mark.parametrize("vcodec", ["h264", "hevc"])
 def test_gop_1_gives_key_frames_only_with_h264_and_hevc(tmp_path, vcodec):
-    path = _segment(tmp_path / "k.mp4", 0, 9, vcodec=vcodec, gop=1)
+    path = encode_segment(tmp_path / "k.mp4", 0, 9, vcodec=vcodec, gop=1)
     with av.open(path) as c:
         keys = [p.is_keyframe for p in c.demux(video=0) if p.size]
     assert keys == [True] * 9

@@ -22,8 +22,9 @@ from .groups import Group, Series
 from .inputs import check_episode, check_features, check_tasks
 from .meta import write_metadata
 from .recovery import Recovery
+from .remux import concat_mp4
 from .session import SESSION_DIR, Session, read_settings, segment_episode
-from .video import INFO_CODEC, check_gop, concat_mp4, encode_file, encoder_name, probe_encoder
+from .video import INFO_CODEC, check_gop, encode_file, encoder_name, probe_encoder
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,19 @@
-"""Runs of packets of mp4 files copied into a new mp4 file, retimed, without re-encoding: how `episodic convert`
-and `repack` move episodes' frames between video files (the writer's `concat_mp4` joins whole segments that each
-start at time 0; this is the general case: any packet range of any file, at any offset).
+"""Packets of mp4 files copied into a new mp4 file, retimed, without re-encoding.
 
-- `packet_table(path)`: every packet of a file's first video stream, in decode order (presentation and decode
-  times, key-frame flag, size, duration), and what a stream joined with it must share
-  (`video.stream_params`: codec, size, pixel format, codec configuration, time base); nothing is decoded.
-- `copy_runs(runs, final)`: packets ``[start, stop)`` of each run's file, in the runs' order, with both times moved
-  by the run's `shift` (ticks of the stream's time base), muxed into `final` under a temporary name, read back
-  (as many frames as packets copied) and renamed. The caller chooses the shifts: times must keep increasing
-  from one run to the next (`tools.fleet.video_units` does). On any error nothing is left at `final`.
+- `concat_mp4(segments, final, fps)`: the writer's join of whole segments (one episode's frames each, each starting
+  at time 0 with a key frame): the frames of segment k follow those of segment k-1 as if one encoder had produced
+  them all.
+- The general case, how `episodic convert` and `repack` move episodes' frames between video files: any packet
+  range of any file, at any offset:
+  - `packet_table(path)`: every packet of a file's first video stream, in decode order (presentation and decode
+    times, key-frame flag, size, duration), and what a stream joined with it must share (`stream_params`: codec,
+    size, pixel format, codec configuration, time base); nothing is decoded.
+  - `copy_runs(runs, final)`: packets ``[start, stop)`` of each run's file, in the runs' order, with both times
+    moved by the run's `shift` (ticks of the stream's time base). The caller chooses the shifts: times must keep
+    increasing from one run to the next (`tools.fleet.video_units` does).
+
+Either writes `final` through `mp4_output.write_mp4`: under a temporary name, read back (as many frames as packets
+copied) and renamed; on any error nothing is left at `final`.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ import av
 import numpy as np
 
 from ..format.errors import DatasetFormatError, WriterSessionError
-from .video import stream_params, write_mp4
+from .mp4_output import write_mp4
 
-__all__ = ["PacketRun", "PacketTable", "copy_runs", "packet_table", "params_key"]
+__all__ = ["PacketRun", "PacketTable", "concat_mp4", "copy_runs", "packet_table", "params_key", "stream_params"]
 
 
 def params_key(params: tuple) -> str:
@@ -32,6 +37,20 @@ def params_key(params: tuple) -> str:
     name, width, height, pix_fmt, extradata, time_base = params
     text = f"{name}|{width}x{height}|{pix_fmt}|{time_base}|{hashlib.sha256(extradata).hexdigest()[:16]}"
     return text
+
+
+def stream_params(stream) -> tuple:
+    """What two video streams must share for their packets to be joined into one: codec, frame size, pixel
+    format, codec configuration (extradata), time base."""
+    cc = stream.codec_context
+    return (
+        cc.name,
+        cc.width,
+        cc.height,
+        cc.format.name if cc.format else None,
+        bytes(cc.extradata or b""),
+        stream.time_base,
+    )
 
 
 @dataclass
@@ -154,4 +173,52 @@ def _mux(runs: Sequence[PacketRun], out) -> int:
     finally:
         if inp is not None:
             inp.close()
+    return total
+
+
+def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = False) -> int:
+    """Join mp4 `segments` (one video stream each, same encoder and settings, each starting at time 0) into
+    `final` without re-encoding; returns the number of frames. Written under a temporary name and renamed;
+    on any error nothing is left at `final` (nor a temporary file) and the segments are untouched."""
+    if not segments:
+        raise ValueError(f"{final}: no segments to join")
+    return write_mp4(final, lambda out: _remux(segments, out, fps), fsync)
+
+
+def _remux(segments: Sequence[str], out, fps: int) -> int:
+    ost, ticks, offset, total = None, 0, 0, 0
+    ref: tuple = ()  # the first segment's stream_params
+    for path in segments:
+        with av.open(path) as inp:
+            ist = inp.streams.video[0]
+            params = stream_params(ist)
+            if ost is None:
+                if ist.time_base is None:
+                    raise WriterSessionError(f"{path}: the video stream has no time base")
+                ost = out.add_stream_from_template(ist, opaque=True)
+                ost.time_base = ist.time_base
+                ref, frame_ticks = params, Fraction(1, fps) / ist.time_base
+                if frame_ticks.denominator != 1:
+                    raise WriterSessionError(f"{path}: time base {ist.time_base} does not divide a frame at {fps} fps")
+                ticks = int(frame_ticks)
+            elif params != ref:
+                raise WriterSessionError(
+                    f"{path}: encoded with other settings than {segments[0]} "
+                    f"({params[:4]} vs {ref[:4]}); the segments cannot be joined"
+                )
+            count = 0
+            for packet in inp.demux(ist):
+                if packet.dts is None:  # the demuxer's flush packet
+                    continue
+                if packet.pts is None:
+                    raise WriterSessionError(f"{path}: packet {count} has no presentation time")
+                if count == 0 and packet.pts != 0:
+                    raise WriterSessionError(f"{path}: the first frame is at {packet.pts} x {ist.time_base} s, not 0")
+                packet.pts += offset
+                packet.dts += offset
+                packet.stream = ost
+                out.mux(packet)
+                count += 1
+        offset += count * ticks
+        total += count
     return total

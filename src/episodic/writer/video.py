@@ -1,27 +1,26 @@
-"""Encoding camera frames into mp4 files with PyAV, and joining mp4 segments into one file without re-encoding.
+"""Encoding camera frames into mp4 files with PyAV.
 
 The writer encodes each episode of each camera into its own mp4 segment (`VideoFileWriter`), so an episode's
-video is complete on disk when `add_episode` returns; `concat_mp4` later joins the segments of one video file
-by copying their packets with shifted timestamps: the frames of segment k follow those of segment k-1 as if one
-encoder had produced them all (each segment starts with a key frame).
+video is complete on disk when `add_episode` returns; `remux.concat_mp4` later joins the segments of one video
+file without re-encoding. The file itself is written by `mp4_output` (temporary name, read back, renamed).
 """
 
 from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
 
 import av
 import numpy as np
 
 from .. import config
-from ..format.errors import EncoderError, WriterInputError, WriterSessionError
+from ..format.errors import EncoderError, WriterInputError
 from ..format.timebase import frames_to_seconds
 from ..storage.atomic import AtomicFile
 from .encoder_watch import EncoderStalled, leave_behind, watched
+from .mp4_output import close_output, finish_output, open_output
 
 log = logging.getLogger(__name__)
 
@@ -303,153 +302,3 @@ class VideoFileWriter:
         if not self.stalled:
             close_output(self._sink, self._container)
         self._file.discard()
-
-
-class _Sink:
-    """The file an mp4 muxer writes to, a descriptor we own. FFmpeg takes a short write for a complete one and
-    may drop an error raised while it writes the trailer: here every write is complete or raises, the first
-    error is kept (`error`) for the caller to raise after closing, and closing never writes (so it cannot
-    fail for lack of space), which releases the descriptor whatever the muxer's state."""
-
-    def __init__(self, path: str):
-        self._f = open(path, "wb", buffering=0)
-        self.error: OSError | None = None
-
-    def write(self, data) -> int:
-        view = memoryview(data)
-        try:
-            done = 0
-            while done < len(view):
-                n = self._f.write(view[done:])
-                if not n:
-                    raise OSError(f"{self._f.name}: write made no progress")
-                done += n
-        except OSError as e:
-            self.error = self.error or e
-            raise
-        return len(view)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._f.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def open_output(path: str):
-    """(sink, muxer) of a new mp4 file at `path` (a temporary path: see `AtomicFile`)."""
-    sink = _Sink(path)
-    try:
-        return sink, av.open(sink, mode="w", format="mp4")
-    except BaseException:
-        sink.close()
-        raise
-
-
-def finish_output(sink: _Sink, container, path: str, frames: int) -> None:
-    """Close a muxer that wrote `frames` frames, raise what went wrong while writing, and check that the file
-    reads back as that many frames (never rename a file that does not)."""
-    container.close()
-    sink.close()
-    if sink.error is not None:
-        raise sink.error
-    with av.open(path) as check:
-        streams = check.streams.video
-        got = streams[0].frames if streams else 0
-    if got != frames:
-        raise OSError(f"{path}: reads back as {got} frames after writing {frames}")
-
-
-def close_output(sink, container) -> None:
-    """Close a muxer and its file after a failure (never raises: the first error is the one to report)."""
-    for close in (container.close if container is not None else None, sink.close if sink is not None else None):
-        if close is not None:
-            try:
-                close()
-            except Exception:  # noqa: BLE001
-                pass
-
-
-def stream_params(stream) -> tuple:
-    """What two video streams must share for their packets to be joined into one: codec, frame size, pixel
-    format, codec configuration (extradata), time base."""
-    cc = stream.codec_context
-    return (
-        cc.name,
-        cc.width,
-        cc.height,
-        cc.format.name if cc.format else None,
-        bytes(cc.extradata or b""),
-        stream.time_base,
-    )
-
-
-def concat_mp4(segments: Sequence[str], final: str, fps: int, fsync: bool = False) -> int:
-    """Join mp4 `segments` (one video stream each, same encoder and settings, each starting at time 0) into
-    `final` without re-encoding; returns the number of frames. Written under a temporary name and renamed;
-    on any error nothing is left at `final` (nor a temporary file) and the segments are untouched."""
-    if not segments:
-        raise ValueError(f"{final}: no segments to join")
-    return write_mp4(final, lambda out: _remux(segments, out, fps), fsync)
-
-
-def write_mp4(final: str, mux: Callable[[Any], int], fsync: bool = False) -> int:
-    """A new mp4 at `final` whose packets `mux(muxer)` writes, returning how many frames: written under a temporary
-    name, checked to read back as that many frames, then renamed; on any error nothing is left at `final` (nor a
-    temporary file)."""
-    out_file = AtomicFile(final)
-    try:
-        sink, out = open_output(out_file.tmp)
-        try:
-            total = mux(out)
-            finish_output(sink, out, out_file.tmp, total)
-        except BaseException:
-            close_output(sink, out)
-            raise
-        out_file.commit(fsync=fsync)
-    except BaseException:
-        out_file.discard()
-        raise
-    return total
-
-
-def _remux(segments: Sequence[str], out, fps: int) -> int:
-    ost, ticks, offset, total = None, 0, 0, 0
-    ref: tuple = ()  # the first segment's stream_params
-    for path in segments:
-        with av.open(path) as inp:
-            ist = inp.streams.video[0]
-            params = stream_params(ist)
-            if ost is None:
-                if ist.time_base is None:
-                    raise WriterSessionError(f"{path}: the video stream has no time base")
-                ost = out.add_stream_from_template(ist, opaque=True)
-                ost.time_base = ist.time_base
-                ref, frame_ticks = params, Fraction(1, fps) / ist.time_base
-                if frame_ticks.denominator != 1:
-                    raise WriterSessionError(f"{path}: time base {ist.time_base} does not divide a frame at {fps} fps")
-                ticks = int(frame_ticks)
-            elif params != ref:
-                raise WriterSessionError(
-                    f"{path}: encoded with other settings than {segments[0]} "
-                    f"({params[:4]} vs {ref[:4]}); the segments cannot be joined"
-                )
-            count = 0
-            for packet in inp.demux(ist):
-                if packet.dts is None:  # the demuxer's flush packet
-                    continue
-                if packet.pts is None:
-                    raise WriterSessionError(f"{path}: packet {count} has no presentation time")
-                if count == 0 and packet.pts != 0:
-                    raise WriterSessionError(f"{path}: the first frame is at {packet.pts} x {ist.time_base} s, not 0")
-                packet.pts += offset
-                packet.dts += offset
-                packet.stream = ost
-                out.mux(packet)
-                count += 1
-        offset += count * ticks
-        total += count
-    return total
