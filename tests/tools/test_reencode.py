@@ -170,12 +170,32 @@ def test_second_run_at_once_is_refused(source, tmp_path):
     (dst / R.WORK_DIR / R.SETTINGS).write_text(
         json.dumps(R._settings(str(source.resolve()), "h264", 2, 30, "yuv420p", None))
     )
-    lock = DirectoryLock.acquire(str(dst / R.WORK_DIR / "lock"), str(dst))
+    lock = DirectoryLock.acquire(str(dst / R.COPY_LOCK), str(dst))
     try:
         with pytest.raises(WriterLockedError, match="another writer"):
             R.reencode(source, dst, vcodec="h264")
     finally:
         lock.release()
+
+
+def test_a_run_that_finds_the_copy_finished_once_it_holds_the_lock_leaves_it(source, tmp_path, monkeypatch):
+    """Another run (e.g. a split copy's final step in another array task) finishes the copy between this run's
+    first look at DST and its lock: under the lock it looks again, verifies the copy and leaves it (it used to
+    make a new work directory in the finished copy and do the final step again)."""
+    dst = tmp_path / "c"
+    real_probe, started, others = R._Copy.probe, [], []
+
+    def probe_then_the_other_run_finishes(self, keys=None):
+        real_probe(self, keys)
+        if not started:  # this run's probe: the other run, whole, in that window
+            started.append(True)
+            others.append(R.reencode(source, dst, vcodec="h264"))
+
+    monkeypatch.setattr(R._Copy, "probe", probe_then_the_other_run_finishes)
+    result = R.reencode(source, dst, vcodec="h264")
+    assert others and not others[0].skipped and others[0].files_encoded == len(_videos(source))
+    assert result.skipped and result.files_encoded == 0
+    assert sorted(p.name for p in dst.iterdir()) == ["data", "meta", "videos"]  # no work directory, no lock
 
 
 def test_refusals_before_anything_is_written(source, tmp_path):

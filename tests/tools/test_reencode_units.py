@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from episodic.demo import write_demo_dataset
-from episodic.tools.reencode import FINISH_LOCK, WORK_DIR
+from episodic.tools.reencode import COPY_LOCK, WORK_DIR
 from episodic.tools.reencode_units import encode_file, finish_copy, video_files
 from episodic.writer.lock import DirectoryLock
 
@@ -30,7 +30,7 @@ def test_a_final_step_waits_for_the_one_under_way_and_skips_a_finished_copy(sour
     dst = tmp_path / "copy"
     for rel in video_files(str(source)):
         assert encode_file(str(source), str(dst), rel, **SETTINGS)["status"] == "done"
-    other = DirectoryLock.acquire(str(dst / FINISH_LOCK), "the other array task's final step")
+    other = DirectoryLock.acquire(str(dst / COPY_LOCK), "the other array task's final step")
     try:
         got = finish_copy(str(source), str(dst), **SETTINGS)
     finally:
@@ -39,8 +39,8 @@ def test_a_final_step_waits_for_the_one_under_way_and_skips_a_finished_copy(sour
     assert (dst / WORK_DIR).is_dir() and not (dst / "meta" / "info.json").exists()  # nothing done meanwhile
 
     assert finish_copy(str(source), str(dst), **SETTINGS)["status"] == "done"
-    assert not (dst / WORK_DIR).exists() and not (dst / FINISH_LOCK).exists()  # a finished copy: no lock left
+    assert not (dst / WORK_DIR).exists() and not (dst / COPY_LOCK).exists()  # a finished copy: no lock left
     assert (dst / "meta" / "info.json").is_file()
     again = finish_copy(str(source), str(dst), **SETTINGS)  # the array task that comes second
     assert again["status"] == "skipped", again
-    assert not (dst / FINISH_LOCK).exists()
+    assert not (dst / COPY_LOCK).exists()

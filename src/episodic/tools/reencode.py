@@ -15,9 +15,11 @@ What the copy is:
 
 Like the writer it is crash-safe and resumable: every file is written under a temporary name and renamed when
 complete (`storage.atomic`), so a file at its final name is whole; a directory without meta/info.json is no
-dataset any loader reads. A run on a directory an interrupted run left (`.episodic-reencode/` holds its lock
-and settings) removes the temporary files, keeps each finished file that verifies (its frames' times those of
-the original's file) and does the rest. A second run at the same time gets `WriterLockedError`. A finished
+dataset any loader reads. A run on a directory an interrupted run left (`.episodic-reencode/` holds its settings)
+removes the temporary files, keeps each finished file that verifies (its frames' times those of the original's
+file) and does the rest. A run holds ``DST/.episodic-reencode.lock`` from its look at DST to its end (removed
+then): a second run at the same time gets `WriterLockedError`; one that gets the lock after another finished the
+copy finds it finished. A finished
 copy made from the same source with the same settings is verified and left as it is (`ReencodeResult.skipped`):
 what a fleet runner calls per dataset. Files are encoded side by side on `workers` threads (PyAV decodes and
 encodes without the GIL), with a progress bar in frames.
@@ -62,10 +64,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 REENCODE_CODECS = ("h264", "hevc")  # what the command offers: codecs every NVDEC generation decodes
-WORK_DIR = ".episodic-reencode"  # an unfinished copy's lock and settings
-# a split copy's final step (`reencode_units.finish_copy`), one array task at a time: beside the work directory,
-# which the finishing task renames away (its lock with it) while another may be about to lock it
-FINISH_LOCK = ".episodic-reencode-finish.lock"
+WORK_DIR = ".episodic-reencode"  # an unfinished copy's settings (and a split copy's records of finished files)
+# held by a run of `reencode` (a whole copy, or a split copy's final step) from its look at DST to its end, removed
+# when done: beside the work directory, which a finishing run renames away while another may be looking at it
+COPY_LOCK = ".episodic-reencode.lock"
 SETTINGS = "settings.json"
 CHUNK_FRAMES = 32  # frames decoded, then encoded, at a time (a file is never held whole in memory)
 
@@ -313,35 +315,48 @@ def reencode(
     src, dst, settings = job.src, job.dst, job.settings
     result = ReencodeResult(src, dst, settings["vcodec"], gop, crf)
     work = os.path.join(dst, WORK_DIR)
-    state = directory_state(dst)
+    if _verified_copy(job, work, result):  # refusals and a finished copy first: nothing written for them
+        result.seconds = time.perf_counter() - t0
+        return result
+    job.probe()
+    os.makedirs(dst, exist_ok=True)
+    lock = DirectoryLock.acquire(os.path.join(dst, COPY_LOCK), dst)
+    try:
+        # again, now that no other run can change it: one that held the lock may have finished the copy meanwhile
+        if not _verified_copy(job, work, result):
+            os.makedirs(work, exist_ok=True)
+            _begin(job, work, result)
+            _run(job, result, workers)
+            atomic_write_bytes(os.path.join(dst, INFO_PATH), job.info, fsync=fsync)  # last: now it is a dataset
+            # the work directory goes in one step, renamed, then removed: a unit of a split copy looking at the
+            # copy meanwhile (`reencode_units.encode_file`, which takes no copy lock) sees it unfinished or
+            # finished; never a work directory half removed (it took that for a directory it must not touch)
+            done = f"{work}.{os.getpid()}.done"
+            os.rename(work, done)
+            shutil.rmtree(done, ignore_errors=True)
+    finally:
+        lock.release(remove=True)
+    result.seconds = time.perf_counter() - t0
+    if not result.skipped:
+        log.info("%s", result.summary())
+    return result
+
+
+def _verified_copy(job: _Copy, work: str, result: ReencodeResult) -> bool:
+    """True when DST is a finished copy of SRC with these settings (verified: `result.skipped`); raises when it
+    holds something else (another dataset, files of no copy); False when the copy is new or unfinished."""
+    state = directory_state(job.dst)
     if state == DATASET and not os.path.isdir(work):
         why = job.verify()
         if why is None:
-            result.skipped, result.seconds = True, time.perf_counter() - t0
-            return result
+            result.skipped = True
+            return True
         raise ExistingDirectoryError(
-            f"{dst}: holds a dataset that is not a {settings['vcodec']} copy of {src} with "
+            f"{job.dst}: holds a dataset that is not a {job.settings['vcodec']} copy of {job.src} with "
             f"these settings ({why}); choose another directory or delete it"
         )
-    check_resumable(dst, state)
-    job.probe()
-    os.makedirs(work, exist_ok=True)
-    lock = DirectoryLock.acquire(os.path.join(work, "lock"), dst)
-    try:
-        _begin(job, work, result)
-        _run(job, result, workers)
-        atomic_write_bytes(os.path.join(dst, INFO_PATH), job.info, fsync=fsync)  # last: now it is a dataset
-        # the work directory goes in one step, renamed while still locked, then removed: another run looking at
-        # the copy meanwhile (a split copy's final step in another array task) sees it unfinished and locked,
-        # or finished; never a work directory half removed (it took that for a directory it must not touch)
-        done = f"{work}.{os.getpid()}.done"
-        os.rename(work, done)
-        shutil.rmtree(done, ignore_errors=True)
-    finally:
-        lock.release()
-    result.seconds = time.perf_counter() - t0
-    log.info("%s", result.summary())
-    return result
+    check_resumable(job.dst, state)
+    return False
 
 
 def prepare(
@@ -369,7 +384,7 @@ def check_resumable(dst: str, state: str) -> None:
     begun before (its settings in WORK_DIR)."""
     if state == FILE:
         raise ExistingDirectoryError(f"{dst}: exists and is not a directory")
-    others = [e for e in os.listdir(dst) if e not in (WORK_DIR, FINISH_LOCK)] if state != ABSENT else []
+    others = [e for e in os.listdir(dst) if e not in (WORK_DIR, COPY_LOCK)] if state != ABSENT else []
     if others and not os.path.isfile(os.path.join(dst, WORK_DIR, SETTINGS)):
         raise ExistingDirectoryError(f"{dst}: not empty and not an unfinished copy; choose a new or empty directory")
 

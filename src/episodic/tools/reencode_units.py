@@ -12,10 +12,10 @@ units and the other way round.
   verifying) every file, copies the other files and writes meta/info.json last (only then is DST a dataset); a
   finished copy is verified and skipped. While files lack their record (units of other array tasks still to
   run) it returns ``pending`` and changes nothing: the run that finishes the last file finishes the copy. Two
-  array tasks done with their files at once both try, one at a time (``DST/.episodic-reencode-finish.lock``,
-  removed when done): the one that finds it taken returns ``pending`` (the other is finishing it); one that takes
-  it after the other finished finds a finished copy (verified, ``skipped``). (The copy's own lock lives in the work
-  directory, which the finishing run renames away: a second final step locking it then found it gone.)
+  array tasks done with their files at once both try, one at a time (`reencode`'s lock,
+  ``DST/.episodic-reencode.lock``, beside the work directory the finishing run renames away): the one that finds
+  it taken returns ``pending`` (the other is finishing it); one that takes it after the other finished finds a
+  finished copy (verified, ``skipped``). A plain `reencode` of the same copy takes the same lock.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..storage import open_source
 from ..storage.atomic import atomic_write_bytes, is_temp_name
 from ..writer.lock import DirectoryLock
 from ..writer.session import DATASET, directory_state
-from .reencode import FINISH_LOCK, WORK_DIR, begin_settings, camera_files, check_resumable, prepare, reencode
+from .reencode import WORK_DIR, begin_settings, camera_files, check_resumable, prepare, reencode
 
 __all__ = ["FILES_DIR", "encode_file", "finish_copy", "video_files"]
 
@@ -119,23 +119,10 @@ def finish_copy(
                 "detail": f"{len(missing)} of {len(job.cameras)} video file(s) not encoded yet (e.g. {missing[0]}): "
                 "the run that encodes the last one finishes the copy",
             }
-    os.makedirs(job.dst, exist_ok=True)
     try:
-        lock = DirectoryLock.acquire(os.path.join(job.dst, FINISH_LOCK), f"{job.dst} (its final step)")
-        try:
-            result = reencode(
-                job.src,
-                job.dst,
-                vcodec=vcodec,
-                gop=gop,
-                crf=crf,
-                pix_fmt=pix_fmt,
-                preset=preset,
-                workers=1,
-                fsync=fsync,
-            )
-        finally:
-            lock.release(remove=True)
+        result = reencode(
+            job.src, job.dst, vcodec=vcodec, gop=gop, crf=crf, pix_fmt=pix_fmt, preset=preset, workers=1, fsync=fsync
+        )
     except WriterLockedError as e:  # another array task, done with its files at the same time, is finishing it
         return {"status": "pending", "detail": f"being finished by another run ({e})"}
     # files_encoded: those a unit's record vouched for that did not verify (0 unless a file was changed since)
