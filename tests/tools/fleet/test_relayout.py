@@ -181,6 +181,33 @@ def test_a_directory_in_use_is_refused(small_root, tmp_path):
     assert relayout(open_source(small_root), str(out), MERGE)["status"] == "done"
 
 
+def test_a_run_whose_session_directory_goes_before_its_lock_finds_the_dataset_finished(
+    small_root, tmp_path, monkeypatch
+):
+    """Another run finishes the same dataset between this run's look at the directory and its lock, removing the
+    session directory this run had just made: this run makes it again, finds the dataset finished and verified
+    (`skipped`) and leaves no session directory (it used to fail with FileNotFoundError on the lock file)."""
+    from episodic.tools.fleet import relayout as R
+
+    out = tmp_path / "new"
+    assert relayout(open_source(small_root), str(out), MERGE)["status"] == "done"
+    before = tree_digest(out)
+    (out / DONE_RECORD).rename(tmp_path / "record")  # as it was before the other run's last steps ...
+    (out / STAGING).mkdir()
+    real, calls = DirectoryLock.acquire, []
+
+    def acquire(path, what):
+        if not calls:  # ... which come now: its record written, its session directory removed
+            (tmp_path / "record").rename(out / DONE_RECORD)
+            shutil.rmtree(out / STAGING)
+        calls.append(path)
+        return real(path, what)
+
+    monkeypatch.setattr(R.DirectoryLock, "acquire", acquire)
+    assert relayout(open_source(small_root), str(out), MERGE)["status"] == "skipped"
+    assert len(calls) == 2 and not (out / STAGING).exists() and tree_digest(out) == before
+
+
 def test_a_source_whose_rows_disagree_with_its_metadata_is_named(small_root, tmp_path, copy_of):
     src = copy_of(small_root)
     path = next(src.glob("data/*/*.parquet"))

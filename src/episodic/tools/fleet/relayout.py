@@ -276,8 +276,7 @@ def relayout(
             f"written by episodic {tool}: choose a new or empty directory (nothing there is replaced)"
         )
     staging = os.path.join(root, STAGING)
-    os.makedirs(staging, exist_ok=True)
-    lock = DirectoryLock.acquire(os.path.join(staging, "lock"), root)
+    lock = _lock_session(staging, root)
     try:
         return _run(source, meta, root, staging, options, tool, fingerprint, progress, fsync, lock)
     except BaseException:
@@ -388,6 +387,20 @@ def _verify(root: str, meta: DatasetMetadata, options: RelayoutOptions) -> None:
         raise RelayoutError(
             f"{root}: the new dataset has {report.checked.get('episodes')} episodes, the source {len(meta.episodes)}"
         )
+
+
+def _lock_session(staging: str, root: str) -> DirectoryLock:
+    """The session directory made (or found) and its lock taken. Another run that finishes meanwhile removes the
+    directory (`_finish_session`) between our making it and our lock: then it is made again (`_run` then finds
+    the dataset finished and verified)."""
+    for attempt in range(3):
+        os.makedirs(staging, exist_ok=True)
+        try:
+            return DirectoryLock.acquire(os.path.join(staging, "lock"), root)
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _finish_session(staging: str, lock: DirectoryLock) -> None:
