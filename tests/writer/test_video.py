@@ -12,6 +12,7 @@ import av
 import numpy as np
 import pytest
 
+from episodic.demo import synthetic_episode
 from episodic.writer.video import VideoFileWriter
 
 from support import encode_segment
@@ -214,6 +215,41 @@ def test_gop_1_gives_key_frames_only_with_h264_and_hevc(tmp_path, vcodec):
     with av.open(path) as c:
         keys = [p.is_keyframe for p in c.demux(video=0) if p.size]
     assert keys == [True] * 9
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+def test_h264_packets_are_x264s_avx2_code_on_a_cpu_with_avx512(tmp_path):
+    """The writer's H.264 packets equal those of PyAV encoding the same frames with the same options, x264's code
+    capped at AVX2 where this CPU has AVX-512 (whose code made x264's output differ from run to run), else x264's
+    own choice. (These frames are ones whose packets x264's AVX-512 and AVX2 code write differently, every time.)"""
+    frames = synthetic_episode(1, 30, height=H, width=W)["observation.images.top"]
+    path = tmp_path / "w.mp4"
+    w = VideoFileWriter(str(path), W, H, 30, vcodec="h264", gop=2, crf=30)
+    w.add(frames)
+    w.close()
+    options = {"g": "2", "crf": "30", "bf": "0"}
+    if "avx512f" in _cpu_flags():
+        options["x264-params"] = "asm=AVX2"
+    with av.open(str(tmp_path / "ref.mp4"), mode="w") as c:
+        s = c.add_stream("libx264", rate=30, options=options)
+        s.width, s.height, s.pix_fmt = W, H, "yuv420p"
+        for i, img in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(img, format="rgb24")
+            f.pts = i
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode(None):
+            c.mux(p)
+    with av.open(str(path)) as a, av.open(str(tmp_path / "ref.mp4")) as b:
+        got, want = ([bytes(p) for p in c.demux(video=0) if p.size] for c in (a, b))
+    assert len(got) == 30 and got == want
 
 
 _SVT_REPEAT = """

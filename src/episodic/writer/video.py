@@ -7,6 +7,7 @@ file without re-encoding. The file itself is written by `mp4_output` (temporary 
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 from collections.abc import Callable
@@ -48,6 +49,30 @@ SVT_AV1_SHORT_HEIGHT, SVT_AV1_SHORT_MAX_WIDTH = 24, 64
 # and its AVX cost propagation (cuTree) writes 4 at a time (6 or 7 ints past a 3-int buffer at width 40,
 # seen with valgrind), so glibc aborts later ("corrupted size vs. prev_size") or memory is silently damaged.
 X265_MIN_WIDTH = 49
+
+
+# x264's AVX-512 code makes its output differ from run to run on the same frames: on this project's machines (their
+# CPUs have AVX-512), `reencode` to H.264 wrote ~0.3-3% of its files with other bytes than the run before (other
+# encoding decisions from the first frame on; every copy decodes within the codec's loss), more when the encoder
+# runs on a thread other than the main one, never with x264's code capped at AVX2 (0 of 4,000 files) or with
+# glibc's MALLOC_PERTURB_ set: a dependence on what memory held before. On such a CPU the writer caps x264 at its
+# AVX2 code (every CPU with AVX-512 has the rest of what x264 calls AVX2), so one machine writes the same bytes
+# for the same frames every time, at ~4% less encoding speed (480x640, 21 pairs: 296 vs 309 frames/s; two runs of
+# 7 pairs gave 0.94 and 1.07). (x264's code levels are not bit-exact with each other: a machine without AVX2
+# writes other bytes, equally valid.)
+X264_AVX2_FLAGS = ("avx2", "fma", "bmi1", "bmi2", "abm")  # /proc/cpuinfo's names of what x264's "AVX2" level uses
+
+
+@functools.cache
+def x264_params() -> str:
+    """The ``x264-params`` the writer gives x264 on this machine: ``asm=AVX2`` where the CPU has AVX-512 (see
+    above), else nothing (x264's own choice)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:  # not Linux: x264's own choice
+        return ""
+    return "asm=AVX2" if "avx512f" in flags and all(f in flags for f in X264_AVX2_FLAGS) else ""
 
 
 def _refuse_unsafe_size(name: str, width: int, height: int) -> None:
@@ -117,6 +142,8 @@ def _add_stream(
         options["preset"] = str(preset)
     if name in ("libx264", "libx265"):
         options.setdefault("bf", "0")  # no B-frames: presentation order == decode order, cheap seeks
+    if name == "libx264" and x264_params():
+        options["x264-params"] = x264_params()
     stream = container.add_stream(name, rate=fps, options=options)
     stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
     stream.time_base = Fraction(1, fps)
