@@ -19,10 +19,9 @@ dataset any loader reads. A run on a directory an interrupted run left (`.episod
 removes the temporary files, keeps each finished file that verifies (its frames' times those of the original's
 file) and does the rest. A run holds ``DST/.episodic-reencode.lock`` from its look at DST to its end (removed
 then): a second run at the same time gets `WriterLockedError`; one that gets the lock after another finished the
-copy finds it finished. A finished
-copy made from the same source with the same settings is verified and left as it is (`ReencodeResult.skipped`):
-what a fleet runner calls per dataset. Files are encoded side by side on `workers` threads (PyAV decodes and
-encodes without the GIL), with a progress bar in frames.
+copy finds it finished. A finished copy made from the same source with the same settings is verified and left as
+it is (`ReencodeResult.skipped`): what a fleet runner calls per dataset. Files are encoded side by side on
+`workers` threads (PyAV decodes and encodes without the GIL), with a progress bar in frames.
 """
 
 from __future__ import annotations
